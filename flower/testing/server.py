@@ -155,6 +155,17 @@ class ScriptedModel:
             env["CLAUDE_CODE_MAX_RETRIES"] = str(self.max_retries)
         return env
 
+    def apply(self, options: Any) -> Any:
+        """Point SDK options at this model (env merged, host config isolated)."""
+        options.env = {**options.env, **self.env}
+        return options
+
+    async def collect(self, prompt: str, options: Any) -> list[Any]:
+        """Run one real-CLI query against this model and return every SDK message."""
+        from claude_agent_sdk import query
+
+        return [m async for m in query(prompt=prompt, options=self.apply(options))]
+
     def add(self, *rules: Rule) -> None:
         with self._lock:
             self.rules.extend(rules)
