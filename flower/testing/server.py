@@ -262,6 +262,10 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
             self.close_connection = True
 
         def _drop(self, req: Request, msg_id: str) -> None:
+            self.close_connection = True
+            if not req.body.get("stream"):  # nothing at all, then the socket closes
+                self.connection.shutdown(2)
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
