@@ -1,0 +1,63 @@
+"""Brief: the requirement frozen by clarification, read by every later step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._sections import Doc, Sections
+
+SECTIONS = Sections(
+    ("goal", "目标", ("任务目标", "Goal", "Goals", "Objective", "Objectives")),
+    (
+        "accept",
+        "验收标准",
+        ("验收", "验收条件", "完成标准", "Acceptance", "Acceptance criteria", "Definition of done"),
+    ),
+    ("bounds", "边界", ("边界与约束", "范围与边界", "Bounds", "Scope", "Boundaries", "Constraints")),
+    (
+        "unknowns",
+        "未知与假设",
+        (
+            "未知",
+            "假设",
+            "未知和假设",
+            "未知及假设",
+            "未知/假设",
+            "Unknowns",
+            "Assumptions",
+            "Unknowns and assumptions",
+            "Unknowns & assumptions",
+            "Open questions",
+        ),
+    ),
+)
+
+
+@dataclass
+class Brief(Doc):
+    """Four sections in fixed order: goal → accept → bounds → unknowns; all required."""
+
+    goal: str = ""
+    accept: str = ""
+    bounds: str = ""
+    unknowns: str = ""
+    path: Path | None = field(default=None, compare=False)
+
+    @classmethod
+    def parse(cls, text: str) -> Brief:
+        found, _ = SECTIONS.parse(text)
+        return cls(**found)
+
+    def _values(self) -> dict[str, str]:
+        return {k: getattr(self, k) for k in SECTIONS.titles}
+
+    def missing(self) -> list[str]:
+        return SECTIONS.missing(self._values())
+
+    def to_markdown(self) -> str:
+        return SECTIONS.render(self._values(), title="需求")
+
+    def prompt_block(self) -> str:
+        """What downstream steps get instead of the clarifier's raw reply."""
+        return SECTIONS.render(self._values(), title="需求(已与需求方确认,以此为准,不要再猜)")

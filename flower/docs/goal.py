@@ -1,0 +1,57 @@
+"""Goal: the statement and checklist the independent judge verifies each round."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._sections import Doc, Sections, items
+
+SECTIONS = Sections(
+    ("statement", "目标", ("目标陈述", "Goal", "Objective", "Statement")),
+    ("checks", "检查清单", ("验收清单", "检查项", "验收标准", "Checks", "Checklist", "Acceptance checks")),
+)
+UNVERIFIABLE = "此环境无法验证"
+AMENDED = "【人工修改,与检查清单冲突时以此为准】"
+
+
+@dataclass
+class Goal(Doc):
+    """Both the statement and at least one check are required."""
+
+    statement: str = ""
+    checks: list[str] = field(default_factory=list)
+    path: Path | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> Goal:
+        found, _ = SECTIONS.parse(text)
+        return cls(found.get("statement", ""), items(found.get("checks", "")))
+
+    def _values(self) -> dict[str, str]:
+        checks = "\n".join(f"{i}. {c}" for i, c in enumerate(self.checks, 1))
+        return {"statement": self.statement, "checks": checks}
+
+    @property
+    def unverifiable(self) -> list[str]:
+        """Checks marked ``[此环境无法验证:…]``: their fate is sealed when the goal is set."""
+        return [c for c in self.checks if UNVERIFIABLE in c]
+
+    def missing(self) -> list[str]:
+        return SECTIONS.missing(self._values())
+
+    def amend(self, text: str) -> Goal:
+        """A human changed the goal: sections given replace ours, free text is appended."""
+        new = Goal.parse(text)
+        if new.statement or new.checks:
+            return Goal(new.statement or self.statement, new.checks or list(self.checks), self.path)
+        note = text.strip()
+        if not note:
+            return Goal(self.statement, list(self.checks), self.path)
+        return Goal(f"{self.statement}\n\n{AMENDED}{note}".strip(), list(self.checks), self.path)
+
+    def to_markdown(self) -> str:
+        return SECTIONS.render(self._values(), title="目标与检查清单")
+
+    def prompt_block(self) -> str:
+        return SECTIONS.render(self._values(), title="目标与检查清单", skip_blank=True)
