@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 __all__ = ["EphemeralPolicy", "is_ephemeral"]
 
@@ -45,6 +46,7 @@ _OPERATORS = (  # longest first
     "&&", "||", "|&", ";;", "&>>", "&>", ">>", ">&", ">|", "<<<", "<<", "<&", "<>",
     "|", "&", ";", ">", "<", "(", ")",
 )
+_OP_CHARS = frozenset("&|;<>()")
 _SEPARATORS = frozenset({"&&", "||", "|&", "|", ";"})
 _REDIRECTS = frozenset({"&>>", "&>", ">>", ">&", ">|", "<<<", "<<", "<&", "<>", ">", "<"})
 
@@ -111,7 +113,7 @@ def _lex(cmd: str) -> list[tuple[str, str]]:
             in_word, quoted = True, True
             i = j + 1
         else:
-            op = next((o for o in _OPERATORS if cmd.startswith(o, i)), None)
+            op = next((o for o in _OPERATORS if cmd.startswith(o, i)), None) if c in _OP_CHARS else None
             if op is None:
                 word.append(c)
                 in_word = True
@@ -465,6 +467,7 @@ def _segment_ok(words: list[str]) -> bool:
     return rule is not None and rule(args)
 
 
+@lru_cache(maxsize=4096)
 def is_ephemeral(cmd: str) -> bool:
     """True when ``cmd`` only reads state that may change later (``git status``, ``ls``…).
 

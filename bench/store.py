@@ -1,0 +1,133 @@
+"""Session store figures: append throughput and load() time of a 10 000-entry session.
+
+Prints, in one run and side by side: append entries/s (SQLite vs the SDK's in-memory
+store), and load() of the same session plain (SqliteSessionStore) vs with every policy
+(PruningSessionStore: expire + trim + prune), cold (spill files written) and warm.
+Targets: append >= 50 000 entries/s; load() with all policies <= 50 ms. Prints, never asserts.
+
+    /work/venv/bin/python bench/store.py [--entries 10000] [--batch 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from claude_agent_sdk import InMemorySessionStore
+
+from flower.store import PruningSessionStore, SqliteSessionStore, TrimPolicy, trim_report
+
+META = {"isSidechain": False, "userType": "external", "entrypoint": "sdk-py", "cwd": "/workspace/app",
+        "version": "2.1.332", "gitBranch": "flower/run-1", "timestamp": "2026-01-01T00:00:00.000Z"}
+
+
+def session(n: int, sid: str) -> list[dict[str, Any]]:
+    """A Claude Code-shaped transcript: prompts, one block per assistant entry, result entries.
+
+    Mix per tool call: git status (ephemeral), pytest logs (6 KB), Read (3 KB), small greps,
+    and a guard denial every 15 calls.
+    """
+    out: list[dict[str, Any]] = []
+    tip: str | None = None
+    k = 0
+
+    def chain(**e: Any) -> dict[str, Any]:
+        nonlocal tip
+        e = {**META, "sessionId": sid, "parentUuid": tip, "uuid": str(uuid.uuid4()), **e}
+        out.append(e)
+        tip = e["uuid"]
+        return e
+
+    while len(out) < n:
+        out.append({"type": "queue-operation", "operation": "enqueue", "content": "next", "sessionId": sid})
+        chain(type="user", message={"role": "user", "content": f"Step {k}: continue the refactor, keep tests green."})
+        chain(type="attachment", attachment={"type": "date", "date": "2026-01-01"})
+        for j in range(6):
+            k += 1
+            kind = k % 5
+            if k % 15 == 0:
+                cmd, output, err = "rm -rf dist", "PreToolUse:Bash hook error: 协调者没有写权限。", True
+            elif kind == 0:
+                cmd, output, err = "git status", "On branch main\n  modified: src/app.py\n" * 4, False
+            elif kind == 1:
+                cmd, output, err = "pytest -q", "tests/test_app.py::test_case PASSED\n" * 170, False
+            elif kind == 2:
+                cmd, output, err = "", "     1\timport os\n" * 170, False
+            else:
+                cmd, output, err = "rg -n TODO src", "src/app.py:12: # TODO tidy\n" * 10, False
+            tid = f"toolu_{k:08d}"
+            mid = f"msg_{k:08d}"
+            msg = {"id": mid, "type": "message", "role": "assistant", "model": "claude-x",
+                   "stop_reason": "tool_use", "usage": {"input_tokens": 1000, "output_tokens": 50}}
+            chain(type="assistant", message={**msg, "content": [{"type": "text", "text": "Let me check that."}]})
+            name, inp = ("Read", {"file_path": "/workspace/app/src/app.py"}) if kind == 2 else (
+                "Bash", {"command": cmd, "description": "check"})
+            use = chain(type="assistant", message={**msg, "content": [
+                {"type": "tool_use", "id": tid, "name": name, "input": inp}]})
+            out.append({"type": "last-prompt", "lastPrompt": "next", "leafUuid": tip, "sessionId": sid})
+            chain(type="user", parentUuid=use["uuid"], sourceToolAssistantUUID=use["uuid"],
+                  message={"role": "user", "content": [
+                      {"tool_use_id": tid, "type": "tool_result", "content": output, "is_error": err}]},
+                  toolUseResult=f"Error: {output}" if err else {"stdout": output, "stderr": "", "interrupted": False})
+        chain(type="assistant", message={"id": f"msg_end_{k}", "type": "message", "role": "assistant",
+                                         "content": [{"type": "text", "text": "Done with this step."}]})
+        out.append({"type": "cost-state", "sessionId": sid, "totalCostUSD": 0.5})
+    return out[:n]
+
+
+async def timed(coro: Any) -> float:
+    t0 = time.perf_counter()
+    await coro
+    return time.perf_counter() - t0
+
+
+async def append_rate(store: Any, entries: list[dict[str, Any]], batch: int) -> float:
+    key = {"project_key": "bench", "session_id": str(uuid.uuid4())}
+    t0 = time.perf_counter()
+    for i in range(0, len(entries), batch):
+        await store.append(key, entries[i : i + batch])
+    return len(entries) / (time.perf_counter() - t0)
+
+
+async def main(n: int, batch: int) -> None:
+    sid = str(uuid.uuid4())
+    entries = session(n, sid)
+    size = sum(len(json.dumps(e)) for e in entries)
+    with tempfile.TemporaryDirectory(prefix="flower-bench-") as tmp:
+        root = Path(tmp)
+        mem = await append_rate(InMemorySessionStore(), entries, batch)
+        sql = await append_rate(SqliteSessionStore(root / "rate.db"), entries, batch)
+
+        key = {"project_key": "bench", "session_id": sid}
+        plain = SqliteSessionStore(root / "s.db")
+        await plain.append(key, entries)  # type: ignore[arg-type]
+        full = PruningSessionStore(root / "s.db", workspace=root / "ws", policy=TrimPolicy(keep_recent=20))
+        cold = await timed(full.load(key))  # type: ignore[arg-type]
+        report = trim_report(full)
+        plain_t = statistics.median([await timed(plain.load(key)) for _ in range(7)])  # type: ignore[arg-type]
+        warm_t = statistics.median([await timed(full.load(key)) for _ in range(7)])  # type: ignore[arg-type]
+        trimmed = await full.load(key)  # type: ignore[arg-type]
+        out_size = sum(len(json.dumps(e)) for e in trimmed or [])
+
+    print(f"session: {n} entries, {size / 1e6:.1f} MB of JSON, batches of {batch}")
+    print(f"append   in-memory (SDK) {mem:>10,.0f} entries/s")
+    print(f"append   sqlite          {sql:>10,.0f} entries/s   ratio {sql / mem:.2f}x of in-memory   target >= 50,000")
+    print(f"load()   plain sqlite    {plain_t * 1000:>8.1f} ms")
+    print(f"load()   all policies    {warm_t * 1000:>8.1f} ms   ratio {warm_t / plain_t:.2f}x of plain   target <= 50 ms")
+    print(f"load()   all, cold spill {cold * 1000:>8.1f} ms   (first load writes the spill files)")
+    print(f"resumed transcript       {out_size / 1e6:.2f} MB ({out_size / size:.0%} of original); {report}")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--entries", type=int, default=10_000)
+    ap.add_argument("--batch", type=int, default=100)
+    args = ap.parse_args()
+    asyncio.run(main(args.entries, args.batch))

@@ -1,0 +1,375 @@
+"""The hook layer: what the roles may not do is enforced here, not asked for in a prompt.
+
+A prompt is a suggestion; a PreToolUse deny is a wall. Every guard is a factory
+returning an SDK `HookMatcher`. All hooks matching one tool call run concurrently
+in the CLI, so no guard relies on another's order, and every guard answers `{}`
+when it has no opinion. Denials, spills and isolation injections are emitted as
+audit events (`flower.core.audit`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from claude_agent_sdk import AgentDefinition, HookMatcher
+
+from flower.core.audit import emit
+from flower.core.workbench import Workbench
+from flower.store.ephemeral import is_ephemeral
+
+__all__ = [
+    "whitelist_guard",
+    "delegate_guard",
+    "spill_guard",
+    "index_guard",
+    "isolate_guard",
+    "isolated",
+    "wants_isolation",
+    "workbench_hooks",
+    "merge_hooks",
+]
+
+HANDS_ON = "Bash|Write|Edit|NotebookEdit"
+WRITE_ONLY = "Write|Edit|NotebookEdit"
+BULKY = "Bash|Read|Grep|Glob|WebFetch|WebSearch"
+
+ISOLATE_ATTR = "_flower_isolate"
+SPILL_HEAD = 400
+
+Hook = Callable[[Any, "str | None", Any], Any]
+
+
+def _is_main_thread(data: dict[str, Any]) -> bool:
+    """Tool hooks of a subagent carry `agent_id`; the main thread's never do."""
+    return not data.get("agent_id")
+
+
+def _who(data: dict[str, Any]) -> dict[str, Any]:
+    return {"session_id": data.get("session_id"), "agent_id": data.get("agent_id") or None}
+
+
+def _deny(reason: str) -> dict[str, Any]:
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                                   "permissionDecisionReason": reason}}
+
+
+def _matcher(pattern: str, hook: Hook, *, wall: bool = False) -> HookMatcher:
+    """A wall fails closed: if its callback ever breaks, the CLI blocks the call."""
+    return HookMatcher(matcher=pattern, hooks=[hook], on_failure="block" if wall else None)
+
+
+def _resolve(path: str, cwd: str | None) -> Path:
+    p = Path(os.path.expanduser(path))
+    if not p.is_absolute() and cwd:
+        p = Path(cwd) / p
+    return Path(os.path.normpath(p))
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        return path.resolve().is_relative_to(root.resolve())
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------------------
+# Walls
+# ---------------------------------------------------------------------------
+
+_FOUR = ("Bash", "Write", "Edit", "NotebookEdit")
+
+
+def _granted(tool: str, allowed: list[str]) -> bool:
+    return any(a == tool or a.startswith(tool + "(") for a in allowed)
+
+
+def whitelist_guard(allowed: list[str] | None, *, role: str = "这个角色") -> HookMatcher | None:
+    """Make `allowed_tools` exclusive for the four hands-on tools, main thread only.
+
+    `allowed_tools` only pre-approves; a role without Write can still call it.
+    Returns None when nothing is banned. `allowed=None` grants none of the four.
+    """
+    banned = [t for t in _FOUR if not _granted(t, list(allowed or []))]
+    if not banned:
+        return None
+
+    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        if not _is_main_thread(data):
+            return {}
+        tool = data.get("tool_name", "")
+        reason = (f"{role}没有 {tool}。这是有意的设计,不是配置遗漏。"
+                  "把结论写进你回复的正文,框架会从那里取走——不要换别的工具或写法绕过。")
+        emit("deny", guard="whitelist", role=role, tool=tool, reason=reason, **_who(data))
+        return _deny(reason)
+
+    return _matcher("|".join(banned), hook, wall=True)
+
+
+def delegate_guard(*, tools: str = HANDS_ON, allow_glance: bool = False) -> HookMatcher:
+    """The coordinator does not do the work: its hands-on calls are denied with the way forward.
+
+    Subagents always pass. With `allow_glance`, a main-thread Bash passes iff
+    `is_ephemeral(command)` — the same test that expires those results on resume.
+    """
+
+    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        if not _is_main_thread(data):
+            return {}
+        tool = data.get("tool_name", "")
+        command = str((data.get("tool_input") or {}).get("command") or "")
+        if allow_glance and tool == "Bash" and is_ephemeral(command):
+            return {}
+        reason = (f"协调者不亲自动手,{tool} 留给子代理。下一步:用 Agent 工具派一个子代理去做,"
+                  "在任务书里写清目标和验收标准,并要求它把长产物写进工作台的 artifacts/ "
+                  "(默认 .flower/artifacts/,以系统提示里给出的工作台路径为准),回复里只给路径和结论。")
+        if allow_glance and tool == "Bash":
+            reason += "你自己只能跑只读的一瞥命令(如 ls、git status、git log -1),不能改动、重定向或后台运行。"
+        emit("deny", guard="delegate", role="coordinator", tool=tool, reason=reason,
+             command=command or None, **_who(data))
+        return _deny(reason)
+
+    return _matcher(tools, hook, wall=True)
+
+
+# ---------------------------------------------------------------------------
+# Workbench: spill and index
+# ---------------------------------------------------------------------------
+
+
+def _reads_spill(data: dict[str, Any], spill: Path, shown: str) -> bool:
+    """Reading a spill file must come back whole, or "Read it" would loop forever."""
+    inp = data.get("tool_input") or {}
+    cwd = data.get("cwd")
+    tool = data.get("tool_name")
+    if tool == "Read" and inp.get("file_path"):
+        return _inside(_resolve(str(inp["file_path"]), cwd), spill)
+    if tool in ("Grep", "Glob") and inp.get("path"):
+        return _inside(_resolve(str(inp["path"]), cwd), spill)
+    if tool == "Bash":
+        command = str(inp.get("command") or "")
+        return str(spill) in command or shown in command
+    return False
+
+
+def _binary(response: dict[str, Any]) -> bool:
+    """Images and documents travel as long base64 strings: spilling them would break them."""
+    return bool(response.get("isImage")) or response.get("type", "text") != "text"
+
+
+def spill_guard(
+    workbench: Workbench,
+    *,
+    threshold: int = 4000,
+    tools: str = BULKY,
+    main_only: bool = False,
+) -> HookMatcher:
+    """Spill over-long tool results to disk at once, leaving a pointer and the first 400 chars.
+
+    Only over-long string fields of the output dict (nested dicts included) are
+    replaced, so the tool's output shape survives; lists are never touched (they
+    may hold image blocks). Anything that is not a dict is left alone.
+    """
+    spill_dir = workbench.root / "spill"
+
+    def spill(text: str) -> str:
+        path = spill_dir / f"{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}.txt"
+        if not path.exists():
+            spill_dir.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+            tmp.write_text(text, encoding="utf-8", errors="surrogatepass")
+            tmp.replace(path)
+        return str(path)
+
+    def trim(value: dict[str, Any], spilled: list[tuple[str, int]]) -> dict[str, Any] | None:
+        out: dict[str, Any] | None = None
+        for key, v in value.items():
+            new: Any = None
+            if isinstance(v, str) and len(v) > threshold:
+                path = spill(v)
+                spilled.append((path, len(v)))
+                new = (f"[输出共 {len(v)} 字,已落盘到 {workbench.show(Path(path))};以下是前 {SPILL_HEAD} 字,"
+                       f"需要全文请用 Read 读这个文件]\n{v[:SPILL_HEAD]}")
+            elif isinstance(v, dict):
+                new = trim(v, spilled)
+            if new is not None:
+                if out is None:
+                    out = dict(value)
+                out[key] = new
+        return out
+
+    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        if main_only and not _is_main_thread(data):
+            return {}
+        response = data.get("tool_response")
+        if (not isinstance(response, dict) or _binary(response)
+                or _reads_spill(data, spill_dir, workbench.show(spill_dir))):
+            return {}
+        spilled: list[tuple[str, int]] = []
+        try:
+            trimmed = trim(response, spilled)
+        except OSError as exc:  # a full disk must not lose the result: keep it in context
+            emit("spill_failed", tool=data.get("tool_name"), reason=str(exc), **_who(data))
+            return {}
+        if trimmed is None:
+            return {}
+        for path, size in spilled:
+            emit("spill", role=data.get("agent_type") or "main", tool=data.get("tool_name"),
+                 path=path, size=size, **_who(data))
+        return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "updatedToolOutput": trimmed}}
+
+    return _matcher(tools, hook)
+
+
+def index_guard(workbench: Workbench) -> HookMatcher:
+    """A write into the workbench refreshes INDEX.md, so the next agent knows it exists."""
+
+    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        path = (data.get("tool_input") or {}).get("file_path")
+        if path and _inside(_resolve(str(path), data.get("cwd")), workbench.root):
+            workbench.refresh()
+        return {}
+
+    return _matcher("Write|Edit", hook)
+
+
+# ---------------------------------------------------------------------------
+# Isolation: a property of the role, injected into the Agent call
+# ---------------------------------------------------------------------------
+
+
+def isolated(agent: AgentDefinition, flag: bool = True) -> AgentDefinition:
+    """Mark a subagent role as needing its own git worktree; returns the same object.
+
+    A Python-side attribute, not a dataclass field: the SDK serialises with
+    `asdict()`, so the mark never reaches the CLI. `dataclasses.replace()` drops it.
+    """
+    object.__setattr__(agent, ISOLATE_ATTR, bool(flag))
+    return agent
+
+
+def wants_isolation(agent: AgentDefinition | None) -> bool:
+    return agent is not None and bool(getattr(agent, ISOLATE_ATTR, False))
+
+
+class _Ledger:
+    """Which (session, role) got isolation injected, and from which checkout.
+
+    Shared by `isolate_guard` and `isolation_check` so that a CLI ignoring the
+    injection is caught instead of silently running the role in the shared checkout.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[str, str], str] = OrderedDict()
+        self._size = size
+
+    def record(self, session: str, role: str, cwd: str) -> None:
+        with self._lock:
+            self._items[(session, role)] = cwd
+            self._items.move_to_end((session, role))
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def checkout(self, session: str, role: str) -> str | None:
+        with self._lock:
+            return self._items.get((session, role))
+
+
+_LEDGER = _Ledger()
+
+
+def isolate_guard(agents: dict[str, AgentDefinition], *, on_inject: Any = None) -> HookMatcher:
+    """Give roles marked `isolated()` their own worktree by injecting `isolation: "worktree"`.
+
+    Only when the call sets neither `cwd` nor `isolation` (they are exclusive; a
+    model's own `cwd` is respected). `on_inject(subagent_type, description)` is
+    told of each injection; its failure never cancels the injection.
+    """
+
+    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        inp = data.get("tool_input") or {}
+        role = str(inp.get("subagent_type") or "")
+        if (data.get("tool_name") != "Agent" or "cwd" in inp or "isolation" in inp
+                or not wants_isolation(agents.get(role))):
+            return {}
+        if data.get("session_id") and data.get("cwd"):
+            _LEDGER.record(str(data["session_id"]), role, str(data["cwd"]))
+        emit("isolate", role=role, tool="Agent", description=inp.get("description"), **_who(data))
+        if on_inject is not None:
+            try:
+                on_inject(role, inp.get("description"))
+            except Exception:  # noqa: BLE001 - a callback must not cancel the isolation
+                pass
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+                                       "updatedInput": {**inp, "isolation": "worktree"}}}
+
+    return _matcher("Agent", hook, wall=True)
+
+
+def isolation_check(*, tools: str = HANDS_ON) -> HookMatcher:
+    """Fail loudly if an isolated role ended up in the shared checkout anyway.
+
+    After `isolate_guard` injected a worktree, the role's subagent must not run in
+    the checkout it was dispatched from. If it does (a CLI that ignored the
+    rewrite), its hands-on calls are denied and a "deny" event names the cause.
+    """
+
+    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        if _is_main_thread(data) or not data.get("session_id"):
+            return {}
+        role = str(data.get("agent_type") or "")
+        checkout = _LEDGER.checkout(str(data["session_id"]), role)
+        if checkout is None or os.path.normpath(str(data.get("cwd") or "")) != os.path.normpath(checkout):
+            return {}
+        reason = (f"隔离失败:角色 {role} 应在独立的 git worktree 里运行,但它正运行在共享检出 {checkout}。"
+                  "Claude Code 忽略了注入的 isolation=worktree,为避免改动共享检出,此调用被拒绝。"
+                  "停止动手,在回复里报告这个隔离失败。")
+        emit("deny", guard="isolation", role=role, tool=data.get("tool_name"), reason=reason, **_who(data))
+        return _deny(reason)
+
+    return _matcher(tools, hook, wall=True)
+
+
+# ---------------------------------------------------------------------------
+# Assembly
+# ---------------------------------------------------------------------------
+
+
+def workbench_hooks(
+    workbench: Workbench,
+    *,
+    delegate_only: bool = True,
+    spill_threshold: int | None = 4000,
+    agents: dict[str, AgentDefinition] | None = None,
+    allow_glance: bool = False,
+) -> dict[str, list[HookMatcher]]:
+    """Every hook a workbench needs, by event; events with nothing to install are left out.
+
+    When a role is marked `isolated()`, `isolation_check()` comes with
+    `isolate_guard()`, so an ignored injection fails loudly.
+    """
+    pre: list[HookMatcher] = []
+    post: list[HookMatcher] = [index_guard(workbench)]
+    if delegate_only:
+        pre.append(delegate_guard(allow_glance=allow_glance))
+    if agents and any(wants_isolation(a) for a in agents.values()):
+        pre += [isolate_guard(agents), isolation_check()]
+    if spill_threshold:
+        post.append(spill_guard(workbench, threshold=spill_threshold))
+    hooks = {"PreToolUse": pre, "PostToolUse": post}
+    return {event: matchers for event, matchers in hooks.items() if matchers}
+
+
+def merge_hooks(*groups: dict[str, list[Any]] | None) -> dict[str, list[Any]]:
+    """Concatenate hook configs by event (no de-duplication: twice given, twice installed)."""
+    merged: dict[str, list[Any]] = {}
+    for group in groups:
+        for event, matchers in (group or {}).items():
+            merged.setdefault(event, []).extend(matchers)
+    return merged

@@ -1,0 +1,333 @@
+"""Runtime: one verb, `run` a step — retries, human interrupts and handoffs all happen inside it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from claude_agent_sdk import AssistantMessage, ClaudeSDKClient, ResultMessage, SystemMessage, TextBlock, ToolUseBlock
+
+from ..docs.handoff import HANDOFF_PROMPT, Handoff, degraded, is_overflow
+from ..store.ephemeral import EphemeralPolicy
+from ..store.prune import PrunePolicy, PruningSessionStore
+from ..store.trim import TrimPolicy
+from . import manifest
+from .agent import AgentSpec, HandoffPolicy, build_options
+from .credentials import check_credentials, load_dotenv
+from .events import Event, OnEvent
+from .guard import merge_hooks, whitelist_guard, workbench_hooks
+from .resilience import Resilience
+from .workbench import Workbench
+
+
+@dataclass
+class StepResult:
+    step: str
+    session_id: str | None = None
+    ok: bool = False
+    cost_usd: float = 0.0
+    num_turns: int = 0
+    text: str = ""
+    error: str | None = None
+    started_at: float = 0.0
+    ended_at: float = 0.0
+    attempts: int = 1
+    errors: list[str] = field(default_factory=list)
+    resumed: bool = False
+    retired: list[str] = field(default_factory=list)
+    context: int = 0
+
+
+def _policy(value: Any, cls: type, **off: Any) -> Any:
+    """`True` → defaults, `False`/None → disabled, an instance → itself."""
+    if isinstance(value, cls):
+        return value
+    return cls() if value else cls(**off)
+
+
+class Runtime:
+    INTERRUPTED = "interrupted-by-human"
+    HANDOFF_DUE = "context-full-handoff"
+    INTERRUPT_NOTE = (
+        "\n\n[说明] 上面是人在运行途中插进来的话,请按它调整后继续。"
+        "被打断时正在进行的工具调用返回 interrupted,是打断的正常副作用,不是环境故障,不用排查。"
+    )
+
+    def __init__(
+        self,
+        *,
+        workspace: str | Path,
+        run_dir: str | Path = "runs",
+        portable: bool = True,
+        trim: TrimPolicy | bool = False,
+        ephemeral: EphemeralPolicy | bool = True,
+        keep_denials: int = 1,
+        workbench: Workbench | bool = False,
+        spill_threshold: int | None = 4000,
+        resilience: Resilience | bool = True,
+        handoff: HandoffPolicy | bool = True,
+    ) -> None:
+        self.workspace = Path(workspace).resolve()
+        if not self.workspace.is_dir():
+            raise ValueError(f"workspace {self.workspace} is not a directory: create it or pass an existing one")
+        self.run_dir = Path(run_dir).resolve()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.portable = portable
+        self.spill_threshold = spill_threshold
+        self.trim = _policy(trim, TrimPolicy, enabled=False)
+        self.ephemeral = _policy(ephemeral, EphemeralPolicy, enabled=False)
+        self.resilience: Resilience = _policy(resilience, Resilience, enabled=False)
+        self.handoff: HandoffPolicy = _policy(handoff, HandoffPolicy, enabled=False)
+        self.store = PruningSessionStore(self.run_dir / "sessions.db", workspace=self.workspace, policy=self.trim,
+                                         ephemeral=self.ephemeral, prune=PrunePolicy(keep_denials=keep_denials))
+        if workbench is True:
+            workbench = Workbench(self.workspace, home=self.run_dir / "workbench")
+        self.workbench: Workbench | None = workbench or None
+        self.results: list[StepResult] = []
+        self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(2)}"
+        self.on_session: Callable[[str], None] | None = None
+        self.channel: Any = None  # set by a Workflow; polled for the person's interrupts
+        self._interrupt_words: str | None = None
+        self._interrupt = asyncio.Event()
+        self._ctx, self._warned = 0, False
+        load_dotenv()
+        check_credentials()
+
+    # -- the one verb ------------------------------------------------------
+    async def run(
+        self,
+        spec: AgentSpec,
+        prompt: str,
+        *,
+        step_name: str | None = None,
+        resume: str | None = None,
+        fork: bool = False,
+        resume_at: str | None = None,
+        on_event: OnEvent | None = None,
+    ) -> StepResult:
+        name = step_name or spec.name
+        self._ctx, self._warned = 0, False
+        started = time.time()
+        out = StepResult(step=name, started_at=started)
+        last_session: str | None = None
+        attempt = 0
+        while True:
+            attempt += 1
+            r = await self._attempt(spec, prompt, name, resume=resume, fork=fork, resume_at=resume_at, on_event=on_event)
+            out.cost_usd += r.cost_usd
+            out.num_turns += r.num_turns
+            out.text, out.error, out.ok = r.text, r.error, r.ok
+            last_session = r.session_id or last_session
+            if r.ok:
+                break
+            out.errors.append(r.error or "unknown error")
+            if r.error == self.INTERRUPTED:
+                words, self._interrupt_words = self._interrupt_words or "", None
+                if not r.session_id:
+                    break
+                _emit(on_event, "interrupt", name, words=words, session_id=r.session_id)
+                prompt, resume, fork, resume_at = words + self.INTERRUPT_NOTE, r.session_id, False, None
+                attempt -= 1
+                continue
+            if r.error == self.HANDOFF_DUE or (self.handoff.enabled and r.session_id and is_overflow(r.error, r.text)):
+                if len(out.retired) >= self.handoff.max_generations:
+                    out.error = (f"context filled {len(out.retired) + 1} sessions in a row "
+                                 f"(max_generations={self.handoff.max_generations}); the step is too big for one "
+                                 f"context — split it, or raise HandoffPolicy.max_generations")
+                    break
+                assert r.session_id  # HANDOFF_DUE is only set once a session exists
+                doc = await self._write_handoff(spec, name, r.session_id, prompt, r.error or "", on_event)
+                out.retired.append(r.session_id)
+                prompt, resume, fork, resume_at = doc.prompt_block(), None, False, None
+                self._ctx, self._warned = 0, False
+                attempt -= 1
+                continue
+            res = self.resilience
+            if not res.enabled or attempt >= res.max_attempts or not res.classify(r.error):
+                break
+            delay = res.delay_for(attempt)
+            _emit(on_event, "retry", name, attempt=attempt, error=r.error, delay=round(delay, 2),
+                  session_id=last_session)
+            await res.wait_online()
+            await asyncio.sleep(delay)
+            if last_session:
+                prompt, resume, fork, resume_at = res.resume_prompt, last_session, False, None
+                out.resumed = True
+        out.session_id = last_session
+        out.attempts = attempt
+        out.context = self._ctx
+        out.ended_at = time.time()
+        self.results.append(out)
+        manifest.record(self.run_dir / "manifest.json", self.run_id, [asdict(x) for x in self.results])
+        return out
+
+    def interrupt(self, words: str) -> None:
+        """The person's words: stop the running step and continue its session with them."""
+        self._interrupt_words = words
+        self._interrupt.set()
+
+    # -- one attempt: one CLI session ---------------------------------------
+    def options(self, spec: AgentSpec, *, resume: str | None = None, fork: bool = False,
+                resume_at: str | None = None) -> Any:
+        """SDK options for `spec` with every guard this runtime enforces mounted."""
+        wb = self.workbench if spec.workbench else None
+        guard = None if spec.delegate_only else whitelist_guard(spec.allowed_tools, role=spec.name)
+        hooks = merge_hooks(
+            spec.hooks,
+            workbench_hooks(wb, delegate_only=spec.delegate_only, spill_threshold=self.spill_threshold,
+                            agents=spec.agents, allow_glance=spec.glance) if wb else None,
+            {"PreToolUse": [guard]} if guard else None,
+        )
+        if wb:
+            wb.ensure()
+        add_dirs = [str(wb.root)] if wb and wb.external else None
+        options = build_options(spec, cwd=self.workspace, session_store=self.store, resume=resume, fork=fork,
+                                resume_at=resume_at, portable=self.portable, add_dirs=add_dirs,
+                                prelude=wb.prompt_block() if wb else "")
+        options.hooks = hooks or None
+        return options
+
+    async def _attempt(self, spec: AgentSpec, prompt: str, name: str, *, resume: str | None, fork: bool,
+                       resume_at: str | None, on_event: OnEvent | None) -> StepResult:
+        r = StepResult(step=name, session_id=None if fork else resume)
+        options = self.options(spec, resume=resume, fork=fork, resume_at=resume_at)
+        stderr: list[str] = []
+        options.stderr = lambda line: stderr.append(line) if len(stderr) < 200 else None
+        cause: str | None = None  # why we stopped the CLI ourselves
+        self._interrupt.clear()
+        client = ClaudeSDKClient(options)
+        texts: list[str] = []
+        try:
+            await client.connect()
+            watcher = asyncio.create_task(self._watch_interrupts())
+            try:
+                await client.query(prompt)
+                async for msg in client.receive_response():
+                    if isinstance(msg, SystemMessage) and msg.subtype == "init":
+                        r.session_id = msg.data.get("session_id") or r.session_id
+                        if r.session_id:
+                            _emit(on_event, "session", name, session_id=r.session_id, resumed=bool(resume))
+                            if self.on_session:
+                                self.on_session(r.session_id)
+                    elif isinstance(msg, AssistantMessage):
+                        texts += self._observe(msg, name, on_event)
+                        if cause is None and self.handoff.enabled and self._ctx >= self.handoff.at:
+                            cause = self.HANDOFF_DUE
+                            await client.interrupt()
+                    elif isinstance(msg, ResultMessage):
+                        r.session_id = msg.session_id or r.session_id
+                        r.cost_usd, r.num_turns = msg.total_cost_usd or 0.0, msg.num_turns
+                        r.text = msg.result or (texts[-1] if texts else "")
+                        r.ok = not msg.is_error
+                        if msg.is_error:
+                            r.error = "; ".join(msg.errors or []) or msg.result or msg.subtype
+                    if cause is None and watcher.done():
+                        cause = self.INTERRUPTED
+                        await client.interrupt()
+                if cause is None and watcher.done():
+                    cause = self.INTERRUPTED
+            finally:
+                watcher.cancel()
+        except Exception as e:  # the CLI died or the SDK raised on an error result
+            r.ok = False
+            r.error = r.error or f"{type(e).__name__}: {e}"
+            if stderr:
+                r.error += " | " + " ".join(stderr[-3:])[-400:]
+        finally:
+            try:
+                await client.disconnect()
+            except Exception:
+                pass
+        if cause:
+            r.ok, r.error = False, cause
+        if not r.text and texts:
+            r.text = texts[-1]
+        return r
+
+    def _observe(self, msg: AssistantMessage, name: str, on_event: OnEvent | None) -> list[str]:
+        """Track the context level from the usage the model reports; surface text and tool calls."""
+        texts = []
+        main = msg.parent_tool_use_id is None
+        if main and msg.usage and not msg.error:
+            u = msg.usage
+            self._ctx = (u.get("input_tokens") or 0) + (u.get("cache_read_input_tokens") or 0) \
+                + (u.get("cache_creation_input_tokens") or 0) + (u.get("output_tokens") or 0)
+            if self.handoff.enabled and not self._warned and self._ctx >= self.handoff.warn_at:
+                self._warned = True
+                _emit(on_event, "handoff", name, phase="near", used=self._ctx, at=self.handoff.at)
+        for block in msg.content:
+            if isinstance(block, TextBlock):
+                if main:
+                    texts.append(block.text)
+                _emit(on_event, "text", name, text=block.text, main=main)
+            elif isinstance(block, ToolUseBlock):
+                _emit(on_event, "tool", name, tool=block.name, input=block.input, main=main)
+        return texts
+
+    async def _watch_interrupts(self) -> None:
+        """Returns when the person interrupts: through `interrupt()` or the channel's mailbox."""
+        take = getattr(self.channel, "take_interrupt", None)
+        while not self._interrupt.is_set():
+            if take:
+                words = take()
+                if words:
+                    self._interrupt_words = words
+                    return
+            try:
+                await asyncio.wait_for(self._interrupt.wait(), timeout=0.25)
+            except asyncio.TimeoutError:
+                pass
+
+    # -- handoff -------------------------------------------------------------
+    async def _write_handoff(self, spec: AgentSpec, name: str, session_id: str, task: str, why: str,
+                             on_event: OnEvent | None) -> Handoff:
+        """The full session writes its own handoff; if it cannot, a mechanical one stands in."""
+        _emit(on_event, "handoff", name, phase="writing", session_id=session_id)
+        ask = HANDOFF_PROMPT.format(used=self._ctx, window=self.handoff.window)
+        # Tried even after an overflow: the CLI may still fit one turn; if not, the degraded doc stands in.
+        saved = self._ctx
+        r = await self._attempt(replace(spec, max_budget_usd=None), ask, name, resume=session_id, fork=False,
+                                resume_at=None, on_event=None)
+        self._ctx = saved
+        parsed = Handoff.parse(r.text) if r.ok and r.text else None
+        doc: Handoff | None = parsed if parsed and parsed.complete() else None
+        if doc is None:
+            why = r.error or f"handoff incomplete, missing {parsed.missing() if parsed else 'everything'}"
+        was_degraded = doc is None
+        if doc is None:
+            doc = degraded(name, task, why=why)
+        doc.step = name
+        path = self._file_handoff(doc, name)
+        _emit(on_event, "handoff", name, phase="done", degraded=was_degraded, path=str(path) if path else None,
+              sections=[k for k in ("doing", "decided", "deadends", "next", "scene") if getattr(doc, k).strip()],
+              retired=session_id)
+        return doc
+
+    def _file_handoff(self, doc: Handoff, name: str) -> Path | None:
+        """<notes>/交接-<step>.md; the previous one moves to notes/archive/交接/."""
+        if not self.workbench:
+            return None
+        notes = self.workbench.ensure().notes
+        path = notes / f"交接-{name}.md"
+        if path.exists():
+            archive = notes / "archive" / "交接"
+            archive.mkdir(parents=True, exist_ok=True)
+            stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(path.stat().st_mtime))
+            target, n = archive / f"{name}-{stamp}.md", 1
+            while target.exists():  # several handoffs within one second
+                n += 1
+                target = archive / f"{name}-{stamp}-{n}.md"
+            shutil.move(str(path), target)
+        doc.write(path)
+        return path
+
+
+def _emit(on_event: OnEvent | None, kind: str, step: str, **payload: Any) -> None:
+    if on_event:
+        on_event(Event(kind, payload, step))

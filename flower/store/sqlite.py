@@ -1,0 +1,244 @@
+"""SQLite session store: the SDK's SessionStore protocol on one local file.
+
+Why SQLite: a run directory must survive process restarts and be shareable by two
+``flower`` processes at once (WAL, busy timeout, short IMMEDIATE transactions), with no
+server to operate. Rows are written once and never rewritten — the trimming and pruning
+subclasses reshape *copies* at ``load()``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import anyio.to_thread
+import msgspec
+from claude_agent_sdk import fold_session_summary
+from claude_agent_sdk.types import (
+    SessionKey,
+    SessionListSubkeysKey,
+    SessionStore,
+    SessionStoreEntry,
+    SessionStoreListEntry,
+    SessionSummaryEntry,
+)
+
+__all__ = ["SqliteSessionStore", "store_key"]
+
+T = TypeVar("T")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    id    INTEGER PRIMARY KEY AUTOINCREMENT,
+    key   TEXT NOT NULL,
+    uuid  TEXT,
+    data  BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS entries_by_key ON entries(key, id);
+CREATE UNIQUE INDEX IF NOT EXISTS entries_uuid ON entries(key, uuid) WHERE uuid IS NOT NULL;
+CREATE TABLE IF NOT EXISTS meta (
+    key         TEXT PRIMARY KEY,
+    project_key TEXT NOT NULL,
+    session_id  TEXT NOT NULL,
+    subpath     TEXT NOT NULL,
+    mtime       INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS meta_by_session ON meta(project_key, session_id);
+CREATE TABLE IF NOT EXISTS summaries (
+    project_key TEXT NOT NULL,
+    session_id  TEXT NOT NULL,
+    mtime       INTEGER NOT NULL,
+    data        BLOB NOT NULL,
+    PRIMARY KEY (project_key, session_id)
+);
+"""
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+def store_key(key: SessionKey | SessionListSubkeysKey) -> str:
+    """``project_key/session_id[/subpath]`` — the same composite key the SDK's in-memory store uses."""
+    sub = key.get("subpath")
+    base = f"{key['project_key']}/{key['session_id']}"
+    return f"{base}/{sub}" if sub else base
+
+
+class SqliteSessionStore(SessionStore):
+    """Durable ``SessionStore`` with every optional method; safe for two processes on one file.
+
+    Tables: ``entries`` (one row per transcript line, in append order; lines with a
+    ``uuid`` are unique per key, duplicates ignored), ``meta`` (per key: the parts and the
+    storage mtime), ``summaries`` (the SDK's ``fold_session_summary`` sidecar). Database
+    calls run in a worker thread so a 10 000-line load never stalls the event loop.
+    """
+
+    busy_timeout_ms = 10_000
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0
+        self._last_mtime = 0
+
+    # -- connection -----------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        """One connection per process (re-opened after fork), schema created on first use."""
+        if self._conn is not None and self._pid == os.getpid():
+            return self._conn
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout_ms / 1000, isolation_level=None, check_same_thread=False
+        )
+        conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.executescript(_SCHEMA)
+        self._conn, self._pid = conn, os.getpid()
+        return conn
+
+    def close(self) -> None:
+        """Close the connection (optional: it is also dropped with the store)."""
+        with self._lock:
+            if self._conn is not None and self._pid == os.getpid():
+                self._conn.close()
+            self._conn = None
+
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        def call() -> T:
+            with self._lock:
+                return fn(self._connect())
+
+        return await anyio.to_thread.run_sync(call)
+
+    def _next_mtime(self, floor: int = 0) -> int:
+        """Storage write time in epoch ms, strictly increasing across calls.
+
+        ``list_sessions`` and the summary sidecar read this one clock; if they did not,
+        the SDK's staleness fast path (summary.mtime < session mtime) would misfire.
+        ``floor`` is the stored mtime, so the order also holds across processes.
+        """
+        now = max(int(time.time() * 1000), self._last_mtime + 1, floor + 1)
+        self._last_mtime = now
+        return now
+
+    # -- required -------------------------------------------------------------
+    async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
+        if not entries:
+            return
+        k = store_key(key)
+        rows = [(k, e.get("uuid") if isinstance(e.get("uuid"), str) else None, _encode(e)) for e in entries]
+        main = not key.get("subpath")
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany("INSERT OR IGNORE INTO entries(key, uuid, data) VALUES (?, ?, ?)", rows)
+                row = conn.execute("SELECT mtime FROM meta WHERE key = ?", (k,)).fetchone()
+                prev: SessionSummaryEntry | None = None
+                floor = row[0] if row else 0
+                if main:
+                    srow = conn.execute(
+                        "SELECT mtime, data FROM summaries WHERE project_key = ? AND session_id = ?",
+                        (key["project_key"], key["session_id"]),
+                    ).fetchone()
+                    if srow:
+                        prev = {"session_id": key["session_id"], "mtime": srow[0], "data": _decode(srow[1])}
+                        floor = max(floor, srow[0])
+                mtime = self._next_mtime(floor)
+                conn.execute(
+                    "INSERT INTO meta(key, project_key, session_id, subpath, mtime) VALUES (?, ?, ?, ?, ?)"
+                    " ON CONFLICT(key) DO UPDATE SET mtime = excluded.mtime",
+                    (k, key["project_key"], key["session_id"], key.get("subpath") or "", mtime),
+                )
+                if main:
+                    folded = fold_session_summary(prev, key, entries)
+                    conn.execute(
+                        "INSERT OR REPLACE INTO summaries(project_key, session_id, mtime, data) VALUES (?, ?, ?, ?)",
+                        (key["project_key"], key["session_id"], mtime, _encode(folded["data"])),
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        await self._run(write)
+
+    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
+        k = store_key(key)
+
+        def read(conn: sqlite3.Connection) -> list[SessionStoreEntry] | None:
+            if conn.execute("SELECT 1 FROM meta WHERE key = ?", (k,)).fetchone() is None:
+                return None
+            rows = conn.execute("SELECT data FROM entries WHERE key = ? ORDER BY id", (k,)).fetchall()
+            return [_decode(r[0]) for r in rows]
+
+        return await self._run(read)
+
+    # -- optional -------------------------------------------------------------
+    async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
+        def read(conn: sqlite3.Connection) -> list[SessionStoreListEntry]:
+            rows = conn.execute(
+                "SELECT session_id, mtime FROM meta WHERE project_key = ? AND subpath = ''", (project_key,)
+            ).fetchall()
+            return [{"session_id": s, "mtime": m} for s, m in rows]
+
+        return await self._run(read)
+
+    async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
+        def read(conn: sqlite3.Connection) -> list[SessionSummaryEntry]:
+            rows = conn.execute(
+                "SELECT session_id, mtime, data FROM summaries WHERE project_key = ?", (project_key,)
+            ).fetchall()
+            return [{"session_id": s, "mtime": m, "data": _decode(d)} for s, m, d in rows]
+
+        return await self._run(read)
+
+    async def delete(self, key: SessionKey) -> None:
+        """Delete one key; a main key cascades to its subpaths and its summary."""
+        k = store_key(key)
+        main = not key.get("subpath")
+        pk, sid = key["project_key"], key["session_id"]
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                keys = [k]
+                if main:
+                    keys += [r[0] for r in conn.execute(
+                        "SELECT key FROM meta WHERE project_key = ? AND session_id = ? AND subpath != ''", (pk, sid)
+                    )]
+                    conn.execute("DELETE FROM summaries WHERE project_key = ? AND session_id = ?", (pk, sid))
+                conn.executemany("DELETE FROM entries WHERE key = ?", [(x,) for x in keys])
+                conn.executemany("DELETE FROM meta WHERE key = ?", [(x,) for x in keys])
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+
+        await self._run(write)
+
+    async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
+        def read(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT subpath FROM meta WHERE project_key = ? AND session_id = ? AND subpath != '' ORDER BY subpath",
+                (key["project_key"], key["session_id"]),
+            ).fetchall()
+            return [r[0] for r in rows]
+
+        return await self._run(read)
+
+    def __del__(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None and getattr(self, "_pid", 0) == os.getpid():
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - interpreter shutdown
+                pass
+

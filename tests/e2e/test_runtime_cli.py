@@ -1,0 +1,142 @@
+"""Runtime through the real CLI: retries that resume, interrupts, handoff instead of compaction."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from flower.core.agent import AgentSpec, HandoffPolicy
+from flower.core.events import Event
+from flower.core.resilience import Resilience
+from flower.core.runtime import Runtime
+from flower.testing import Rule, fail, say, tool, too_long
+
+pytestmark = pytest.mark.cli
+
+FAST = Resilience(base_delay=0.01, max_delay=0.05, online_poll=0.05, online_timeout=5)
+HANDOFF_DOC = "## 正在做\n写 a.txt\n## 已决定\n用 Write\n## 死路\n无\n## 下一步\n写 b.txt\n## 现场\na.txt 已写"
+SPEC = AgentSpec("工人", "", allowed_tools=["Read", "Bash"], permission_mode="default", workbench=False)
+
+
+def _runtime(ws: Path, tmp_path: Path, **kw) -> Runtime:
+    return Runtime(workspace=ws, run_dir=tmp_path / "runs", **kw)
+
+
+async def test_529_beyond_the_cli_retries_resumes_the_same_session(workspace, tmp_path, scripted):
+    events: list[Event] = []
+    rules = [Rule(fail(529), fail(529), prompt="do the thing", agent=False),  # the CLI's own two tries
+             Rule(say("recovered and finished"), user="[恢复]")]
+    with scripted(rules) as model:
+        rt = _runtime(workspace, tmp_path, resilience=FAST)
+        r = await rt.run(SPEC, "do the thing", step_name="工作", on_event=events.append)
+    assert r.ok and r.text == "recovered and finished" and r.resumed and r.attempts == 2
+    first, *_, last = model.conversation
+    assert [x.status for x in model.conversation] == [529, 529, 200]
+    assert last.session == first.session == r.session_id, "the retry must resume the same session"
+    retries = [e for e in events if e.kind == "retry"]
+    assert len(retries) == 1 and "529" in retries[0].payload["error"]
+    rows = json.loads((tmp_path / "runs" / "manifest.json").read_text())
+    assert [(x["step"], x["ok"], x["attempts"], x["run"]) for x in rows] == [("工作", True, 2, rt.run_id)]
+
+
+async def test_401_ends_at_once_with_a_clear_error(workspace, tmp_path, scripted):
+    events: list[Event] = []
+    with scripted([Rule(fail(401), prompt="go", repeat=True)]) as model:
+        r = await _runtime(workspace, tmp_path, resilience=FAST).run(SPEC, "go", on_event=events.append)
+    assert not r.ok and r.attempts == 1 and "api key" in (r.error or "").lower()
+    assert not [e for e in events if e.kind == "retry"]
+    assert len(model.conversation) == 2  # only the CLI's own retry, none of ours
+
+
+async def test_retries_stop_at_max_attempts(workspace, tmp_path, scripted):
+    with scripted([Rule(fail(529), prompt="go", repeat=True)]) as model:
+        policy = Resilience(max_attempts=2, base_delay=0.01, online_poll=0.05)
+        r = await _runtime(workspace, tmp_path, resilience=policy).run(SPEC, "go")
+    assert not r.ok and r.attempts == 2 and len(r.errors) == 2
+    assert len(model.conversation) == 4  # 2 runtime attempts × 2 CLI tries: outer retries multiply
+
+
+async def test_an_interrupt_resumes_the_same_session_without_counting_an_attempt(workspace, tmp_path, scripted):
+    events: list[Event] = []
+    rules = [Rule(tool("Bash", {"command": "sleep 20", "description": "wait"}), prompt="long job"),
+             Rule(say("switched to plan B"), user="use plan B")]
+    with scripted(rules) as model:
+        rt = _runtime(workspace, tmp_path)
+        spec = AgentSpec("工人", "", allowed_tools=["Bash"], workbench=False)
+
+        def on_event(e: Event) -> None:
+            events.append(e)
+            if e.kind == "tool":
+                asyncio.get_running_loop().call_later(0.5, rt.interrupt, "use plan B")
+
+        r = await asyncio.wait_for(rt.run(spec, "long job", on_event=on_event), 60)
+    assert r.ok and r.text == "switched to plan B" and r.attempts == 1 and r.errors == [Runtime.INTERRUPTED]
+    resumed = [x for x in model.conversation if "use plan B" in x.user]
+    assert resumed and resumed[0].session == model.conversation[0].session == r.session_id
+    assert "interrupted" in resumed[0].user and Runtime.INTERRUPT_NOTE.strip()[:10] in resumed[0].user
+    assert [e.payload["words"] for e in events if e.kind == "interrupt"] == ["use plan B"]
+
+
+async def test_prompt_too_long_mid_step_hands_off_to_a_fresh_session(workspace, tmp_path, scripted):
+    events: list[Event] = []
+    rules = [Rule(tool("Bash", {"command": "echo step-one", "description": "x"}), prompt="big task"),
+             Rule(too_long(), result="step-one"),
+             Rule(say(HANDOFF_DOC), user="[交接]"),
+             Rule(say("finished after handoff"), prompt="写 b.txt")]
+    with scripted(rules) as model:
+        rt = _runtime(workspace, tmp_path, workbench=True)
+        r = await rt.run(SPEC, "big task", step_name="工作", on_event=events.append)
+    assert r.ok and r.text == "finished after handoff", r.error
+    old = model.conversation[0].session
+    assert r.retired == [old] and r.session_id != old
+    fresh = [x for x in model.conversation if "写 b.txt" in x.prompt]
+    assert fresh and fresh[0].session == r.session_id and not any(m["role"] == "assistant" for m in fresh[0].messages), "fresh, not a resume"
+    note = rt.workbench.notes / "交接-工作.md"
+    assert note.is_file() and "写 b.txt" in note.read_text()
+    phases = [e.payload["phase"] for e in events if e.kind == "handoff"]
+    assert phases == ["writing", "done"]
+    done = [e for e in events if e.kind == "handoff"][-1].payload
+    assert done["degraded"] is False and done["path"] == str(note) and len(done["sections"]) == 5
+
+
+async def test_usage_crossing_warn_at_then_at_hands_off_without_any_error(workspace, tmp_path, scripted):
+    events: list[Event] = []
+    policy = HandoffPolicy(window=100_000)  # at=50 000, warn_at=30 000
+    rules = [Rule(tool("Bash", {"command": "echo one", "description": "x"}, usage={"input_tokens": 35_000}),
+                  prompt="big task"),
+             Rule(tool("Bash", {"command": "echo two", "description": "x"}, usage={"input_tokens": 60_000}),
+                  result="one"),
+             Rule(say(HANDOFF_DOC), user="[交接]"),
+             Rule(say("done fresh", usage={"input_tokens": 2_000}), prompt="写 b.txt")]
+    with scripted(rules) as model:
+        rt = _runtime(workspace, tmp_path, workbench=True, handoff=policy)
+        r = await rt.run(SPEC, "big task", step_name="工作", on_event=events.append)
+    assert r.ok and r.text == "done fresh" and len(r.retired) == 1 and r.attempts == 1
+    assert [e.payload["phase"] for e in events if e.kind == "handoff"] == ["near", "writing", "done"]
+    assert r.context == 2_000 + 1  # the level restarted with the fresh session (+ output tokens)
+    # a second handoff archives the first document
+    rules2 = [Rule(say("big", usage={"input_tokens": 60_000}), prompt="again"), Rule(say(HANDOFF_DOC), user="[交接]"),
+              Rule(say("ok", usage={"input_tokens": 10}), prompt="写 b.txt")]
+    with scripted(rules2):
+        await rt.run(SPEC, "again", step_name="工作")
+    assert len(list((rt.workbench.notes / "archive" / "交接").glob("工作-*.md"))) == 1
+
+
+async def test_max_generations_ends_with_a_diagnostic_not_a_loop(workspace, tmp_path, scripted):
+    rules = [Rule(say("still huge", usage={"input_tokens": 90_000}), agent=False, repeat=True, user="task"),
+             Rule(say(HANDOFF_DOC), user="[交接]", repeat=True),
+             Rule(say("still huge", usage={"input_tokens": 90_000}), prompt="写 b.txt", repeat=True)]
+    with scripted(rules) as model:
+        rt = _runtime(workspace, tmp_path, handoff=HandoffPolicy(window=100_000, max_generations=2))
+        r = await rt.run(SPEC, "task", step_name="工作")
+    assert not r.ok and len(r.retired) == 2 and "max_generations=2" in (r.error or "")
+
+
+def test_no_credentials_fails_at_construction(workspace, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "nohome"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RuntimeError, match="No Anthropic credentials"):
+        Runtime(workspace=workspace, run_dir=tmp_path / "runs")
