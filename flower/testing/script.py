@@ -179,9 +179,10 @@ class Request:
     @property
     def results(self) -> list[dict[str, Any]]:
         """tool_result blocks of the last user message, content flattened to `text`."""
-        if not self.messages or self.messages[-1].get("role") != "user":
+        last = next((m for m in reversed(self.messages) if m.get("role") != "system"), None)  # CLI nudges
+        if not last or last.get("role") != "user":
             return []
-        content = self.messages[-1].get("content")
+        content = last.get("content")
         if not isinstance(content, list):
             return []
         out = []
