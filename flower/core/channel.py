@@ -42,6 +42,7 @@ ASK_TOOL = f"mcp__{SERVER}__ask"
 INBOX_TOOL = f"mcp__{SERVER}__inbox"
 
 NO_MESSAGES = "没有新消息"
+_CLI_MAX_MS = 2_147_483_647  # the CLI clamps MCP tool timeouts to this
 _DECIDE = "请你自己做决定,把你的假设写下来(写进笔记和最终回复),然后继续。"
 ASK_DESCRIPTION = (
     "向人提一个问题并等待回答。只在你确实无法自己判断、而且猜错代价大时才问;一次只问一件事,问具体。"
@@ -175,7 +176,6 @@ class HumanChannel:
             return self._done(n, Answer("closed"))
         except Exception as e:  # a broken source must not crash the run; say so loudly instead
             self.note(f"#{n} 提问渠道出错,按无人回答处理:{e!r}")
-            _log.warning("channel.source_error", error=repr(e))
             return self._done(n, Answer("closed"))
         finally:
             self._pending.discard(task)
@@ -253,7 +253,19 @@ class HumanChannel:
     # -- the model's tools -------------------------------------------------
     def mcp_servers(self) -> dict[str, Any]:
         """``{"human": <in-process MCP server>}`` for AgentSpec.mcp_servers; ask and inbox together."""
-        return {SERVER: create_sdk_mcp_server(SERVER, tools=[self._ask_tool(), self._inbox_tool()])}
+        server: dict[str, Any] = dict(create_sdk_mcp_server(SERVER, tools=[self._ask_tool(), self._inbox_tool()]))
+        # Read by the CLI from --mcp-config: the tools are in the prompt from the start (not deferred
+        # behind ToolSearch); a call that waits on a person is never moved to a background task;
+        # and the CLI's own per-call limit stays above ours, so our timeout_s is the one that fires.
+        server["alwaysLoad"] = True
+        server["disableAutoBackground"] = True
+        server["timeout"] = self._cli_timeout_ms()
+        return {SERVER: server}
+
+    def _cli_timeout_ms(self) -> int:
+        if self.timeout_s is None:
+            return _CLI_MAX_MS
+        return min(_CLI_MAX_MS, int(self.timeout_s * 1000) + 60_000)
 
     def _ask_tool(self) -> Any:
         schema = {

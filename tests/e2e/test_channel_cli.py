@@ -70,6 +70,17 @@ async def test_with_timeout_zero_the_model_is_told_at_once_that_nobody_answers(w
     assert elapsed < 30
 
 
+async def test_an_unanswered_ask_times_out_and_the_model_is_told_so(workspace: Path, tmp_path: Path):
+    box, log = tmp_path / "mailbox", tmp_path / "问答记录.md"
+    ch = HumanChannel(log_path=log, timeout_s=1, answers=MailboxAnswers(box, poll_s=0.05))
+    rules = [Rule(tool(ASK, {"question": "在吗?"}), prompt="go"), Rule(say("on my own"), result="没有人回答")]
+    with ScriptedModel(rules) as model:
+        msgs = await model.collect("go", _options(ch, workspace))
+    assert msgs[-1].result == "on my own"
+    assert "等了 1 秒" in model.conversation[-1].result_text and "假设" in model.conversation[-1].result_text
+    assert MailboxAnswers.pending(box) == [] and "· timeout" in log.read_text()
+
+
 async def test_max_asks_spent_tells_the_model_without_asking(workspace: Path, tmp_path: Path):
     box = tmp_path / "mailbox"
     ch = HumanChannel(max_asks=1, timeout_s=60, answers=MailboxAnswers(box, poll_s=0.05))
@@ -99,19 +110,28 @@ async def test_inbox_returns_a_posted_message_once(workspace: Path, tmp_path: Pa
     assert model.unmatched == []
 
 
-async def test_a_slow_person_still_gets_through(workspace: Path, tmp_path: Path):
-    """The CLI does not give up on a blocked ask after a few seconds (its MCP tool timeout is long)."""
+async def test_a_slow_answer_comes_back_inline_not_as_a_background_task(workspace: Path, tmp_path: Path):
+    """The CLI moves a long MCP call to a background task after a delay; a call waiting on a person must not be.
+
+    The delay is shortened to 1 s through the CLI's own knobs; without disableAutoBackground the
+    model would read "moved to the background" here instead of the answer.
+    """
     box = tmp_path / "mailbox"
     ch = HumanChannel(timeout_s=60, answers=MailboxAnswers(box, poll_s=0.05))
+    servers = ch.mcp_servers()
+    assert servers["human"]["disableAutoBackground"] is True and servers["human"]["alwaysLoad"] is True
+    spec = AgentSpec("t", "", allowed_tools=ch.tool_names, mcp_servers=servers,
+                     env={"CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS": "1000", "CLAUDE_AUTO_BACKGROUND_TASKS": "1"})
 
     async def slow() -> None:
-        await asyncio.sleep(4)
+        await asyncio.sleep(3)
         await _person(box, "postgres")
 
     rules = [Rule(tool(ASK, {"question": "哪个数据库?", "options": ["sqlite", "postgres"]}), prompt="db"),
              Rule(say("ok"), result="postgres")]
     with ScriptedModel(rules) as model:
         person = asyncio.create_task(slow())
-        msgs = await model.collect("db", _options(ch, workspace))
+        msgs = await model.collect("db", build_options(spec, cwd=workspace))
         await person
-    assert msgs[-1].result == "ok" and model.conversation[-1].result_text.strip() == "postgres"
+    assert msgs[-1].result == "ok"
+    assert model.conversation[-1].result_text.strip() == "postgres" and model.unmatched == []

@@ -1,0 +1,386 @@
+"""HumanChannel: ask/answer states, the Q&A log, amend-once, the mailbox and terminal sources."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flower.core.channel import (
+    Answer,
+    ChannelClosed,
+    HumanChannel,
+    MailboxAnswers,
+    TerminalAnswers,
+    pick,
+)
+from flower.docs.brief import Brief
+
+
+async def _answer_when_asked(box: Path, text: str, *, delay: float = 0.0) -> dict[str, Any]:
+    deadline = time.monotonic() + 10
+    while not (pending := MailboxAnswers.pending(box)):
+        assert time.monotonic() < deadline, "no question was posted"
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(delay)
+    MailboxAnswers.answer(box, pending[0]["id"], text)
+    return pending[0]
+
+
+def _channel(tmp_path: Path, **kw: Any) -> tuple[HumanChannel, Path, Path]:
+    box, log = tmp_path / "box", tmp_path / "notes" / "deep" / "问答记录.md"
+    kw.setdefault("timeout_s", 10)
+    return HumanChannel(log_path=log, answers=MailboxAnswers(box, poll_s=0.01), **kw), box, log
+
+
+def _leftovers(box: Path) -> list[str]:
+    return sorted(p.name for p in box.rglob("*") if p.is_file())
+
+
+# -- picking an option -------------------------------------------------------
+@pytest.mark.parametrize("text,expected", [
+    ("1", 0), ("2", 1), (" 2. ", 1), ("2)", 1), ("第2个", 1), ("postgres", 1), ("  SQLite ", 0),
+    ("3", None), ("0", None), ("用 postgres 吧", None), ("", None),
+])
+def test_pick_by_number_or_exact_text(text, expected):
+    assert pick(text, ["sqlite", "postgres"]) == expected
+
+
+def test_pick_without_options_is_none():
+    assert pick("1", None) is None and pick("1", []) is None
+
+
+# -- asking through the mailbox ----------------------------------------------
+async def test_answered_question_is_logged_and_cleaned_up(tmp_path):
+    ch, box, log = _channel(tmp_path)
+    person = asyncio.create_task(_answer_when_asked(box, "2"))
+    a = await ch.ask("哪个数据库?", ["sqlite", "postgres"])
+    asked = await person
+    assert a == Answer("answered", "2", 1) and a.answered
+    assert ch.reply_text(a, ["sqlite", "postgres"]) == "postgres"
+    assert asked["question"] == "哪个数据库?" and asked["options"] == ["sqlite", "postgres"]
+    assert asked["id"] and asked["asked_at"] and asked["timeout_s"] == 10
+    assert _leftovers(box) == [] and ch.asked == 1
+    text = log.read_text()
+    assert text.startswith("# 问答记录")
+    assert re.search(r"### #1 问 · \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\n\n> 哪个数据库\?\n\n1\. sqlite\n2\. postgres", text)
+    assert re.search(r"### #1 答 · [\d: -]+ · answered\n\n> 2\n\n\(选了第 2 项\)", text)
+
+
+async def test_free_text_answer_has_no_choice_and_reaches_the_model_verbatim(tmp_path):
+    ch, box, _ = _channel(tmp_path)
+    asyncio.create_task(_answer_when_asked(box, "都不要,用文件"))
+    a = await ch.ask("哪个数据库?", ["sqlite", "postgres"])
+    assert a.state == "answered" and a.choice is None and ch.reply_text(a, ["sqlite", "postgres"]) == "都不要,用文件"
+
+
+async def test_timeout_zero_never_waits_and_posts_nothing(tmp_path):
+    ch, box, log = _channel(tmp_path, timeout_s=0)
+    started = time.monotonic()
+    a = await ch.ask("要不要加缓存?")
+    assert a == Answer("timeout") and time.monotonic() - started < 0.5
+    assert not box.exists() and ch.asked == 0
+    reply = ch.reply_text(a)
+    assert "没有人值守" in reply and "自己做决定" in reply and "假设" in reply
+    assert "· timeout" in log.read_text() and "timeout_s=0" in log.read_text()
+
+
+async def test_nobody_answers_within_timeout(tmp_path):
+    ch, box, log = _channel(tmp_path, timeout_s=0.3)
+    started = time.monotonic()
+    a = await ch.ask("在吗?")
+    assert a.state == "timeout" and 0.25 < time.monotonic() - started < 3
+    assert _leftovers(box) == []  # the stale question is withdrawn
+    assert "等了 0.3 秒,没有人回答" in ch.reply_text(a) and "(没有人回答)" in log.read_text()
+
+
+async def test_timeout_none_waits_for_a_late_answer(tmp_path):
+    ch, box, _ = _channel(tmp_path, timeout_s=None)
+    asyncio.create_task(_answer_when_asked(box, "好", delay=0.4))
+    assert (await ch.ask("等我?")).text == "好"
+
+
+async def test_max_asks_limits_questions_that_reach_the_person(tmp_path):
+    ch, box, log = _channel(tmp_path, max_asks=1)
+    asyncio.create_task(_answer_when_asked(box, "ok"))
+    assert (await ch.ask("第一问")).state == "answered"
+    second = await ch.ask("第二问")
+    assert second == Answer("limit") and ch.asked == 1
+    assert MailboxAnswers.pending(box) == []
+    assert "最多 1 次" in ch.reply_text(second) and "· limit" in log.read_text()
+    assert "第二问" in log.read_text()  # even a question never sent is on record
+
+
+async def test_max_asks_zero_asks_nobody(tmp_path):
+    ch, box, _ = _channel(tmp_path, max_asks=0)
+    assert (await ch.ask("?")).state == "limit" and not box.exists()
+
+
+async def test_close_ends_a_pending_ask_and_later_ones(tmp_path):
+    ch, box, log = _channel(tmp_path, timeout_s=None)
+    pending = asyncio.create_task(ch.ask("还在吗?"))
+    while not MailboxAnswers.pending(box):
+        await asyncio.sleep(0.01)
+    ch.close()
+    assert (await pending).state == "closed"
+    assert (await ch.ask("再问一次")).state == "closed"
+    assert "提问渠道已关闭" in ch.reply_text(Answer("closed")) and _leftovers(box) == []
+
+
+async def test_cancelling_the_caller_propagates_and_withdraws_the_question(tmp_path):
+    ch, box, log = _channel(tmp_path, timeout_s=None)
+    task = asyncio.create_task(ch.ask("?"))
+    while not MailboxAnswers.pending(box):
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert _leftovers(box) == [] and "被取消" in log.read_text() and not ch.closed
+
+
+async def test_empty_question_is_refused(tmp_path):
+    ch, _, _ = _channel(tmp_path)
+    with pytest.raises(ValueError):
+        await ch.ask("   ")
+
+
+class _Broken:
+    async def get(self, question, options, timeout):
+        raise OSError("disk full")
+
+    def inbox(self):
+        return []
+
+    def take_interrupt(self):
+        return None
+
+
+class _Gone(_Broken):
+    async def get(self, question, options, timeout):
+        raise ChannelClosed("nobody there")
+
+
+async def test_a_broken_source_is_logged_not_raised(tmp_path):
+    ch = HumanChannel(log_path=tmp_path / "log.md", answers=_Broken())
+    assert (await ch.ask("?")).state == "closed"
+    assert "disk full" in (tmp_path / "log.md").read_text()
+
+
+async def test_a_source_that_closes_closes_the_channel(tmp_path):
+    ch = HumanChannel(log_path=tmp_path / "log.md", answers=_Gone())
+    assert (await ch.ask("?")).state == "closed" and ch.closed
+
+
+# -- malformed answers ---------------------------------------------------------
+@pytest.mark.parametrize("bad", ["{not json", '{"answer": "sqlite"}', '["sqlite"]', '{"text": 3}'])
+async def test_a_malformed_answer_file_is_reported_and_not_taken_as_an_answer(tmp_path, bad):
+    ch, box, log = _channel(tmp_path, timeout_s=5)
+
+    async def person() -> None:
+        q = await _wait_question(box)
+        (box / "answers").mkdir(parents=True, exist_ok=True)
+        (box / "answers" / f"{q['id']}.json").write_text(bad)
+        while "格式不对" not in (log.read_text() if log.exists() else ""):
+            await asyncio.sleep(0.01)
+        MailboxAnswers.answer(box, q["id"], "sqlite")  # the person fixes it; the ask still stands
+
+    asyncio.create_task(person())
+    a = await ch.ask("哪个数据库?", ["sqlite", "postgres"])
+    assert a == Answer("answered", "sqlite", 0)
+    text = log.read_text()
+    assert "答案文件" in text and "按未回答处理" in text and '{"text": "你的回答"}' in text
+    assert _leftovers(box) == [next(p.name for p in (box / "answers").iterdir())]  # the .bad file, kept for a look
+    assert _leftovers(box)[0].endswith(".json.bad")
+
+
+async def test_a_malformed_answer_alone_ends_as_timeout(tmp_path):
+    ch, box, log = _channel(tmp_path, timeout_s=0.5)
+
+    async def person() -> None:
+        q = await _wait_question(box)
+        (box / "answers").mkdir(parents=True, exist_ok=True)
+        (box / "answers" / f"{q['id']}.json").write_text("oops")
+
+    asyncio.create_task(person())
+    assert (await ch.ask("?")).state == "timeout"
+    assert "格式不对" in log.read_text()
+
+
+async def test_malformed_answer_without_a_log_goes_to_structlog(tmp_path):
+    errors: list[str] = []
+    box = tmp_path / "box"
+    ch = HumanChannel(timeout_s=0.5, answers=MailboxAnswers(box, poll_s=0.01, on_error=errors.append))
+
+    async def person() -> None:
+        q = await _wait_question(box)
+        (box / "answers").mkdir(parents=True, exist_ok=True)
+        (box / "answers" / f"{q['id']}.json").write_text("oops")
+
+    asyncio.create_task(person())
+    assert (await ch.ask("?")).state == "timeout" and errors and "格式不对" in errors[0]
+    assert ch.log_path is None
+
+
+async def _wait_question(box: Path) -> dict[str, Any]:
+    while not (pending := MailboxAnswers.pending(box)):
+        await asyncio.sleep(0.01)
+    return pending[0]
+
+
+# -- inbox and interrupt ------------------------------------------------------
+def test_inbox_returns_messages_in_order_once_and_logs_them(tmp_path):
+    ch, box, log = _channel(tmp_path)
+    assert ch.inbox() == []
+    MailboxAnswers.post(box, "先别动数据库")
+    MailboxAnswers.post(box, "测试用 pytest")
+    (box / "inbox" / "zz-by-hand.txt").write_text("手写的一条\n")
+    assert ch.inbox() == ["先别动数据库", "测试用 pytest", "手写的一条"]
+    assert ch.inbox() == [] and _leftovers(box) == []
+    assert log.read_text().count("主动消息") == 3
+
+
+def test_a_malformed_inbox_file_is_reported_and_skipped(tmp_path):
+    ch, box, log = _channel(tmp_path)
+    (box / "inbox").mkdir(parents=True)
+    (box / "inbox" / "1.json").write_text("{broken")
+    MailboxAnswers.post(box, "好的那条")
+    assert ch.inbox() == ["好的那条"]
+    assert "主动消息文件" in log.read_text() and (box / "inbox" / "1.json.bad").exists()
+
+
+def test_interrupt_is_taken_once(tmp_path):
+    ch, box, log = _channel(tmp_path)
+    assert ch.take_interrupt() is None
+    MailboxAnswers.interrupt(box, "停一下,先修登录")
+    assert ch.take_interrupt() == "停一下,先修登录"
+    assert ch.take_interrupt() is None and "打断" in log.read_text()
+
+
+def test_an_interrupt_written_by_hand_as_plain_text_still_counts(tmp_path):
+    ch, box, log = _channel(tmp_path)
+    box.mkdir()
+    (box / "interrupt.json").write_text("stop now\n")
+    assert ch.take_interrupt() == "stop now" and "按原文" in log.read_text()
+
+
+def test_answer_helper_says_whether_the_question_was_open(tmp_path):
+    box = tmp_path / "box"
+    assert MailboxAnswers.answer(box, "nope", "x") is False
+    with pytest.raises(ValueError):
+        MailboxAnswers.answer(box, "../evil", "x")
+
+
+def test_writes_leave_no_temp_files(tmp_path):
+    box = tmp_path / "box"
+    MailboxAnswers.post(box, "a")
+    MailboxAnswers.interrupt(box, "b")
+    MailboxAnswers.answer(box, "q1", "c")
+    names = [p.name for p in box.rglob("*") if p.is_file()]
+    assert len(names) == 3 and not any(n.startswith(".") or n.endswith(".tmp") for n in names)
+    assert json.loads((box / "answers" / "q1.json").read_text())["text"] == "c"
+
+
+# -- amend ---------------------------------------------------------------------
+def test_amend_appends_once(tmp_path):
+    brief = tmp_path / "需求.md"
+    brief.write_text("## 目标\n做 X\n\n## 验收标准\n- 能跑\n\n## 边界\n不动 CI\n\n## 未知与假设\n无\n")
+    ch = HumanChannel(amend_path=brief, log_path=tmp_path / "log.md", timeout_s=0)
+    assert ch.amend("另外要支持导出 CSV", label="唤醒时追加") is True
+    after = brief.read_text()
+    assert re.search(r"\n\n## 唤醒时追加\([\d: -]+\)\n\n另外要支持导出 CSV\n$", after)
+    assert ch.amend("另外要支持导出 CSV", label="唤醒时追加") is False
+    assert ch.amend("  另外要支持导出 CSV \n") is False
+    assert brief.read_text() == after
+    assert ch.amend("") is False
+    assert ch.amend("还有一件事") is True and "## 补充(" in brief.read_text()
+    b = Brief.load(brief)
+    assert b is not None and b.complete() and "另外要支持导出 CSV" in b.prompt_block()
+    assert "唤醒时追加" in (tmp_path / "log.md").read_text()
+
+
+def test_amend_creates_the_file_and_needs_a_path(tmp_path):
+    target = tmp_path / "new" / "brief.md"
+    assert HumanChannel(amend_path=target, timeout_s=0).amend("hello") is True
+    assert target.read_text().startswith("## 补充(") and target.read_text().endswith("\n\nhello\n")
+    with pytest.raises(ValueError):
+        HumanChannel(timeout_s=0).amend("x")
+
+
+# -- the MCP server --------------------------------------------------------------
+def test_tool_names_and_server_config():
+    ch = HumanChannel(timeout_s=30)
+    assert ch.tool_name == "mcp__human__ask" and ch.inbox_tool_name == "mcp__human__inbox"
+    assert ch.tool_names == ["mcp__human__ask", "mcp__human__inbox"]
+    servers = ch.mcp_servers()
+    assert list(servers) == ["human"]
+    cfg = servers["human"]
+    assert cfg["type"] == "sdk" and cfg["name"] == "human" and cfg["instance"] is not None
+    assert cfg["alwaysLoad"] is True and cfg["disableAutoBackground"] is True
+    assert cfg["timeout"] == 90_000  # our 30 s plus a margin: the CLI never cuts an ask short
+    assert HumanChannel(timeout_s=None).mcp_servers()["human"]["timeout"] == 2_147_483_647
+
+
+# -- terminal ------------------------------------------------------------------
+async def test_terminal_answers_read_a_line_without_blocking_the_loop(tmp_path):
+    r, w = os.pipe()
+    rfile, wfile = os.fdopen(r, "r"), os.fdopen(w, "w")
+    out = tmp_path / "out.txt"
+    with open(out, "w") as o:
+        ch = HumanChannel(timeout_s=5, answers=TerminalAnswers(input=rfile, output=o, poll_s=0.01))
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        t = asyncio.create_task(ticker())
+        asking = asyncio.create_task(ch.ask("哪个数据库?", ["sqlite", "postgres"]))
+        await asyncio.sleep(0.2)
+        wfile.write("2\n")
+        wfile.flush()
+        a = await asking
+        t.cancel()
+    assert a == Answer("answered", "2", 1) and ticks > 5
+    shown = out.read_text()
+    assert "[提问] 哪个数据库?" in shown and "1. sqlite" in shown and "2. postgres" in shown and "5 秒" in shown
+    # a line typed while nobody asks is an unsolicited message, not the next answer
+    wfile.write("顺便说一句\n")
+    wfile.flush()
+    await asyncio.sleep(0.1)
+    assert ch.inbox() == ["顺便说一句"]
+    wfile.close()
+    await asyncio.sleep(0.05)
+    assert (await ch.ask("还在吗?")).state == "closed" and ch.closed
+    rfile.close()
+
+
+async def test_terminal_timeout_leaves_no_reader_that_steals_the_next_answer(tmp_path):
+    r, w = os.pipe()
+    rfile, wfile = os.fdopen(r, "r"), os.fdopen(w, "w")
+    with open(tmp_path / "out.txt", "w") as o:
+        ch = HumanChannel(timeout_s=0.2, answers=TerminalAnswers(input=rfile, output=o, poll_s=0.01))
+        assert (await ch.ask("first?")).state == "timeout"
+        second = asyncio.create_task(ch.ask("second?"))
+        await asyncio.sleep(0.05)
+        wfile.write("yes\n")
+        wfile.flush()
+        assert (await second).text == "yes"
+    wfile.close()
+    rfile.close()
+
+
+def test_terminal_interrupt_slot():
+    t = TerminalAnswers()
+    ch = HumanChannel(timeout_s=0, answers=t)
+    assert ch.take_interrupt() is None
+    t.interrupt("停")
+    t.post("消息")
+    assert ch.take_interrupt() == "停" and ch.take_interrupt() is None and ch.inbox() == ["消息"]
