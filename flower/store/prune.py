@@ -22,14 +22,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from claude_agent_sdk.types import SessionKey, SessionStoreEntry
-
 from flower.store.ephemeral import EphemeralPolicy
-from flower.store.trim import Entry, TrimmingSessionStore, TrimPolicy, tool_uses
+from flower.store.trim import Entry, TranscriptIndex, TrimmingSessionStore, TrimPolicy
 
 __all__ = ["PrunePolicy", "PruningSessionStore"]
 
-_LINK_FIELDS = ("parentUuid", "logicalParentUuid", "leafUuid", "sourceToolAssistantUUID")
+_RARE_LINKS = ("logicalParentUuid", "leafUuid", "sourceToolAssistantUUID")
+_PLAIN_KINDS = frozenset({"assistant", "attachment", "progress"})  # carry parentUuid only
 
 
 @dataclass
@@ -61,85 +60,60 @@ class PruningSessionStore(TrimmingSessionStore):
                 f"PrunePolicy.keep_denials={self.prune_policy.keep_denials} is negative; use 0 to drop them all."
             )
 
-    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
-        entries = await super().load(key)
-        if not entries:
-            return entries
-        return self.prune(entries)  # type: ignore[arg-type, return-value]
+    def _apply(self, entries: list[Entry], ix: TranscriptIndex) -> list[Entry]:
+        # after expiry and trimming, which edit blocks in place and keep the index valid
+        return self.prune(super()._apply(entries, ix), ix)
 
-    def prune(self, entries: list[Entry]) -> list[Entry]:
-        """Drop errored exchanges beyond the newest ``keep_denials``; re-link the uuid chain."""
-        uses = tool_uses(entries)
-        errored: list[str] = []
-        for e in entries:
-            if e.get("type") != "user" or e.get("isCompactSummary"):
-                continue
-            for b in _content_list(e):
-                tid = b.get("tool_use_id")
-                if b.get("type") == "tool_result" and b.get("is_error") is True and isinstance(tid, str) and tid in uses:
-                    errored.append(b["tool_use_id"])
-        errored = list(dict.fromkeys(errored))
-        keep = self.prune_policy.keep_denials
-        drop = set(errored[: max(0, len(errored) - keep)])
+    def prune(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
+        """Drop errored exchanges beyond the newest ``keep_denials``; re-link the uuid chain.
+
+        Returns a new list; the kept entries are edited in place.
+        """
+        ix = ix or TranscriptIndex(entries)
+        errored = list(dict.fromkeys(
+            b["tool_use_id"] for _, b in ix.results
+            if b.get("is_error") is True and isinstance(b.get("tool_use_id"), str) and b["tool_use_id"] in ix.uses
+        ))
+        drop = set(errored[: max(0, len(errored) - self.prune_policy.keep_denials)])
         if not drop:
             return entries
 
-        parent_of: dict[str, Any] = {}
-        kept: list[Entry] = []
-        for e in entries:
-            if _drop_blocks(e, drop) or _tied_to(e, drop):
-                if isinstance(e.get("uuid"), str):
-                    parent_of[e["uuid"]] = e.get("parentUuid")
-                continue
-            kept.append(e)
+        gone: set[int] = set()
+        for i, b in ix.results:
+            tid = b.get("tool_use_id")
+            if isinstance(tid, str) and tid in drop and _remove_block(entries[i], b):
+                gone.add(i)
+        for tid in drop:
+            i, b = ix.uses[tid]
+            if _remove_block(entries[i], b):
+                gone.add(i)
+        gone.update(i for i, tid in ix.tied if tid in drop)
 
-        def resolve(u: Any) -> Any:
-            seen = 0
-            while u in parent_of and seen <= len(parent_of):
-                u, seen = parent_of[u], seen + 1
+        parent_of = {entries[i]["uuid"]: entries[i].get("parentUuid") for i in gone
+                     if isinstance(entries[i].get("uuid"), str)}
+
+        def resolve(u: str) -> Any:
+            hops = 0
+            while u in parent_of and hops <= len(parent_of):
+                u, hops = parent_of[u], hops + 1
             return u
 
+        kept = [e for i, e in enumerate(entries) if i not in gone]
         for e in kept:
-            for f in _LINK_FIELDS:
-                if isinstance(e.get(f), str) and e[f] in parent_of:
-                    e[f] = resolve(e[f])
+            parent = e.get("parentUuid")
+            if isinstance(parent, str) and parent in parent_of:
+                e["parentUuid"] = resolve(parent)
+            if e.get("type") not in _PLAIN_KINDS:  # the rarer links: last-prompt, user, system entries
+                for f in _RARE_LINKS:
+                    v = e.get(f)
+                    if isinstance(v, str) and v in parent_of:
+                        e[f] = resolve(v)
         self._count("pruned", len(drop))
         return kept
 
 
-def _content_list(entry: Entry) -> list[dict[str, Any]]:
-    msg = entry.get("message")
-    content = msg.get("content") if isinstance(msg, dict) else None
-    return [b for b in content if isinstance(b, dict)] if isinstance(content, list) else []
-
-
-def _drop_blocks(entry: Entry, drop: set[str]) -> bool:
-    """Remove the dropped calls' blocks from ``entry``; True when nothing is left of it."""
-    kind = entry.get("type")
-    if kind not in ("user", "assistant") or entry.get("isCompactSummary"):
-        return False
-    msg = entry.get("message")
-    content = msg.get("content") if isinstance(msg, dict) else None
-    if not isinstance(content, list):
-        return False
-
-    def dropped(b: Any) -> bool:
-        if not isinstance(b, dict):
-            return False
-        if kind == "assistant":
-            return b.get("type") == "tool_use" and isinstance(b.get("id"), str) and b["id"] in drop
-        tid = b.get("tool_use_id")
-        return b.get("type") == "tool_result" and isinstance(tid, str) and tid in drop
-
-    left = [b for b in content if not dropped(b)]
-    if len(left) == len(content):
-        return False
-    msg["content"] = left
+def _remove_block(entry: Entry, block: dict[str, Any]) -> bool:
+    """Take ``block`` out of the entry's content; True when the entry is left empty."""
+    content = entry["message"]["content"]
+    entry["message"]["content"] = left = [b for b in content if b is not block]
     return not left
-
-
-def _tied_to(entry: Entry, drop: set[str]) -> bool:
-    """Meta entries that only make sense next to a dropped call."""
-    att = entry.get("attachment")
-    ids = (entry.get("sourceToolUseID"), entry.get("toolUseID"), att.get("toolUseID") if isinstance(att, dict) else None)
-    return any(isinstance(i, str) and i in drop for i in ids)

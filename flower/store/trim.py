@@ -26,7 +26,9 @@ entries with age < N.
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_right
 import os
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,9 +38,9 @@ import anyio.to_thread
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
 from flower.store.ephemeral import EphemeralPolicy, is_ephemeral
-from flower.store.sqlite import SqliteSessionStore
+from flower.store.sqlite import SqliteSessionStore, _gc_paused
 
-__all__ = ["TrimPolicy", "TrimmingSessionStore", "trim_report", "is_prompt", "turn_ages"]
+__all__ = ["TranscriptIndex", "TrimPolicy", "TrimmingSessionStore", "is_prompt", "trim_report", "turn_ages"]
 
 Entry = dict[str, Any]
 
@@ -67,18 +69,14 @@ class TrimPolicy:
 # ---------------------------------------------------------------------------
 
 
-def _content(entry: Entry) -> Any:
-    msg = entry.get("message")
-    return msg.get("content") if isinstance(msg, dict) else None
-
-
 def is_prompt(entry: Entry) -> bool:
     """A user prompt (a turn's start), as opposed to a tool result or injected meta text."""
     if entry.get("type") != "user" or entry.get("isMeta") or entry.get("isCompactSummary"):
         return False
     if "toolUseResult" in entry or "sourceToolAssistantUUID" in entry:
         return False
-    content = _content(entry)
+    msg = entry.get("message")
+    content = msg.get("content") if isinstance(msg, dict) else None
     if isinstance(content, str):
         return True
     if isinstance(content, list):
@@ -88,35 +86,71 @@ def is_prompt(entry: Entry) -> bool:
 
 def turn_ages(entries: list[Entry]) -> list[int]:
     """For each entry, how many prompts come after it."""
-    total = sum(1 for e in entries if is_prompt(e))
-    ages: list[int] = []
-    seen = 0
-    for e in entries:
-        if is_prompt(e):
-            seen += 1
-        ages.append(total - seen)
-    return ages
+    ix = TranscriptIndex(entries)
+    return [ix.age(i) for i in range(len(entries))]
 
 
 def tool_uses(entries: list[Entry]) -> dict[str, dict[str, Any]]:
     """``tool_use`` blocks by id (Claude Code writes one block per assistant entry)."""
-    out: dict[str, dict[str, Any]] = {}
-    for e in entries:
-        if e.get("type") != "assistant":
-            continue
-        content = _content(e)
-        if isinstance(content, list):
-            for b in content:
-                if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str):
-                    out[b["id"]] = b
-    return out
+    return {k: b for k, (_, b) in TranscriptIndex(entries).uses.items()}
 
 
-def _blocks(entry: Entry, kind: str) -> list[dict[str, Any]]:
-    content = _content(entry)
-    if not isinstance(content, list):
-        return []
-    return [b for b in content if isinstance(b, dict) and b.get("type") == kind]
+class TranscriptIndex:
+    """One pass over a transcript: what expiry, trimming and pruning look at, found once.
+
+    Blocks are referenced, not copied, so the passes edit the entries in place. Lists
+    are in transcript order.
+    """
+
+    __slots__ = ("size", "prompts", "uses", "results", "assistant_blocks", "tied")
+
+    def __init__(self, entries: list[Entry]) -> None:
+        self.size = len(entries)
+        self.prompts: list[int] = []  # entry indices of user prompts (turn starts)
+        self.uses: dict[str, tuple[int, dict[str, Any]]] = {}  # tool_use id -> (entry index, block)
+        self.results: list[tuple[int, dict[str, Any]]] = []  # (entry index, tool_result block)
+        self.assistant_blocks: list[tuple[int, dict[str, Any]]] = []  # text and tool_use blocks
+        self.tied: list[tuple[int, str]] = []  # entries that reference a tool call: (index, tool_use id)
+        results, blocks, uses, tied = self.results, self.assistant_blocks, self.uses, self.tied
+        for i, e in enumerate(entries):
+            kind = e.get("type")
+            if kind == "assistant" or kind == "user":
+                msg = e.get("message")
+                content = msg.get("content") if isinstance(msg, dict) else None
+                if kind == "user":
+                    if "toolUseResult" not in e and is_prompt(e):
+                        self.prompts.append(i)
+                    elif isinstance(content, list) and not e.get("isCompactSummary"):
+                        for b in content:
+                            if isinstance(b, dict) and b.get("type") == "tool_result":
+                                results.append((i, b))
+                elif isinstance(content, list):
+                    for b in content:
+                        bt = b.get("type") if isinstance(b, dict) else None
+                        if bt == "text":
+                            blocks.append((i, b))
+                        elif bt == "tool_use" and isinstance(b.get("id"), str):
+                            uses[b["id"]] = (i, b)
+                            blocks.append((i, b))
+            elif kind == "attachment" or kind == "progress":
+                att = e.get("attachment")
+                tid = e.get("toolUseID") or (att.get("toolUseID") if isinstance(att, dict) else None)
+                if isinstance(tid, str):
+                    tied.append((i, tid))
+            if "sourceToolUseID" in e and isinstance(e["sourceToolUseID"], str):
+                tied.append((i, e["sourceToolUseID"]))
+
+    def age(self, i: int) -> int:
+        """Prompts after entry ``i`` (0 for the turn in progress)."""
+        return len(self.prompts) - bisect_right(self.prompts, i)
+
+    def recent_from(self, keep: int) -> int:
+        """Index of the first entry in the last ``keep`` turns (entries before it are older)."""
+        if keep <= 0:
+            return self.size
+        if keep > len(self.prompts):
+            return 0
+        return self.prompts[len(self.prompts) - keep]
 
 
 def _text_len(content: Any) -> int:
@@ -173,6 +207,7 @@ class TrimmingSessionStore(SqliteSessionStore):
         self.policy = policy if policy is not None else TrimPolicy()
         self.ephemeral = ephemeral if ephemeral is not None else EphemeralPolicy()
         self.last_report: dict[str, int] = {}
+        self._spill_root = ""
         spill = Path(self.policy.spill_dirname)
         if spill.is_absolute() or ".." in spill.parts:
             raise ValueError(
@@ -182,6 +217,7 @@ class TrimmingSessionStore(SqliteSessionStore):
 
     @property
     def spill_dir(self) -> Path:
+        """``<workspace>/<spill_dirname>``, absolute: the pointer lines name it for ``Read``."""
         return self.workspace.resolve() / self.policy.spill_dirname
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
@@ -192,41 +228,46 @@ class TrimmingSessionStore(SqliteSessionStore):
         return await anyio.to_thread.run_sync(self._reshape, entries)
 
     def _reshape(self, entries: list[Any]) -> list[Any]:
+        with _gc_paused():
+            return self._apply(entries, TranscriptIndex(entries))
+
+    def _apply(self, entries: list[Entry], ix: TranscriptIndex) -> list[Entry]:
+        """The load-time passes, in order; subclasses append theirs."""
         if self.ephemeral.enabled:
-            entries = self.expire(entries)
+            entries = self.expire(entries, ix)
         if self.policy.enabled:
-            entries = self.trim(entries)
+            entries = self.trim(entries, ix)
         return entries
 
     def _count(self, name: str, n: int = 1) -> None:
         self.last_report[name] = self.last_report.get(name, 0) + n
 
     # -- expiry -----------------------------------------------------------------
-    def expire(self, entries: list[Entry]) -> list[Entry]:
+    def expire(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
         """Replace old ephemeral Bash results by ``ephemeral.text``; cap recent ones at ``max_chars``.
 
-        Mutates and returns ``entries`` (callers pass fresh copies from ``load``).
+        Mutates and returns ``entries`` (``load`` passes fresh copies of the rows).
         """
         pol = self.ephemeral
-        uses = tool_uses(entries)
-        ages = turn_ages(entries)
-        for entry, age in zip(entries, ages):
-            if entry.get("type") != "user" or entry.get("isCompactSummary"):
+        ix = ix or TranscriptIndex(entries)
+        recent = ix.recent_from(pol.keep_recent)
+        for i, block in ix.results:
+            use = ix.uses.get(block.get("tool_use_id", ""))
+            if use is None or use[1].get("name") != "Bash":
                 continue
-            for block in _blocks(entry, "tool_result"):
-                use = uses.get(block.get("tool_use_id", ""))
-                cmd = use.get("input", {}).get("command") if use and use.get("name") == "Bash" else None
-                if not isinstance(cmd, str) or not is_ephemeral(cmd):
-                    continue
-                before = _text_len(block.get("content"))
-                if age >= pol.keep_recent:
-                    block["content"] = pol.text.format(cmd=_short_cmd(cmd), age=age)
-                    self._count("expired")
-                    self._count("saved_chars", max(0, before - len(block["content"])))
-                elif before > pol.max_chars:
-                    block["content"] = _map_text(block.get("content"), self._cap)
-                    self._count("capped")
-                    self._count("saved_chars", max(0, before - _text_len(block["content"])))
+            inp = use[1].get("input")
+            cmd = inp.get("command") if isinstance(inp, dict) else None
+            if not isinstance(cmd, str) or not is_ephemeral(cmd):
+                continue
+            before = _text_len(block.get("content"))
+            if i < recent:
+                block["content"] = pol.text.format(cmd=_short_cmd(cmd), age=ix.age(i))
+                self._count("expired")
+                self._count("saved_chars", max(0, before - len(block["content"])))
+            elif before > pol.max_chars:
+                block["content"] = _map_text(block.get("content"), self._cap)
+                self._count("capped")
+                self._count("saved_chars", max(0, before - _text_len(block["content"])))
         return entries
 
     def _cap(self, text: str) -> str:
@@ -236,26 +277,27 @@ class TrimmingSessionStore(SqliteSessionStore):
         return text[:limit] + "\n" + CAP_NOTE.format(chars=len(text) - limit)
 
     # -- trimming ---------------------------------------------------------------
-    def trim(self, entries: list[Entry]) -> list[Entry]:
+    def trim(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
         """Spill long text outside the last ``policy.keep_recent`` turns. Mutates and returns ``entries``."""
-        ages = turn_ages(entries)
-        keep = self.policy.keep_recent
-        for entry, age in zip(entries, ages):
-            if age < keep or entry.get("isCompactSummary"):
-                continue
-            kind = entry.get("type")
-            if kind == "user":
-                for block in _blocks(entry, "tool_result"):
-                    if "content" in block:
-                        block["content"] = _map_text(block["content"], self._spill)
-            elif kind == "assistant":
-                for block in _blocks(entry, "text"):
-                    if isinstance(block.get("text"), str):
-                        block["text"] = self._spill(block["text"])
-                for block in _blocks(entry, "tool_use"):
-                    inp = block.get("input")
-                    if isinstance(inp, dict):
-                        block["input"] = {k: self._spill(v) if isinstance(v, str) else v for k, v in inp.items()}
+        ix = ix or TranscriptIndex(entries)
+        recent, limit = ix.recent_from(self.policy.keep_recent), self.policy.min_chars
+        self._spill_root = str(self.spill_dir)
+        for i, block in ix.results:
+            if i >= recent:
+                break
+            content = block.get("content")
+            if _text_len(content) > limit:
+                block["content"] = _map_text(content, self._spill)
+        for i, block in ix.assistant_blocks:
+            if i >= recent:
+                break
+            if block.get("type") == "text":
+                text = block.get("text")
+                if isinstance(text, str) and len(text) > limit:
+                    block["text"] = self._spill(text)
+            elif isinstance(inp := block.get("input"), dict):
+                if any(isinstance(v, str) and len(v) > limit for v in inp.values()):
+                    block["input"] = {k: self._spill(v) if isinstance(v, str) else v for k, v in inp.items()}
         return entries
 
     def _spill(self, text: str) -> str:
@@ -263,11 +305,13 @@ class TrimmingSessionStore(SqliteSessionStore):
         if len(text) <= self.policy.min_chars:
             return text
         data = text.encode("utf-8", "surrogatepass")
-        path = self.spill_dir / f"{hashlib.sha256(data).hexdigest()[:16]}.txt"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(data)
+        root = self._spill_root
+        path = os.path.join(root, hashlib.sha256(data).hexdigest()[:16] + ".txt")
+        if not os.path.exists(path):  # content-addressed: an existing file already holds this text
+            os.makedirs(root, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(data)
             os.replace(tmp, path)
         out = SPILL_POINTER.format(chars=len(text), path=path) + "\n" + text[:HEAD_CHARS]
         self._count("spilled")

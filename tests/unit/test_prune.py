@@ -6,7 +6,7 @@ import copy
 from pathlib import Path
 
 import pytest
-from _transcripts import Transcript, Use, assert_valid_chain, bash, tool_results, tool_use_ids
+from _transcripts import Entry, Transcript, Use, assert_valid_chain, bash, tool_results, tool_use_ids
 
 from flower.store import PrunePolicy, PruningSessionStore, SqliteSessionStore, TrimPolicy, trim_report
 
@@ -26,7 +26,7 @@ def _denials(n: int = 3) -> tuple[Transcript, list[Use], Use]:
     return t, denied, ok
 
 
-async def _load(tmp_path: Path, entries: list[dict], keep: int = 1) -> tuple[list[dict], PruningSessionStore]:  # type: ignore[type-arg]
+async def _load(tmp_path: Path, entries: list[Entry], keep: int = 1) -> tuple[list[Entry], PruningSessionStore]:
     store = PruningSessionStore(tmp_path / "s.db", workspace=tmp_path, prune=PrunePolicy(keep_denials=keep))
     key = {"project_key": "p", "session_id": "s"}
     await store.append(key, entries)  # type: ignore[arg-type]

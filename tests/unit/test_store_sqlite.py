@@ -30,7 +30,8 @@ async def test_mtime_is_strictly_monotonic_and_shared(tmp_path: Path) -> None:
     store = SqliteSessionStore(tmp_path / "s.db")
     seen = []
     for i in range(20):
-        await store.append(KEY, [{"type": "x", "uuid": str(i), "timestamp": "2026-01-01T00:00:00Z"}])  # type: ignore[arg-type, list-item]
+        entry = {"type": "x", "uuid": str(i), "timestamp": "2026-01-01T00:00:00Z"}
+        await store.append(KEY, [entry])  # type: ignore[arg-type, list-item]
         (listed,) = await store.list_sessions("p")
         (summary,) = await store.list_session_summaries("p")
         assert summary["mtime"] == listed["mtime"]

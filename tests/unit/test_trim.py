@@ -5,9 +5,10 @@ from __future__ import annotations
 import copy
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
-from _transcripts import Transcript, Use, assert_valid_chain, bash, read, tool_results, tool_use_ids
+from _transcripts import Entry, Transcript, Use, assert_valid_chain, bash, read, tool_results, tool_use_ids
 
 from flower.store import EphemeralPolicy, SqliteSessionStore, TrimmingSessionStore, TrimPolicy, trim_report
 from flower.store.trim import turn_ages
@@ -39,7 +40,7 @@ def _session(turns: int = 10) -> tuple[Transcript, dict[str, Use]]:
     return t, uses
 
 
-async def _store(tmp_path: Path, entries: list[dict], **kw) -> tuple[TrimmingSessionStore, dict]:  # type: ignore[type-arg]
+async def _store(tmp_path: Path, entries: list[Entry], **kw: Any) -> tuple[TrimmingSessionStore, Any]:
     store = TrimmingSessionStore(tmp_path / "s.db", workspace=tmp_path / "ws", **kw)
     key = {"project_key": "p", "session_id": "s"}
     await store.append(key, entries)  # type: ignore[arg-type]
