@@ -23,9 +23,9 @@ def default_window() -> int:
     too small wastes every session early, so unknown names get the large window.
     """
     name = (os.environ.get("ANTHROPIC_MODEL") or os.environ.get("ANTHROPIC_DEFAULT_OPUS_MODEL") or "").lower()
-    if re.search(r"\[1m\]|-1m\b|1m-context", name):
+    if re.search(r"(?:^|[^a-z0-9])1m(?:[^a-z0-9]|$)", name):
         return 1_000_000
-    if re.search(r"haiku|claude-(2|3|instant)", name):
+    if "haiku" in name:
         return 200_000
     return 1_000_000
 
@@ -34,23 +34,23 @@ def default_window() -> int:
 class CompactPolicy:
     """Switches the CLI's own auto-compact; the algorithm itself lives in the CLI.
 
-    mode: "auto" leaves the CLI's default; "off" disables auto-compact (flower hands
-    off instead); "window" makes the CLI compact as if the window were `window` tokens.
+    mode: "auto" sets nothing (the CLI compacts at window - 33k); "no_summary" turns
+    auto-compact off (DISABLE_AUTO_COMPACT=1: flower hands off instead); "off" turns
+    compaction off entirely, /compact included (DISABLE_COMPACT=1). `window` moves the
+    CLI's threshold (CLAUDE_CODE_AUTO_COMPACT_WINDOW; the CLI clamps it to 100k-1M).
     """
 
     mode: str = "auto"
     window: int | None = None
 
     def env(self) -> dict[str, str]:
-        if self.mode == "off":
-            return {"DISABLE_AUTO_COMPACT": "1"}
-        if self.mode == "window":
-            if not self.window:
-                raise ValueError("CompactPolicy(mode='window') needs window=<tokens>")
-            return {"CLAUDE_CODE_AUTO_COMPACT_WINDOW": str(self.window)}
-        if self.mode == "auto":
-            return {}
-        raise ValueError(f"CompactPolicy.mode must be 'auto', 'off' or 'window', not {self.mode!r}")
+        modes = {"auto": {}, "no_summary": {"DISABLE_AUTO_COMPACT": "1"}, "off": {"DISABLE_COMPACT": "1"}}
+        if self.mode not in modes:
+            raise ValueError(f"CompactPolicy.mode must be one of {sorted(modes)}, not {self.mode!r}")
+        env = dict(modes[self.mode])
+        if self.window is not None:
+            env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(self.window)
+        return env
 
 
 @dataclass
@@ -110,34 +110,36 @@ def build_options(
 
     The prompt is appended to Claude Code's own system prompt, never replaces it, so
     specialisation costs no general ability. `portable` reads no host settings.
-    With no CompactPolicy, auto-compact is off: flower hands off instead.
+    `fork` and `resume_at` only mean something with `resume`; without it they do nothing.
     """
-    append = "\n\n".join(part for part in (prelude.strip(), spec.instructions.strip()) if part)
+    append = "\n\n".join(part for part in (spec.instructions.strip(), prelude.strip()) if part)
     system_prompt: dict[str, Any] = {"type": "preset", "preset": "claude_code"}
     if append:
         system_prompt["append"] = append
-    compact = spec.compact or CompactPolicy(mode="off")
-    plugins = [{"type": "local", "path": str(PLUGIN_DIR)}] if use_plugin and PLUGIN_DIR.is_dir() else []
+    env = dict(spec.env)
+    if spec.compact is not None:
+        env.update(spec.compact.env())
+    kw: dict[str, Any] = {}
+    for key, value in (("model", spec.model), ("effort", spec.effort), ("max_turns", spec.max_turns),
+                       ("max_budget_usd", spec.max_budget_usd), ("agents", spec.agents),
+                       ("mcp_servers", spec.mcp_servers), ("hooks", spec.hooks), ("cwd", cwd),
+                       ("add_dirs", add_dirs)):
+        if value:
+            kw[key] = value
+    if session_store is not None:
+        kw["session_store"], kw["session_store_flush"] = session_store, flush
+    if resume:
+        kw["resume"], kw["fork_session"] = resume, fork
+        if resume_at:
+            kw["resume_session_at"] = resume_at
+    if use_plugin and PLUGIN_DIR.is_dir():
+        kw["plugins"] = [{"type": "local", "path": str(PLUGIN_DIR)}]
     return ClaudeAgentOptions(
-        system_prompt=system_prompt,
+        system_prompt=system_prompt,  # type: ignore[arg-type]
         allowed_tools=list(spec.allowed_tools),
         disallowed_tools=list(spec.disallowed_tools),
-        model=spec.model,
-        effort=spec.effort,  # type: ignore[arg-type]
-        max_turns=spec.max_turns,
-        max_budget_usd=spec.max_budget_usd,
         permission_mode=spec.permission_mode,  # type: ignore[arg-type]
-        agents=dict(spec.agents) if spec.agents else None,
-        mcp_servers=dict(spec.mcp_servers),
-        hooks=spec.hooks,  # type: ignore[arg-type]
-        env={**compact.env(), **spec.env},
-        setting_sources=[] if portable else None,
-        plugins=plugins,  # type: ignore[arg-type]
-        cwd=cwd,
-        session_store=session_store,
-        session_store_flush=flush,  # type: ignore[arg-type]
-        resume=resume,
-        fork_session=fork,
-        resume_session_at=resume_at,
-        add_dirs=list(add_dirs or []),
+        setting_sources=[] if portable else ["project"],
+        env=env,
+        **kw,
     )

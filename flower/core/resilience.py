@@ -1,4 +1,4 @@
-"""Retry policy for failures the network or the service causes, not the agent."""
+"""When the network drops, wait for it instead of failing the run."""
 
 from __future__ import annotations
 
@@ -6,62 +6,94 @@ import asyncio
 import os
 import random
 import re
-import socket
 import time
 from dataclasses import dataclass
+from typing import Callable
 from urllib.parse import urlparse
 
-# Errors another attempt cannot fix: bad key, no permission, a malformed request,
-# a budget or turn limit the user set. Everything else that failed is worth a retry.
+# Fatal is tested before transient: a 401's text often says "connection" too, and
+# with the order reversed the run would wait forever for a key that will never work.
 _FATAL = re.compile(
-    r"401|403|authenticat|invalid api key|api key|permission_error|forbidden|"
-    r"invalid_request|error_max_budget|max_budget|budget|error_max_turns|max turns|billing|credit balance",
+    r"\b(?:400|401|403|404)\b|invalid api key|authentication|unauthorized|permission denied|invalid_request|"
+    r"credit balance|quota exceeded|budget|max_turns|CLINotFound",
     re.I,
 )
-_RETRYABLE = re.compile(
-    r"529|overloaded|50[0234]|server_error|api_error|rate.?limit|429|timeout|timed out|ECONNRESET|ECONNREFUSED|"
-    r"connection|network|socket|fetch failed|EAI_AGAIN|ENOTFOUND|empty or malformed|temporar|exit code",
+_TRANSIENT = re.compile(
+    r"ENOTFOUND|EAI_AGAIN|ECONNRESET|ECONNREFUSED|ETIMEDOUT|EPIPE|EHOSTUNREACH|ENETDOWN|socket hang up|"
+    r"fetch failed|network error|connection error|connection dropped|can't reach the api server|"
+    r"\b(?:429|500|502|503|504|529)\b|overloaded|rate limit|too many requests|timeout|timed out|"
+    r"temporarily unavailable|service unavailable|internal server error",
     re.I,
 )
+
+
+def classify(text: str | None) -> str:
+    """"transient", "fatal" or "unknown" for an error text."""
+    if not text:
+        return "unknown"
+    if _FATAL.search(text):
+        return "fatal"
+    if _TRANSIENT.search(text):
+        return "transient"
+    return "unknown"
+
+
+def endpoint() -> tuple[str, int]:
+    """The host and port to probe: the gateway in ANTHROPIC_BASE_URL when one is set."""
+    url = urlparse(os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com")
+    return url.hostname or "api.anthropic.com", url.port or (80 if url.scheme == "http" else 443)
+
+
+async def reachable(host: str, port: int, timeout: float = 5.0) -> bool:
+    """DNS + a TCP handshake only: no HTTP, no credentials, no spend. Any failure is False."""
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except Exception:
+        return False
+    writer.close()
+    try:
+        await writer.wait_closed()
+    except Exception:
+        pass
+    return True
 
 
 @dataclass
 class Resilience:
     enabled: bool = True
     max_attempts: int = 6
-    base_delay: float = 2.0
-    max_delay: float = 300.0
-    jitter: float = 0.25
-    online_timeout: float = 1800.0
-    online_poll: float = 5.0
-    resume_prompt: str = (
-        "[恢复] 上一次运行被网络或服务错误打断了。先看清当前状态(文件、进程、工作台),"
-        "从中断的地方继续;已经完成的部分不要重做。"
-    )
-
-    def classify(self, error: str | None) -> bool:
-        """True when another attempt may succeed."""
-        if not error:
-            return False
-        if _FATAL.search(error):
-            return False
-        return bool(_RETRYABLE.search(error))
+    base_delay: float = 4.0
+    max_delay: float = 120.0
+    probe_timeout: float = 5.0
+    probe_interval: float = 15.0
+    max_offline_wait: float = 3600.0
+    retry_unknown: bool = True
+    # No detail of the error on purpose: the model needs "you were cut off, go on", not "ENOTFOUND".
+    resume_prompt: str = "上一轮在中途被打断,没有跑完。检查一下工作台里已经落盘的东西,从中断处接着做,不要重头来过。"
 
     def delay_for(self, attempt: int) -> float:
-        """Exponential backoff (attempt 1 → base) with ±jitter, capped."""
-        delay = min(self.max_delay, self.base_delay * 2 ** max(0, attempt - 1))
-        return max(0.0, delay * (1 + random.uniform(-self.jitter, self.jitter)))
+        """Exponential backoff from base_delay, capped, with ±25% jitter."""
+        return min(self.base_delay * 2 ** max(0, attempt - 1), self.max_delay) * (0.75 + random.random() * 0.5)
 
-    async def wait_online(self, url: str | None = None) -> bool:
-        """Wait until the API endpoint accepts a TCP connection (or online_timeout passes)."""
-        target = urlparse(url or os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com")
-        host, port = target.hostname or "api.anthropic.com", target.port or (443 if target.scheme == "https" else 80)
-        deadline = time.monotonic() + self.online_timeout
+    def should_retry(self, kind: str) -> bool:
+        return kind == "transient" or (kind == "unknown" and self.retry_unknown)
+
+    async def wait_online(self, notify: Callable[[str], None] | None = None) -> bool:
+        """Block until the endpoint answers; False once max_offline_wait has passed.
+
+        `notify` hears once when the endpoint is first found unreachable and once on recovery.
+        """
+        host, port = endpoint()
+        deadline = time.monotonic() + self.max_offline_wait
+        told = False
         while True:
-            try:
-                await asyncio.to_thread(socket.create_connection((host, port), timeout=5).close)
+            if await reachable(host, port, self.probe_timeout):
+                if told and notify:
+                    notify(f"{host}:{port} 已恢复")
                 return True
-            except OSError:
-                if time.monotonic() >= deadline:
-                    return False
-                await asyncio.sleep(self.online_poll)
+            if not told and notify:
+                notify(f"{host}:{port} 不可达,等待网络恢复")
+            told = True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(self.probe_interval)

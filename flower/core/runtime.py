@@ -3,26 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
 import shutil
 import time
+import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
-from claude_agent_sdk import AssistantMessage, ClaudeSDKClient, ResultMessage, SystemMessage, TextBlock, ToolUseBlock
+from claude_agent_sdk import ClaudeSDKClient, ResultMessage, SystemMessage, project_key_for_directory
 
 from ..docs.handoff import HANDOFF_PROMPT, Handoff, degraded, is_overflow
 from ..store.ephemeral import EphemeralPolicy
 from ..store.prune import PrunePolicy, PruningSessionStore
 from ..store.trim import TrimPolicy
 from . import manifest
-from .agent import AgentSpec, HandoffPolicy, build_options
+from .agent import AgentSpec, CompactPolicy, HandoffPolicy, build_options
 from .credentials import check_credentials, load_dotenv
-from .events import Event, OnEvent
+from .events import Event, OnEvent, normalize
 from .guard import merge_hooks, whitelist_guard, workbench_hooks
-from .resilience import Resilience
+from .resilience import Resilience, classify
 from .workbench import Workbench
 
 
@@ -42,6 +41,10 @@ class StepResult:
     resumed: bool = False
     retired: list[str] = field(default_factory=list)
     context: int = 0
+
+    @property
+    def duration_s(self) -> float:
+        return round(self.ended_at - self.started_at, 2) if self.ended_at else 0.0
 
 
 def _policy(value: Any, cls: type, **off: Any) -> Any:
@@ -74,8 +77,7 @@ class Runtime:
         handoff: HandoffPolicy | bool = True,
     ) -> None:
         self.workspace = Path(workspace).resolve()
-        if not self.workspace.is_dir():
-            raise ValueError(f"workspace {self.workspace} is not a directory: create it or pass an existing one")
+        self.workspace.mkdir(parents=True, exist_ok=True)
         self.run_dir = Path(run_dir).resolve()
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.portable = portable
@@ -89,12 +91,16 @@ class Runtime:
         if workbench is True:
             workbench = Workbench(self.workspace, home=self.run_dir / "workbench")
         self.workbench: Workbench | None = workbench or None
+        if self.workbench:
+            self.workbench.refresh()
         self.results: list[StepResult] = []
-        self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}-{secrets.token_hex(2)}"
+        self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.on_session: Callable[[str], None] | None = None
         self.channel: Any = None  # set by a Workflow; polled for the person's interrupts
         self._interrupt_words: str | None = None
         self._interrupt = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._current: StepResult | None = None
         self._ctx, self._warned = 0, False
         load_dotenv()
         check_credentials()
@@ -113,64 +119,116 @@ class Runtime:
     ) -> StepResult:
         name = step_name or spec.name
         self._ctx, self._warned = 0, False
-        started = time.time()
-        out = StepResult(step=name, started_at=started)
+        self._loop = asyncio.get_running_loop()
+        out = self._current = StepResult(step=name, started_at=time.time())
         last_session: str | None = None
         attempt = 0
-        while True:
-            attempt += 1
-            r = await self._attempt(spec, prompt, name, resume=resume, fork=fork, resume_at=resume_at, on_event=on_event)
-            out.cost_usd += r.cost_usd
-            out.num_turns += r.num_turns
-            out.text, out.error, out.ok = r.text, r.error, r.ok
-            last_session = r.session_id or last_session
-            if r.ok:
-                break
-            out.errors.append(r.error or "unknown error")
-            if r.error == self.INTERRUPTED:
-                words, self._interrupt_words = self._interrupt_words or "", None
-                if not r.session_id:
+        try:
+            while True:
+                attempt += 1
+                r = await self._attempt(spec, prompt, name, resume=resume, fork=fork, resume_at=resume_at,
+                                        on_event=on_event)
+                out.cost_usd += r.cost_usd
+                out.num_turns += r.num_turns
+                out.text, out.error, out.ok = r.text, r.error, r.ok
+                out.errors += r.errors
+                last_session = r.session_id or last_session
+                if r.ok:
                     break
-                _emit(on_event, "interrupt", name, words=words, session_id=r.session_id)
-                prompt, resume, fork, resume_at = words + self.INTERRUPT_NOTE, r.session_id, False, None
-                attempt -= 1
-                continue
-            if r.error == self.HANDOFF_DUE or (self.handoff.enabled and r.session_id and is_overflow(r.error, r.text)):
-                if len(out.retired) >= self.handoff.max_generations:
-                    out.error = (f"context filled {len(out.retired) + 1} sessions in a row "
-                                 f"(max_generations={self.handoff.max_generations}); the step is too big for one "
-                                 f"context — split it, or raise HandoffPolicy.max_generations")
+                if r.error not in (self.INTERRUPTED, self.HANDOFF_DUE) and r.error not in r.errors:
+                    out.errors.append(r.error or "unknown error")
+                if r.error == self.INTERRUPTED:
+                    words, self._interrupt_words = self._interrupt_words or "", None
+                    if not r.session_id:
+                        break
+                    prompt, resume, fork, resume_at = words + self.INTERRUPT_NOTE, r.session_id, False, None
+                    attempt -= 1
+                    continue
+                if r.error == self.HANDOFF_DUE or (self.handoff.enabled and r.session_id
+                                                   and is_overflow(r.error, *r.errors)):
+                    if len(out.retired) >= self.handoff.max_generations:
+                        out.error = (f"context filled {len(out.retired) + 1} sessions in a row "
+                                     f"(max_generations={self.handoff.max_generations}): raise HandoffPolicy.window "
+                                     f"if it is set too small, split the step, or turn handoff off")
+                        break
+                    assert r.session_id  # HANDOFF_DUE is only set once a session exists
+                    doc = await self._write_handoff(spec, name, r.session_id, prompt, r.error or "", on_event)
+                    out.retired.append(r.session_id)
+                    prompt, resume, fork, resume_at = doc.prompt_block(), None, False, None
+                    self._ctx, self._warned = 0, False
+                    attempt -= 1
+                    continue
+                res = self.resilience
+                if not res.enabled or attempt >= res.max_attempts or not res.should_retry(classify(r.error)):
                     break
-                assert r.session_id  # HANDOFF_DUE is only set once a session exists
-                doc = await self._write_handoff(spec, name, r.session_id, prompt, r.error or "", on_event)
-                out.retired.append(r.session_id)
-                prompt, resume, fork, resume_at = doc.prompt_block(), None, False, None
-                self._ctx, self._warned = 0, False
-                attempt -= 1
-                continue
-            res = self.resilience
-            if not res.enabled or attempt >= res.max_attempts or not res.classify(r.error):
-                break
-            delay = res.delay_for(attempt)
-            _emit(on_event, "retry", name, attempt=attempt, error=r.error, delay=round(delay, 2),
-                  session_id=last_session)
-            await res.wait_online()
-            await asyncio.sleep(delay)
-            if last_session:
-                prompt, resume, fork, resume_at = res.resume_prompt, last_session, False, None
-                out.resumed = True
-        out.session_id = last_session
-        out.attempts = attempt
-        out.context = self._ctx
-        out.ended_at = time.time()
-        self.results.append(out)
-        manifest.record(self.run_dir / "manifest.json", self.run_id, [asdict(x) for x in self.results])
+                delay = res.delay_for(attempt)
+                _emit(on_event, "retry", f"第 {attempt} 次失败,{delay:.0f}s 后重试", step=name, attempt=attempt,
+                      error=r.error, delay=round(delay, 2), session_id=last_session)
+                if not await res.wait_online():
+                    out.error = f"{r.error} (offline for more than {res.max_offline_wait:.0f}s; gave up)"
+                    break
+                await asyncio.sleep(delay)
+                if last_session:
+                    prompt, resume, fork, resume_at = res.resume_prompt, last_session, False, None
+                    out.resumed = True
+        finally:
+            out.session_id = last_session
+            out.attempts = max(1, attempt)
+            out.context = self._ctx
+            out.ended_at = time.time()
+            self._current = None
+            self.results.append(out)
+            self._record()
         return out
 
-    def interrupt(self, words: str) -> None:
-        """The person's words: stop the running step and continue its session with them."""
-        self._interrupt_words = words
-        self._interrupt.set()
+    def _record(self) -> None:
+        manifest.record(self.manifest_path, self.run_id, [asdict(x) for x in self.results])
+
+    def interrupt(self, message: str = "") -> None:
+        """Stop the running turn at a message boundary and continue its session with `message`.
+
+        Safe from any thread (a web backend, a TUI input thread). Empty = interrupt, say nothing.
+        """
+        self._interrupt_words = message
+        loop = self._loop
+        if loop and loop.is_running():
+            loop.call_soon_threadsafe(self._interrupt.set)
+        else:
+            self._interrupt.set()
+
+    def rescue(self) -> None:
+        """Before a forced kill (SIGHUP/SIGTERM handlers): put the step in flight in the manifest."""
+        cur = self._current
+        if cur is None:
+            return
+        cur.error, cur.ended_at = "killed-by-signal", time.time()
+        if cur not in self.results:
+            self.results.append(cur)
+        try:
+            self._record()
+        except Exception:
+            pass
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.run_dir / "manifest.json"
+
+    @property
+    def project_key(self) -> str:
+        """The SDK derives it from the cwd; a copied workspace no longer finds its old sessions."""
+        return project_key_for_directory(self.workspace)
+
+    def has_session(self, session_id: str) -> bool:
+        return self.store.has_session(self.project_key, session_id)
+
+    def context_of(self, session_id: str) -> int:
+        return self.store.last_context(self.project_key, session_id)
+
+    def total_cost(self) -> float:
+        return round(sum(r.cost_usd for r in self.results), 4)
+
+    def close(self) -> None:
+        self.store.close()
 
     # -- one attempt: one CLI session ---------------------------------------
     def options(self, spec: AgentSpec, *, resume: str | None = None, fork: bool = False,
@@ -194,8 +252,11 @@ class Runtime:
         return options
 
     async def _attempt(self, spec: AgentSpec, prompt: str, name: str, *, resume: str | None, fork: bool,
-                       resume_at: str | None, on_event: OnEvent | None) -> StepResult:
+                       resume_at: str | None, on_event: OnEvent | None, handing_off: bool = False) -> StepResult:
         r = StepResult(step=name, session_id=None if fork else resume)
+        if self.handoff.enabled and spec.compact is None:
+            # With both on, nobody could tell which one shrank the context.
+            spec = replace(spec, compact=CompactPolicy("no_summary"))
         options = self.options(spec, resume=resume, fork=fork, resume_at=resume_at)
         stderr: list[str] = []
         options.stderr = lambda line: stderr.append(line) if len(stderr) < 200 else None
@@ -211,22 +272,23 @@ class Runtime:
                 async for msg in client.receive_response():
                     if isinstance(msg, SystemMessage) and msg.subtype == "init":
                         r.session_id = msg.data.get("session_id") or r.session_id
-                        if r.session_id:
-                            _emit(on_event, "session", name, session_id=r.session_id, resumed=bool(resume))
-                            if self.on_session:
-                                self.on_session(r.session_id)
-                    elif isinstance(msg, AssistantMessage):
-                        texts += self._observe(msg, name, on_event)
-                        if cause is None and self.handoff.enabled and self._ctx >= self.handoff.at:
-                            cause = self.HANDOFF_DUE
-                            await client.interrupt()
+                        if r.session_id and self.on_session:
+                            self.on_session(r.session_id)
                     elif isinstance(msg, ResultMessage):
                         r.session_id = msg.session_id or r.session_id
                         r.cost_usd, r.num_turns = msg.total_cost_usd or 0.0, msg.num_turns
-                        r.text = msg.result or (texts[-1] if texts else "")
                         r.ok = not msg.is_error
                         if msg.is_error:
                             r.error = "; ".join(msg.errors or []) or msg.result or msg.subtype
+                        elif msg.result:
+                            r.text = msg.result
+                    full = False
+                    for ev in normalize(msg):
+                        full = self._observe(ev, name, texts, r, on_event) or full
+                    # The handoff turn itself runs above the line by definition: never cut it.
+                    if cause is None and full and not handing_off:
+                        cause = self.HANDOFF_DUE
+                        await client.interrupt()
                     if cause is None and watcher.done():
                         cause = self.INTERRUPTED
                         await client.interrupt()
@@ -250,25 +312,27 @@ class Runtime:
             r.text = texts[-1]
         return r
 
-    def _observe(self, msg: AssistantMessage, name: str, on_event: OnEvent | None) -> list[str]:
-        """Track the context level from the usage the model reports; surface text and tool calls."""
-        texts = []
-        main = msg.parent_tool_use_id is None
-        if main and msg.usage and not msg.error:
-            u = msg.usage
-            self._ctx = (u.get("input_tokens") or 0) + (u.get("cache_read_input_tokens") or 0) \
-                + (u.get("cache_creation_input_tokens") or 0) + (u.get("output_tokens") or 0)
+    def _observe(self, ev: Event, name: str, texts: list[str], r: StepResult, on_event: OnEvent | None) -> bool:
+        """Track the context level from the main thread's usage, keep its text, pass the event on.
+
+        True when this event put the level at or over the handoff line.
+        """
+        main = not ev.payload.get("subagent")
+        full = False
+        if ev.kind == "error":
+            r.errors.append(ev.text)
+        elif main and ev.kind == "text":
+            texts.append(ev.text)
+        if main and ev.kind in ("text", "tool_call", "thinking") and ev.payload.get("context"):
+            self._ctx = ev.payload["context"]
             if self.handoff.enabled and not self._warned and self._ctx >= self.handoff.warn_at:
                 self._warned = True
-                _emit(on_event, "handoff", name, phase="near", used=self._ctx, at=self.handoff.at)
-        for block in msg.content:
-            if isinstance(block, TextBlock):
-                if main:
-                    texts.append(block.text)
-                _emit(on_event, "text", name, text=block.text, main=main)
-            elif isinstance(block, ToolUseBlock):
-                _emit(on_event, "tool", name, tool=block.name, input=block.input, main=main)
-        return texts
+                _emit(on_event, "handoff", f"上下文 {self._ctx} tokens,接近交接线 {self.handoff.at}", step=name,
+                      phase="near", used=self._ctx, at=self.handoff.at)
+            full = self.handoff.enabled and self._ctx >= self.handoff.at
+        if on_event:
+            on_event(ev)
+        return full
 
     async def _watch_interrupts(self) -> None:
         """Returns when the person interrupts: through `interrupt()` or the channel's mailbox."""
@@ -288,12 +352,12 @@ class Runtime:
     async def _write_handoff(self, spec: AgentSpec, name: str, session_id: str, task: str, why: str,
                              on_event: OnEvent | None) -> Handoff:
         """The full session writes its own handoff; if it cannot, a mechanical one stands in."""
-        _emit(on_event, "handoff", name, phase="writing", session_id=session_id)
+        _emit(on_event, "handoff", "正在写交接书", step=name, phase="writing", session_id=session_id)
         ask = HANDOFF_PROMPT.format(used=self._ctx, window=self.handoff.window)
         # Tried even after an overflow: the CLI may still fit one turn; if not, the degraded doc stands in.
         saved = self._ctx
         r = await self._attempt(replace(spec, max_budget_usd=None), ask, name, resume=session_id, fork=False,
-                                resume_at=None, on_event=None)
+                                resume_at=None, on_event=None, handing_off=True)
         self._ctx = saved
         parsed = Handoff.parse(r.text) if r.ok and r.text else None
         doc: Handoff | None = parsed if parsed and parsed.complete() else None
@@ -304,7 +368,8 @@ class Runtime:
             doc = degraded(name, task, why=why)
         doc.step = name
         path = self._file_handoff(doc, name)
-        _emit(on_event, "handoff", name, phase="done", degraded=was_degraded, path=str(path) if path else None,
+        _emit(on_event, "handoff", "交接完成" + ("(降级)" if was_degraded else ""), step=name, phase="done",
+              degraded=was_degraded, path=str(path) if path else None,
               sections=[k for k in ("doing", "decided", "deadends", "next", "scene") if getattr(doc, k).strip()],
               retired=session_id)
         return doc
@@ -328,6 +393,6 @@ class Runtime:
         return path
 
 
-def _emit(on_event: OnEvent | None, kind: str, step: str, **payload: Any) -> None:
+def _emit(on_event: OnEvent | None, kind: str, text: str, **payload: Any) -> None:
     if on_event:
-        on_event(Event(kind, payload, step))
+        on_event(Event(kind, text, payload=payload))  # type: ignore[arg-type]

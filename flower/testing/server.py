@@ -204,6 +204,12 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:  # quiet
             pass
 
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except (ConnectionResetError, BrokenPipeError):
+                pass  # the CLI hung up (an interrupt, a kill): nothing to answer
+
         def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None,
                   ctype: str = "application/json") -> None:
             self.send_response(status)

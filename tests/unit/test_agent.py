@@ -15,12 +15,22 @@ def test_spec_defaults_match_the_seed():
 
 def test_build_options_appends_never_replaces_the_system_prompt(tmp_path):
     o = build_options(AgentSpec("n", "domain rules"), cwd=tmp_path, prelude="workbench index")
-    assert o.system_prompt == {"type": "preset", "preset": "claude_code", "append": "workbench index\n\ndomain rules"}
-    assert o.setting_sources == [] and o.cwd == tmp_path and o.session_store_flush == "eager"
+    assert o.system_prompt == {"type": "preset", "preset": "claude_code", "append": "domain rules\n\nworkbench index"}
+    assert o.setting_sources == [] and o.cwd == tmp_path
+    assert build_options(AgentSpec("n", "")).system_prompt == {"type": "preset", "preset": "claude_code"}
 
 
-def test_portable_false_reads_host_settings():
-    assert build_options(AgentSpec("n", ""), portable=False).setting_sources is None
+def test_portable_false_reads_only_project_settings():
+    assert build_options(AgentSpec("n", ""), portable=False).setting_sources == ["project"]
+
+
+def test_session_store_and_flush_only_with_a_store(tmp_path):
+    from flower.store import SqliteSessionStore
+
+    assert build_options(AgentSpec("n", "")).session_store is None
+    store = SqliteSessionStore(tmp_path / "s.db")
+    o = build_options(AgentSpec("n", ""), session_store=store, flush="batched")
+    assert o.session_store is store and o.session_store_flush == "batched"
 
 
 def test_plugin_only_when_the_dir_exists(monkeypatch, tmp_path):
@@ -36,15 +46,20 @@ def test_resume_fork_and_at_pass_through():
     assert (o.resume, o.fork_session, o.resume_session_at, o.add_dirs) == ("s1", True, "u1", ["/x"])
 
 
-def test_compact_off_unless_asked():
-    assert build_options(AgentSpec("n", "")).env == {"DISABLE_AUTO_COMPACT": "1"}
-    spec = AgentSpec("n", "", compact=CompactPolicy(), env={"X": "1"})
-    assert build_options(spec).env == {"X": "1"}
-    assert CompactPolicy("window", 120_000).env() == {"CLAUDE_CODE_AUTO_COMPACT_WINDOW": "120000"}
-    with pytest.raises(ValueError):
+def test_fork_and_resume_at_without_resume_do_nothing():
+    o = build_options(AgentSpec("n", ""), fork=True, resume_at="u1")
+    assert (o.resume, o.fork_session, o.resume_session_at) == (None, False, None)
+
+
+def test_compact_policy_env():
+    assert build_options(AgentSpec("n", "", env={"X": "1"})).env == {"X": "1"}
+    spec = AgentSpec("n", "", compact=CompactPolicy("no_summary"), env={"X": "1", "DISABLE_AUTO_COMPACT": "0"})
+    assert build_options(spec).env == {"X": "1", "DISABLE_AUTO_COMPACT": "1"}  # compact wins over spec.env
+    assert CompactPolicy().env() == {}
+    assert CompactPolicy("off").env() == {"DISABLE_COMPACT": "1"}
+    assert CompactPolicy(window=120_000).env() == {"CLAUDE_CODE_AUTO_COMPACT_WINDOW": "120000"}
+    with pytest.raises(ValueError, match="no_summary"):
         CompactPolicy("sometimes").env()
-    with pytest.raises(ValueError):
-        CompactPolicy("window").env()
 
 
 def test_handoff_thresholds():
@@ -57,6 +72,8 @@ def test_handoff_thresholds():
 @pytest.mark.parametrize("env,window", [
     ({}, 1_000_000),
     ({"ANTHROPIC_MODEL": "claude-opus-4-6[1m]"}, 1_000_000),
+    ({"ANTHROPIC_MODEL": "claude-haiku-4-5-1m"}, 1_000_000),
+    ({"ANTHROPIC_MODEL": "claude-haiku-21m"}, 200_000),  # "21m" is not the word 1m
     ({"ANTHROPIC_MODEL": "claude-3-5-haiku-latest"}, 200_000),
     ({"ANTHROPIC_DEFAULT_OPUS_MODEL": "claude-haiku-4-5"}, 200_000),
     ({"ANTHROPIC_MODEL": "some-proxy-model"}, 1_000_000),
