@@ -1,0 +1,231 @@
+"""The goal guardian: a judge freezes a checkable goal, and after every round of work a fresh,
+independent judge says whether it was reached — anything short of a clear yes goes back to work.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from ..core.agent import AgentSpec
+from ..core.channel import HumanChannel
+from ..core.events import Event
+from ..core.roles import judge
+from ..core.runtime import Runtime, StepResult
+from ..docs.goal import Goal
+from ..docs.verdict import Verdict
+from .base import Ctx, Step, StepAbort
+
+__all__ = ["goal_step", "with_goal", "GOAL_KEY", "VERDICT_KEY", "ROUND_KEY", "VERIFY_PROMPT",
+           "SET_GOAL_PROMPT", "ACCEPT", "AMEND", "DISAGREE"]
+
+GOAL_KEY = "_goal"
+"""ctx key of the frozen ``Goal`` (``ctx[goal step name]`` holds its prompt block)."""
+VERDICT_KEY = "_verdict"
+"""ctx key of the latest round's ``Verdict``."""
+ROUND_KEY = "_round"
+"""ctx key counting the judge's rounds of the step being guarded (restarts at each such step)."""
+
+SET_GOAL_PROMPT = (
+    "下面是已经和需求方确认过的需求。请为它设定目标:先看清楚你所在的环境能验证什么,"
+    "然后回复恰好两节:## 目标 和 ## 检查清单。清单每一条都必须能当场验证;"
+    "这个环境验证不了的条目,在末尾标注 [此环境无法验证:原因]。\n\n{brief}"
+)
+"""What the goal-setting judge is sent; ``{brief}`` is the brief's prompt block."""
+
+VERIFY_PROMPT = """\
+第 {round} 轮工作结束了。你没有参与这轮工作,现在独立判定它是否达成了目标。
+
+{goal}
+
+干活一方的汇报如下。它只是线索,不是证据,默认不相信"已经完成":
+<汇报>
+{report}
+</汇报>
+
+逐条核对检查清单:看实际交付物(文件、能运行的程序、命令的真实输出),不看源码像不像对。
+回复恰好三节:
+## 结论
+达成 / 未达成 / 无法验证,三者之一
+## 理由
+## 未通过
+"""
+"""The verdict round's prompt; placeholders ``{round}``, ``{goal}`` (goal block), ``{report}``."""
+
+ACCEPT = "接受这个结果,继续往下走"
+AMEND = "修改目标"
+DISAGREE = "裁判判错了,这个环境能验证,接着干"
+"""The three options put to the person when the judge says the goal cannot be verified here."""
+
+_NO_GOAL = "## 目标\n(没有冻结的目标:按任务本身和交付物判断)"
+_AMBIGUOUS = "裁判没有给出明确的结论(达成 / 未达成 / 无法验证),按未达成处理:请把交付物和验证证据摆清楚。"
+
+
+def goal_step(
+    channel: HumanChannel,
+    *,
+    goal_path: str | Path,
+    brief_key: str = "确认需求",
+    name: str = "设定目标",
+    spec: AgentSpec | None = None,
+    instructions: str = "",
+    always_set: bool = False,
+    on_fail: str = "stop",
+    retries: int = 0,
+    **spec_kw: Any,
+) -> Step:
+    """A Step where a judge reads ``ctx[brief_key]`` and freezes goal + checklist to ``goal_path``.
+
+    Skipped when a complete goal is on disk (it is still put into the context) unless
+    ``always_set``. No resume_prompt: setting a goal always resends the whole brief. Pass
+    ``can_run=True`` through ``spec_kw`` to let the judge run commands while looking around.
+    """
+    path = Path(goal_path)
+    agent = spec if spec is not None else judge(name, channel, instructions=instructions, **spec_kw)
+
+    def inject(ctx: Ctx, goal: Goal) -> None:
+        ctx[GOAL_KEY] = goal
+        ctx[name] = goal.prompt_block()
+
+    def when(ctx: Ctx) -> bool:
+        if always_set:
+            return True
+        goal = Goal.load(path)
+        if goal is not None and goal.complete():
+            inject(ctx, goal)
+            return False
+        return True
+
+    def prompt(ctx: Ctx) -> str:
+        brief = ctx.get(brief_key)
+        if not brief:
+            raise ValueError(f"goal_step {name!r} needs the brief in ctx[{brief_key!r}]: put the clarify step "
+                             "before it, or pass brief_key= naming the step that produces it")
+        return SET_GOAL_PROMPT.format(brief=brief)
+
+    def gate(result: StepResult, ctx: Ctx) -> bool:
+        goal = Goal.parse(result.text)
+        if not goal.complete():
+            return False
+        goal.write(path)
+        inject(ctx, goal)
+        emit = ctx.get("_on_event")
+        if goal.unverifiable and emit:  # their fate is sealed now, before a round of work is paid for
+            text = (f"{name}:检查清单里有 {len(goal.unverifiable)}/{len(goal.checks)} 条在此环境无法验证,"
+                    f"判定时它们只会得到「无法验证」;现在改目标还来得及({path})")
+            emit(Event("task", text, payload={"unverifiable": goal.unverifiable, "total": len(goal.checks),
+                                              "path": str(path)}))
+        return True
+
+    def reduce(result: StepResult, ctx: Ctx) -> str:
+        goal = ctx.get(GOAL_KEY)
+        return goal.prompt_block() if isinstance(goal, Goal) else result.text
+
+    return Step(name, agent, prompt, retries=retries, gate=gate, on_fail=on_fail, when=when, reduce=reduce)
+
+
+def with_goal(
+    step: Step,
+    channel: HumanChannel,
+    *,
+    goal_path: str | Path,
+    spec: AgentSpec | None = None,
+    rounds: int = 3,
+    instructions: str = "",
+    can_run: bool = False,
+    name: str | None = None,
+    **spec_kw: Any,
+) -> Step:
+    """Guard ``step`` with an independent judge after every round; not reached → back to work.
+
+    Returns ``replace(step, ...)`` so every other field (resume_prompt above all) survives. The
+    step's own gate, if any, runs first and a False from it skips the judge. A rejected round
+    continues the same work session with the verdict's feedback (label ``name#roundN``). The
+    judge is a fresh session each round named ``<label>#<round>`` (label: ``name`` or
+    ``<step>·判定``), so it never enters the lineage.
+    """
+    path = Path(goal_path)
+    label = name or f"{step.name}·判定"
+    judger = spec if spec is not None else judge(label, channel, instructions=instructions, can_run=can_run,
+                                                 **spec_kw)
+    inner_gate, inner_reject, inner_when = step.gate, step.on_reject, step.when
+
+    def when(ctx: Ctx) -> bool:
+        ctx[ROUND_KEY] = 0
+        ctx.pop(VERDICT_KEY, None)
+        return inner_when(ctx) if inner_when is not None else True
+
+    async def gate(result: StepResult, ctx: Ctx) -> bool:
+        ctx.pop(VERDICT_KEY, None)
+        rt = ctx.get("_runtime")
+        if not isinstance(rt, Runtime):
+            raise StepAbort("没有 Runtime(ctx['_runtime']),无法判定目标;不能当作已达成")
+        if inner_gate is not None:
+            passed = inner_gate(result, ctx)
+            if inspect.isawaitable(passed):
+                passed = await passed
+            if not passed:
+                return False
+        ctx[ROUND_KEY] = n = ctx.get(ROUND_KEY, 0) + 1
+        goal = _current_goal(ctx, path)
+        ask = VERIFY_PROMPT.format(round=n, goal=goal.prompt_block() if goal.complete() else _NO_GOAL,
+                                   report=result.text.strip() or "(没有汇报)")
+        vr = await rt.run(judger, ask, step_name=f"{label}#{n}", on_event=ctx.get("_on_event"))
+        verdict = Verdict.parse(vr.text if vr.ok else "")
+        ctx[VERDICT_KEY] = verdict
+        if verdict.achieved:
+            return True
+        if not verdict.unreachable:
+            if not verdict.state:
+                why = f"裁判这一轮出错了({vr.error}),没有给出结论,按未达成处理。" if not vr.ok else _AMBIGUOUS
+                verdict.reason = f"{verdict.reason}\n\n{why}".strip()
+            return False
+        return await _ask_person(channel, verdict, goal, path, ctx)
+
+    def on_reject(result: StepResult, ctx: Ctx) -> str:
+        if not result.ok:  # the work itself broke (no verdict this round): pick up where it stopped
+            rt = ctx.get("_runtime")
+            return rt.resilience.resume_prompt if isinstance(rt, Runtime) else ""
+        verdict = ctx.get(VERDICT_KEY)
+        if isinstance(verdict, Verdict):
+            return verdict.feedback()
+        return inner_reject(result, ctx) if inner_reject is not None else ""
+
+    return replace(step, retries=max(0, rounds - 1), gate=gate, on_reject=on_reject, when=when)
+
+
+def _current_goal(ctx: Ctx, path: Path) -> Goal:
+    """A complete goal in the context, else the one on disk, else an empty one."""
+    goal = ctx.get(GOAL_KEY)
+    if isinstance(goal, Goal) and goal.complete():
+        return goal
+    return Goal.load(path) or Goal()
+
+
+async def _ask_person(channel: HumanChannel, verdict: Verdict, goal: Goal, path: Path, ctx: Ctx) -> bool:
+    """The judge says it cannot be verified here: only a person can say what happens next."""
+    lines = ["独立裁判判定:目标在当前环境下无法验证(或无法达成)。"]
+    if verdict.reason.strip():
+        lines.append(f"理由:{verdict.reason.strip()}")
+    if verdict.failed:
+        lines.append("涉及的检查:" + ";".join(verdict.failed))
+    lines.append("怎么办?")
+    answer = await channel.ask("\n".join(lines), [ACCEPT, AMEND, DISAGREE])
+    if answer.state != "answered":
+        raise StepAbort(f"裁判判定无法验证,而且没有人回答({answer.state});再转一轮只会白花钱,停下")
+    if answer.choice == 0:
+        return True
+    if answer.choice == 1:
+        again = await channel.ask("新的目标是什么?可以只写要改的那一节(## 目标 / ## 检查清单),也可以直接写一句话。")
+        if again.state != "answered" or not again.text.strip():
+            raise StepAbort(f"要修改目标,但没有收到新的目标({again.state});停下")
+        new = goal.amend(again.text)
+        new.write(path)
+        ctx[GOAL_KEY] = new
+        verdict.reason = f"{verdict.reason}\n\n人修改了目标,以新目标为准:\n{new.prompt_block()}".strip()
+        return False
+    said = answer.text if answer.choice is None else DISAGREE
+    verdict.reason = f"{verdict.reason}\n\n人不同意「无法验证」这个判定:{said}\n请按人的意见继续,做完先自己验证。".strip()
+    return False

@@ -1,0 +1,243 @@
+"""starter_flow: the three steps a bare ``flower`` runs — clarify → set the goal → work under the
+goal guardian — and wake_state, the read-only look at a folder before deciding to run there.
+
+Where things live is decided once, in ``starter_paths``: the workbench is ``<ws>/.flower`` (with
+isolation ``<ws>.parent/.flower-<ws.name>``, outside the repository), and the brief, the goal and
+the Q&A log sit in its ``notes/`` — out of the user's tree, and listed in the index every agent sees.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core import manifest
+from ..core.channel import HumanChannel
+from ..core.lineage import Lineage
+from ..core.roles import coordinator, worker
+from ..core.runtime import Runtime
+from ..core.workbench import Workbench
+from ..docs.brief import Brief
+from ..docs.goal import Goal
+from .base import Ctx, Step, Workflow
+from .clarify import clarify_step
+from .goal import goal_step, with_goal
+
+__all__ = ["starter_flow", "wake_state", "starter_paths", "StarterPaths", "WORK_STEP", "WAKE_LABEL"]
+
+WORK_STEP = "工作"
+WAKE_LABEL = "唤醒时追加"
+NO_ASK = "要给一句诉求,例如 flower '帮我做一个 X'"
+
+_CLARIFY_PROMPT = (
+    "需求方的原话:\n{ask}\n\n"
+    "动手之前先把需求问清楚:用提问工具一次问一个具体的问题,问到清楚为止;然后给出四节。"
+)
+_WORK_PROMPT = (
+    "把上面的需求做成。活一律用 Agent 工具派给 coder 子代理(run_in_background 设为 false),"
+    "读它的报告再决定下一步。需求全文在 `{brief}`{goal}。"
+    "全部做完、核对过之后给出最终答复:做了什么、交付物在哪、还有什么没验证。"
+)
+_RESUME_PROMPT = (
+    "[接着做] 这一步上次在中途停了(进程被结束或机器重启)。先看清现状:工作台、已经交付的东西;"
+    "当时在跑的子代理已经不在了,没交回报告的活要重新派。然后把剩下的做完,最后照常给出最终答复。"
+)
+_SAID = "## 需求方刚补充的话(已追加进需求,与旧内容冲突时以此为准)\n{said}"
+
+
+@dataclass(frozen=True)
+class StarterPaths:
+    """Every place the starter flow reads or writes, from one rule."""
+
+    workspace: Path
+    run_dir: Path
+    workbench: Path
+    brief: Path
+    goal: Path
+    log: Path
+
+    @property
+    def notes(self) -> Path:
+        return self.workbench / "notes"
+
+    @property
+    def lineage(self) -> Path:
+        return self.run_dir / "lineage.json"
+
+    @property
+    def manifest(self) -> Path:
+        return self.run_dir / "manifest.json"
+
+
+def starter_paths(
+    workspace: str | Path = ".",
+    *,
+    run_dir: str | Path = "runs",
+    isolate: bool = False,
+    brief_name: str = "需求.md",
+    goal_name: str = "目标.md",
+    log_name: str = "问答记录.md",
+) -> StarterPaths:
+    """The one place the workbench location rule lives; a hand-built path that is wrong fails silently.
+
+    ``run_dir`` resolves like ``Runtime(run_dir=...)`` does: relative to the current directory.
+    """
+    ws = Path(workspace).resolve()
+    bench = ws.parent / f".flower-{ws.name}" if isolate else ws / ".flower"
+    notes = bench / "notes"
+    return StarterPaths(ws, Path(run_dir).resolve(), bench, notes / brief_name, notes / goal_name, notes / log_name)
+
+
+def _is_git(path: Path) -> bool:
+    try:
+        out = subprocess.run(["git", "-C", str(path), "rev-parse", "--is-inside-work-tree"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return out.returncode == 0 and out.stdout.strip() == "true"
+
+
+def starter_flow(
+    ask: str,
+    *,
+    workspace: str | Path = ".",
+    run_dir: str | Path = "runs",
+    new: bool = False,
+    isolate: bool = False,
+    clarify_only: bool = False,
+    goal: bool = True,
+    rounds: int = 3,
+    judge_can_run: bool = False,
+    max_asks: int | None = None,
+    timeout_s: float | None = 1800.0,
+    instructions: str = "",
+    worker_prompt: str = "你负责实现。每改一处就跑一次验证,别攒到最后。",
+    brief_name: str = "需求.md",
+    goal_name: str = "目标.md",
+    log_name: str = "问答记录.md",
+) -> Workflow:
+    """Assemble clarify → set goal → work (coordinator + one ``coder`` worker, judged every round).
+
+    A complete brief on disk makes this a wake-up: nothing is asked again and every step picks up
+    its earlier session. A sentence given at a wake-up lands in three places — appended to the
+    brief once, the goal set again from it, and handed to the coordinator — since missing any one
+    of them silently loses it. ``new`` starts over: the earlier brief, goal and lineage are moved
+    (never deleted) into ``<run_dir>/archive/<time>/`` when the flow is built.
+    ``instructions`` go to the coordinator. Raises ValueError, before anything is spent, for
+    ``isolate`` outside a git repository and for an empty ``ask`` that is not a wake-up.
+    """
+    paths = starter_paths(workspace, run_dir=run_dir, isolate=isolate, brief_name=brief_name,
+                          goal_name=goal_name, log_name=log_name)
+    if isolate and not _is_git(paths.workspace):
+        raise ValueError(f"isolate=True needs a git repository, and {paths.workspace} is not one: "
+                         "run `git init` there (and commit), or drop isolation")
+    said = (ask or "").strip()
+    brief = None if new else Brief.load(paths.brief)
+    woke = brief is not None and brief.complete()
+    if not woke and not said:
+        raise ValueError(NO_ASK)
+    fresh_word = woke and bool(said)
+    if new and any(p.exists() for p in (paths.lineage, paths.brief, paths.goal)):
+        Lineage.open(paths.run_dir, paths.workspace).archive(paths.run_dir / "archive", extra=[paths.brief, paths.goal])
+
+    ch = HumanChannel(log_path=paths.log, amend_path=paths.brief, max_asks=max_asks, timeout_s=timeout_s)
+    wb = Workbench(paths.workspace, home=paths.workbench) if isolate else Workbench(paths.workspace)
+    coder = worker("实现者:写代码、改文件、跑验证,按四节汇报", worker_prompt, isolate=isolate)
+    lead = coordinator("协调者", instructions, {"coder": coder}, channel=ch)
+
+    clarify = clarify_step(ch, brief_path=paths.brief, prompt=_CLARIFY_PROMPT.format(ask=said or "(见需求文件)"),
+                           always_ask=new, retries=1)
+    steps: list[Step] = [_before(clarify, _preflight(paths, ch, said if fresh_word else ""))]
+    if not clarify_only:
+        names = [clarify.name]
+        if goal:
+            setter = goal_step(ch, goal_path=paths.goal, brief_key=clarify.name, always_set=new or fresh_word,
+                               retries=1, can_run=judge_can_run)
+            steps.append(setter)
+            names.append(setter.name)
+        where = f",目标与检查清单在 `{paths.goal}`" if goal else ""
+        tail = _WORK_PROMPT.format(brief=paths.brief, goal=where)
+        extra = _SAID.format(said=said) if fresh_word else ""
+        work = Step(WORK_STEP, lead, _work_prompt(names, extra, tail),
+                    resume_prompt=_work_prompt(names[1:] if fresh_word else [], extra, _RESUME_PROMPT, first=True))
+        if goal:
+            work = with_goal(work, ch, goal_path=paths.goal, rounds=rounds, can_run=judge_can_run)
+        steps.append(work)
+    context: Ctx = {"_ask": said, "_wake": woke, "_paths": paths}
+    return Workflow(steps, name="starter", context=context, channel=ch, workbench=wb)
+
+
+def _work_prompt(keys: list[str], extra: str, tail: str, *, first: bool = False) -> Callable[[Ctx], str]:
+    """The coordinator's prompt: the blocks earlier steps left in ctx, the wake-up sentence, the ask."""
+
+    def render(ctx: Ctx) -> str:
+        blocks = [str(ctx[k]).strip() for k in keys if ctx.get(k)]
+        parts = [tail, *blocks, extra] if first else [*blocks, extra, tail]
+        return "\n\n".join(p for p in parts if p)
+
+    return render
+
+
+def _before(step: Step, hook: Callable[[Ctx], None]) -> Step:
+    """Run ``hook`` when the flow reaches ``step`` (before its own ``when``), not when it is built."""
+    inner = step.when
+
+    def when(ctx: Ctx) -> bool:
+        hook(ctx)
+        return inner(ctx) if inner is not None else True
+
+    return replace(step, when=when)
+
+
+def _preflight(paths: StarterPaths, ch: HumanChannel, said: str) -> Callable[[Ctx], None]:
+    def check(ctx: Ctx) -> None:
+        rt = ctx.get("_runtime")
+        if isinstance(rt, Runtime) and rt.run_dir != paths.run_dir:
+            raise ValueError(f"the Runtime keeps its runs in {rt.run_dir} but starter_flow was built with "
+                             f"run_dir={paths.run_dir}: pass the same run_dir to both, or continuity is lost")
+        if said:  # once: a wake-up that repeats the same words does not pile them up
+            ch.amend(said, label=WAKE_LABEL)
+
+    return check
+
+
+def wake_state(
+    workspace: str | Path = ".",
+    *,
+    run_dir: str | Path = "runs",
+    isolate: bool = False,
+    brief_name: str = "需求.md",
+    goal_name: str = "目标.md",
+) -> dict[str, Any]:
+    """Would ``flower`` here continue earlier work or start over? Reads only; writes not one byte.
+
+    Keys: ``woke`` (a complete brief is frozen: the next run continues), ``workspace``,
+    ``workbench``, ``brief_path``, ``goal_path``, ``log_path``, ``brief`` / ``goal`` (the parsed
+    documents or None), ``goal_complete``, ``sessions`` ({step: session_id} from the lineage),
+    ``wakeups`` (how many times the run has woken so far), ``last_run`` (its id or None),
+    ``last_results`` (that run's manifest rows) and ``handoffs`` (handoff documents in the notes).
+    """
+    paths = starter_paths(workspace, run_dir=run_dir, isolate=isolate, brief_name=brief_name, goal_name=goal_name)
+    brief = Brief.load(paths.brief)
+    goal = Goal.load(paths.goal)
+    rows = manifest.read_rows(paths.manifest)
+    lineage = Lineage.open(paths.run_dir, paths.workspace)
+    last = rows[-1].get("run") if rows else None
+    return {
+        "woke": brief is not None and brief.complete(),
+        "workspace": paths.workspace,
+        "workbench": paths.workbench,
+        "brief_path": paths.brief,
+        "goal_path": paths.goal,
+        "log_path": paths.log,
+        "brief": brief,
+        "goal": goal,
+        "goal_complete": goal is not None and goal.complete(),
+        "sessions": dict(lineage.steps),
+        "wakeups": lineage.woke,
+        "last_run": last,
+        "last_results": [r for r in rows if r.get("run") == last],
+        "handoffs": sorted(paths.notes.glob("交接-*.md")) if paths.notes.is_dir() else [],
+    }

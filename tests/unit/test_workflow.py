@@ -1,0 +1,568 @@
+"""Workflow semantics: sessions chained across attempts, steps and processes; gates, on_fail, the
+clarify/goal helpers, the starter assembly and the read-only wake probe.
+
+Session behaviour runs a real Runtime against the scripted model (the CLI decides what a resume
+is); pure ordering logic uses `Recorder`, a Runtime whose `run` never starts the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from flower.core.agent import AgentSpec
+from flower.core.channel import HumanChannel
+from flower.core.events import Event
+from flower.core.lineage import Lineage
+from flower.core.runtime import Runtime, StepResult
+from flower.core.workbench import Workbench
+from flower.docs import Brief, Goal, Verdict
+from flower.testing import Rule, ScriptedModel, say
+from flower.workflow import (BRIEF_KEY, CLARIFY_RESUME, GOAL_KEY, MISSING_KEY, ROUND_KEY, VERDICT_KEY, Ctx, Step,
+                             StepAbort, Workflow, clarify_step, goal_step, starter_flow, starter_paths, wake_state,
+                             with_goal)
+from flower.workflow.goal import ACCEPT, AMEND, DISAGREE
+
+SPEC = AgentSpec("t", "", allowed_tools=["Read"], workbench=False)
+BRIEF = "## 目标\n做 X\n## 验收标准\n能跑\n## 边界\n无网络\n## 未知与假设\n无"
+GOAL = "## 目标\n做 X\n## 检查清单\n1. x 能跑\n2. 在 macOS 上跑 [此环境无法验证:没有 macOS]"
+
+
+@pytest.fixture
+def creds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-unit-not-real")
+
+
+@pytest.fixture
+def model(monkeypatch: pytest.MonkeyPatch):
+    """`with model(rules) as m:` — a Runtime built inside talks to the scripted model."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def start(rules: list[Rule]):
+        with ScriptedModel(rules) as m:
+            for k, v in m.env.items():
+                monkeypatch.setenv(k, v)
+            yield m
+
+    return start
+
+
+class Recorder(Runtime):
+    """Never starts the CLI: answers from a list and records how it was called."""
+
+    def __init__(self, replies: list[tuple[str, bool]] | None = None, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.replies = list(replies or [])
+        self.calls: list[dict[str, Any]] = []
+        self.n = 0
+
+    async def run(self, spec, prompt, *, step_name=None, resume=None, fork=False, resume_at=None, on_event=None):
+        self.n += 1
+        sid = resume if resume and not fork else f"sess-{self.n}"
+        self.calls.append({"spec": spec.name, "prompt": prompt, "label": step_name, "resume": resume, "fork": fork,
+                           "hooked": self.on_session is not None})
+        if self.on_session:
+            self.on_session(sid)
+        text, ok = self.replies.pop(0) if self.replies else ("ok", True)
+        r = StepResult(step=step_name or spec.name, session_id=sid, ok=ok, text=text, error=None if ok else "boom")
+        self.results.append(r)
+        return r
+
+
+def _lineage(rt: Runtime) -> dict[str, str]:
+    return Lineage.open(rt.run_dir, rt.workspace).steps
+
+
+def _rec(tmp_path: Path, replies: list[tuple[str, bool]] | None = None) -> Recorder:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    return Recorder(replies, workspace=ws, run_dir=tmp_path / "runs")
+
+
+# -- Step --------------------------------------------------------------------------------------
+def test_step_fields_are_positional_and_checked():
+    s = Step("取词", SPEC, "读 seed.txt")
+    assert (s.name, s.spec, s.prompt, s.on_fail, s.retries, s.fork) == ("取词", SPEC, "读 seed.txt", "stop", 0, False)
+    for bad in ({"on_fail": "warn"}, {"retries": -1}):
+        with pytest.raises(ValueError):
+            Step("s", SPEC, "p", **bad)
+    for name in ("", "_x", "a#b"):
+        with pytest.raises(ValueError):
+            Step(name, SPEC, "p")
+
+
+def test_attempt_labels():
+    plain = Step("s", SPEC, "p")
+    judged = Step("s", SPEC, "p", on_reject=lambda r, c: "again")
+    assert [plain.label(i) for i in range(3)] == ["s", "s#retry1", "s#retry2"]
+    assert [judged.label(i) for i in range(3)] == ["s", "s#round2", "s#round3"]
+
+
+# -- Workflow: ordering logic (no CLI) ---------------------------------------------------------
+async def test_context_keys_events_and_on_step(tmp_path, creds):
+    rt = _rec(tmp_path, [("A out", True), ("B out", True)])
+    events: list[Event] = []
+    seen: list[str] = []
+    ch, wb = HumanChannel(timeout_s=0), Workbench(rt.workspace)
+    wf = Workflow([Step("a", SPEC, "pa"), Step("b", SPEC, lambda ctx: f"pb<{ctx['a']}>")], name="demo",
+                  channel=ch, workbench=wb)
+    ctx = await wf.run(rt, on_event=events.append, on_step=lambda s, r: seen.append(f"{s.name}:{r.text}"))
+    assert ctx is wf.context and ctx["a"] == "A out" and ctx["b"] == "B out"
+    assert rt.calls[1]["prompt"] == "pb<A out>"
+    assert ctx["_runtime"] is rt and ctx["_channel"] is ch and ctx["_workbench"] is wb and ctx["_workflow"] == "demo"
+    assert ctx["_on_event"] == events.append
+    assert ctx["_sessions"] == {"a": "sess-1", "b": "sess-2"} and ctx["_results"]["b"].text == "B out"
+    assert ctx["_stopped"] is None and ctx["_failed"] == ctx["_skipped"] == [] and ctx["_woke"] == 0
+    assert seen == ["a:A out", "b:B out"]
+    assert [(e.text, e.payload) for e in events if e.kind == "step"] == [
+        ("a", {"index": 0, "total": 2, "resumed": False, "woke": 0}),
+        ("b", {"index": 1, "total": 2, "resumed": False, "woke": 0})]
+    assert rt.channel is None and rt.workbench is None, "what the flow lent the runtime is given back"
+
+
+async def test_when_false_skips_without_writing_the_output(tmp_path, creds):
+    rt = _rec(tmp_path)
+    events: list[Event] = []
+    flow = Workflow([Step("a", SPEC, "p", when=lambda c: False), Step("b", SPEC, "p")])
+    ctx = await flow.run(rt, on_event=events.append)
+    assert "a" not in ctx and ctx["_skipped"] == ["a"] and [c["label"] for c in rt.calls] == ["b"]
+    assert [(e.text, e.payload) for e in events if e.kind == "step"] == [
+        ("a", {"index": 0, "total": 2, "resumed": False, "woke": 0, "skipped": True}),
+        ("b", {"index": 1, "total": 2, "resumed": False, "woke": 0})]
+
+
+async def test_on_session_is_set_only_around_the_run_and_torn_down_before_the_gate(tmp_path, creds):
+    rt = _rec(tmp_path)
+    during_gate: list[Any] = []
+
+    def gate(r: StepResult, ctx: Ctx) -> bool:
+        during_gate.append(rt.on_session)
+        return True
+
+    await Workflow([Step("a", SPEC, "p", gate=gate)]).run(rt)
+    assert rt.calls[0]["hooked"] and during_gate == [None] and rt.on_session is None
+    assert _lineage(rt) == {"a": "sess-1"}
+
+
+async def test_on_reject_continues_the_rejected_session_with_fork_forced_off(tmp_path, creds):
+    rt = _rec(tmp_path, [("r1", True), ("r2", True), ("r3", True)])
+    verdicts = iter([False, False, True])
+    step = Step("w", SPEC, "work", resume_from="a", fork=True, retries=3, gate=lambda r, c: next(verdicts),
+                on_reject=lambda r, c: f"fix {r.text}")
+    ctx = await Workflow([step], context={"_sessions": {"a": "sess-A"}}).run(rt)
+    assert [(c["label"], c["prompt"], c["resume"], c["fork"]) for c in rt.calls] == [
+        ("w", "work", "sess-A", True), ("w#round2", "fix r1", "sess-1", False), ("w#round3", "fix r2", "sess-1", False)]
+    assert ctx["w"] == "r3" and _lineage(rt) == {"w": "sess-1"}, \
+        "the lineage keeps the original name, never a #round label"
+
+
+async def test_empty_on_reject_or_no_session_starts_over_from_the_same_place(tmp_path, creds):
+    rt = _rec(tmp_path)
+    calls = {"n": 0}
+
+    def prompt(ctx: Ctx) -> str:
+        calls["n"] += 1
+        return f"work v{calls['n']}"
+
+    step = Step("w", SPEC, prompt, resume_from="a", retries=2, gate=lambda r, c: False, on_reject=lambda r, c: "",
+                on_fail="continue")
+    ctx = await Workflow([step], context={"_sessions": {"a": "sess-A"}}).run(rt)
+    assert [(c["label"], c["prompt"], c["resume"]) for c in rt.calls] == [
+        ("w", "work v1", "sess-A"), ("w#round2", "work v2", "sess-A"), ("w#round3", "work v3", "sess-A")]
+    assert ctx["w"] == "ok" and ctx["_failed"] == ["w"], "continue keeps the last attempt's output"
+
+    class NoSession(Recorder):
+        async def run(self, spec, prompt, **kw):
+            r = await super().run(spec, prompt, **kw)
+            r.session_id = None
+            return r
+
+    rt2 = NoSession(workspace=rt.workspace, run_dir=tmp_path / "runs2")
+    step2 = Step("w", SPEC, "p", retries=1, gate=lambda r, c: False, on_reject=lambda r, c: "fix it")
+    await Workflow([step2]).run(rt2)
+    assert [(c["label"], c["prompt"], c["resume"]) for c in rt2.calls] == [("w", "p", None), ("w#round2", "p", None)]
+
+
+async def test_without_on_reject_retries_are_labelled_retry(tmp_path, creds):
+    rt = _rec(tmp_path, [("x", False), ("y", True)])
+    ctx = await Workflow([Step("w", SPEC, "p", retries=2)]).run(rt)
+    assert [c["label"] for c in rt.calls] == ["w", "w#retry1"] and ctx["w"] == "y"
+
+
+async def test_async_gate_and_step_abort_stop_at_once(tmp_path, creds):
+    rt = _rec(tmp_path)
+
+    async def gate(r: StepResult, ctx: Ctx) -> bool:
+        raise StepAbort("没人回答")
+
+    ctx = await Workflow([Step("w", SPEC, "p", retries=5, gate=gate), Step("after", SPEC, "p")]).run(rt)
+    assert len(rt.calls) == 1, "an abort uses none of the remaining retries"
+    assert ctx["_aborted"] == "没人回答" and ctx["_stopped"] == "w" and ctx["_failed"] == ["w"] and "w" not in ctx
+    assert "w" in ctx["_results"] and ctx["_sessions"]["w"] == "sess-1", "results are written pass or fail"
+
+
+@pytest.mark.parametrize("on_fail,ran_after,has_output", [("stop", False, False), ("continue", True, True),
+                                                           ("skip", True, False)])
+async def test_the_three_on_fail_values(tmp_path, creds, on_fail, ran_after, has_output):
+    rt = _rec(tmp_path, [("bad", True), ("fine", True)])
+    step = Step("w", SPEC, "p", gate=lambda r, c: False, on_fail=on_fail, reduce=lambda r, c: f"reduced {r.text}")
+    ctx = await Workflow([step, Step("after", SPEC, "p")]).run(rt)
+    assert ("after" in ctx) is ran_after and ("w" in ctx) is has_output and ctx["_failed"] == ["w"]
+    assert ctx["_stopped"] == ("w" if on_fail == "stop" else None)
+    if has_output:
+        assert ctx["w"] == "reduced bad"
+
+
+async def test_a_failed_run_is_not_gated(tmp_path, creds):
+    rt = _rec(tmp_path, [("", False)])
+    gated: list[bool] = []
+    ctx = await Workflow([Step("w", SPEC, "p", gate=lambda r, c: gated.append(True) or True)]).run(rt)
+    assert gated == [] and ctx["_stopped"] == "w"
+
+
+async def test_continuity_resume_from_and_reuse_across_workflows(tmp_path, creds):
+    rt = _rec(tmp_path)
+    a = Step("a", SPEC, "full prompt a", resume_prompt=lambda ctx: "just continue a")
+    b = Step("b", SPEC, "full prompt b", resume_from="a", fork=True)
+    await Workflow([a, b]).run(rt)
+    assert [(c["prompt"], c["resume"], c["fork"]) for c in rt.calls] == [("full prompt a", None, False),
+                                                                         ("full prompt b", "sess-1", True)]
+    # a new process: both steps reattach to their own sessions; the resume_prompt replaces the prompt
+    rt2 = _rec(tmp_path)
+    events: list[Event] = []
+    ctx = await Workflow([a, b]).run(rt2, on_event=events.append)
+    assert [(c["prompt"], c["resume"], c["fork"]) for c in rt2.calls] == [("just continue a", "sess-1", False),
+                                                                          ("full prompt b", "sess-2", False)]
+    assert ctx["_woke"] == 1 and [e.payload["woke"] for e in events if e.kind == "step"] == [1, 1]
+    assert all(e.payload["resumed"] for e in events if e.kind == "step")
+    # continuous=False reads nothing from the lineage (but still writes it); the Step objects are untouched
+    rt3 = _rec(tmp_path)
+    await Workflow([a, b], continuous=False).run(rt3)
+    assert [(c["prompt"], c["resume"]) for c in rt3.calls] == [("full prompt a", None), ("full prompt b", "sess-1")]
+    assert (a.prompt, b.resume_from, b.fork) == ("full prompt a", "a", True)
+    assert _lineage(rt3) == {"a": "sess-1", "b": "sess-2"}
+    rt4 = _rec(tmp_path)
+    assert (await Workflow([a]).run(rt4))["_woke"] == 2, "the second wake-up"
+
+
+
+async def test_resume_from_a_step_of_an_earlier_process_and_from_nowhere(tmp_path, creds):
+    rt = _rec(tmp_path)
+    Lineage.open(rt.run_dir, rt.workspace).remember("plan", "sess-old")
+    await Workflow([Step("b", SPEC, "p", resume_from="plan"), Step("c", SPEC, "p", resume_from="nowhere", fork=True)]
+                   ).run(rt)
+    assert [(c["resume"], c["fork"]) for c in rt.calls] == [("sess-old", False), (None, False)]
+
+
+# -- Workflow through the real CLI -------------------------------------------------------------
+async def test_real_cli_on_reject_continues_the_same_session_and_retries_start_fresh(tmp_path, creds, model):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rules = [Rule(say("draft 1"), prompt="write a poem", user="write a poem"),
+             Rule(say("draft 2"), user="make it rhyme"),
+             Rule(say("plain 1"), say("plain 2"), prompt="plain task")]
+    with model(rules) as m:
+        rt = Runtime(workspace=ws, run_dir=tmp_path / "runs")
+        judged = Step("poem", SPEC, "write a poem", retries=1, gate=lambda r, c: r.text == "draft 2",
+                      on_reject=lambda r, c: "make it rhyme")
+        plain = Step("plain", SPEC, "plain task", retries=1, gate=lambda r, c: r.text == "plain 2")
+        ctx = await Workflow([judged, plain]).run(rt)
+    assert ctx["poem"] == "draft 2" and ctx["plain"] == "plain 2"
+    poem = [r for r in m.conversation if "write a poem" in r.prompt]
+    plain_reqs = [r for r in m.conversation if "plain task" in r.prompt]
+    assert len({r.session for r in poem}) == 1 and "write a poem" in json.dumps(poem[-1].messages, ensure_ascii=False)
+    assert len({r.session for r in plain_reqs}) == 2, "without on_reject a retry is a fresh session"
+    rows = json.loads((tmp_path / "runs" / "manifest.json").read_text())
+    assert [r["step"] for r in rows] == ["poem", "poem#round2", "plain", "plain#retry1"]
+    assert _lineage(rt) == {"poem": poem[0].session, "plain": plain_reqs[-1].session}
+
+
+async def test_real_cli_continuity_and_fork(tmp_path, creds, model):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rules = [Rule(say("A-DONE"), prompt="task A", user="task A"),
+             Rule(say("B-DONE"), user="task B"),
+             Rule(say("A-AGAIN"), user="carry on A")]
+    a = Step("A", SPEC, "task A", resume_prompt="carry on A")
+    b = Step("B", SPEC, "task B", resume_from="A", fork=True)
+    with model(rules) as m:
+        await Workflow([a, b]).run(Runtime(workspace=ws, run_dir=tmp_path / "runs"))
+        first_a = m.conversation[0].session
+        fork_b = next(r for r in m.conversation if r.user == "task B")
+        assert fork_b.session != first_a and "A-DONE" in json.dumps(fork_b.messages), "a fork carries A's history"
+        ctx = await Workflow([a]).run(Runtime(workspace=ws, run_dir=tmp_path / "runs"))
+    again = next(r for r in m.conversation if r.user == "carry on A")
+    assert again.session == first_a and ctx["A"] == "A-AGAIN" and ctx["_woke"] == 1
+    assert "task A" in json.dumps(again.messages), "continuity resumes with the short prompt, not the whole task"
+
+
+# -- clarify_step ------------------------------------------------------------------------------
+def test_clarify_step_fields_when_gate_reduce(tmp_path):
+    path = tmp_path / "notes" / "需求.md"
+    ch = HumanChannel(timeout_s=0)
+    step = clarify_step(ch, brief_path=path, prompt="诉求:X", retries=2)
+    assert (step.name, step.resume_prompt, step.resume_from, step.retries) == ("确认需求", CLARIFY_RESUME, None, 2)
+    assert ch.tool_name in step.spec.allowed_tools and "Write" not in step.spec.allowed_tools
+    ctx: Ctx = {}
+    assert step.when(ctx) is True and ctx == {}
+    half = StepResult("确认需求", text="## 目标\n做 X\n## 验收标准\n能跑")
+    assert step.gate(half, ctx) is False and ctx[MISSING_KEY] == ["边界", "未知与假设"] and not path.exists()
+    assert "边界、未知与假设" in step.prompt(ctx), "a retry is told what was missing"
+    full = StepResult("确认需求", text="好的,需求如下。\n" + BRIEF)
+    assert step.gate(full, ctx) is True and MISSING_KEY not in ctx
+    assert Brief.load(path) == Brief.parse(BRIEF) and ctx[BRIEF_KEY] == Brief.parse(BRIEF)
+    assert step.reduce(full, ctx) == Brief.parse(BRIEF).prompt_block() == ctx["确认需求"]
+    assert "好的" not in step.reduce(full, ctx)
+    # a complete brief on disk: skipped, but still injected
+    later: Ctx = {MISSING_KEY: ["x"]}
+    assert step.when(later) is False and later["确认需求"] == ctx["确认需求"] and MISSING_KEY not in later
+    assert clarify_step(ch, brief_path=path, prompt="p", always_ask=True).when({}) is True
+
+
+# -- goal_step ---------------------------------------------------------------------------------
+def test_goal_step_freezes_the_goal_and_warns_about_unverifiable_checks(tmp_path):
+    path = tmp_path / "目标.md"
+    ch = HumanChannel(timeout_s=0)
+    step = goal_step(ch, goal_path=path, can_run=True)
+    assert step.name == "设定目标" and step.resume_prompt is None and "Bash" in step.spec.allowed_tools
+    with pytest.raises(ValueError, match="确认需求"):
+        step.prompt({})
+    assert "做 X" in step.prompt({"确认需求": "## 目标\n做 X"})
+    events: list[Event] = []
+    ctx: Ctx = {"_on_event": events.append}
+    assert step.gate(StepResult("设定目标", text="## 目标\n做 X"), ctx) is False and not path.exists()
+    assert step.gate(StepResult("设定目标", text=GOAL), ctx) is True
+    assert Goal.load(path).checks == Goal.parse(GOAL).checks and ctx[GOAL_KEY].statement == "做 X"
+    assert [(e.kind, e.payload) for e in events] == [
+        ("task", {"unverifiable": ["在 macOS 上跑 [此环境无法验证:没有 macOS]"], "total": 2, "path": str(path)})]
+    assert "1/2" in events[0].text and "设定目标" in events[0].text
+    assert step.reduce(StepResult("设定目标", text="noise"), ctx) == ctx["设定目标"] == Goal.parse(GOAL).prompt_block()
+    later: Ctx = {}
+    assert step.when(later) is False and later[GOAL_KEY].statement == "做 X"
+    assert goal_step(ch, goal_path=path, always_set=True).when({}) is True
+
+
+# -- with_goal ---------------------------------------------------------------------------------
+class Person:
+    """An answer source with answers ready (HumanChannel's pluggable side)."""
+
+    def __init__(self, *answers: str) -> None:
+        self.answers, self.asked = list(answers), []  # type: list[str], list[tuple[str, Any]]
+
+    async def get(self, question: str, options: list[str] | None, timeout: float | None) -> str | None:
+        self.asked.append((question, options))
+        return self.answers.pop(0) if self.answers else None
+
+    def inbox(self) -> list[str]:
+        return []
+
+
+def test_with_goal_is_a_replace_that_keeps_everything_else(tmp_path):
+    ch = HumanChannel(timeout_s=0)
+    base = Step("工作", SPEC, "p", resume_prompt="continue", reduce=lambda r, c: "R", on_fail="continue")
+    g = with_goal(base, ch, goal_path=tmp_path / "目标.md", rounds=4)
+    assert (g.resume_prompt, g.reduce, g.on_fail, g.retries) == ("continue", base.reduce, "continue", 3)
+    assert g.gate is not None and g.on_reject is not None and base.gate is None
+    assert with_goal(base, ch, goal_path=tmp_path / "g", rounds=0).retries == 0
+
+
+async def test_with_goal_without_a_runtime_aborts():
+    g = with_goal(Step("w", SPEC, "p"), HumanChannel(timeout_s=0), goal_path="nowhere.md")
+    with pytest.raises(StepAbort, match="Runtime"):
+        await g.gate(StepResult("w", ok=True, text="done"), {})
+
+
+async def _judged(tmp_path: Path, verdicts: list[str], person: Person | None, rounds: int = 3,
+                  timeout_s: float | None = 5) -> tuple[Ctx, Recorder]:
+    """One with_goal step: work replies "work N", the judge replies the given verdicts in turn."""
+    Goal.parse(GOAL).write(tmp_path / "目标.md")
+    rt = _rec(tmp_path)
+    replies = iter(verdicts)
+    n = {"work": 0}
+
+    async def run(spec, prompt, **kw):  # the judge's answers are scripted; the work is numbered
+        if spec.name.endswith("·判定"):
+            return _reply(rt, spec, prompt, next(replies), kw)
+        n["work"] += 1
+        return _reply(rt, spec, prompt, f"work {n['work']}", kw)
+
+    rt.run = run  # type: ignore[method-assign]
+    ch = HumanChannel(timeout_s=timeout_s, answers=person or Person())
+    step = with_goal(Step("工作", SPEC, "do it"), ch, goal_path=tmp_path / "目标.md", rounds=rounds)
+    return await Workflow([step]).run(rt), rt
+
+
+def _reply(rt: Recorder, spec: AgentSpec, prompt: str, text: str, kw: dict[str, Any]) -> StepResult:
+    rt.calls.append({"spec": spec.name, "prompt": prompt, **kw})
+    sid = kw.get("resume") or f"sess-{len(rt.calls)}"
+    return StepResult(kw.get("step_name") or spec.name, session_id=sid, ok=True, text=text)
+
+
+async def test_with_goal_rounds_feedback_and_judge_labels(tmp_path, creds):
+    ctx, rt = await _judged(tmp_path, ["## 结论\n未达成\n## 理由\n缺 y", "说不清", "## 结论\n达成"], None)
+    labels = [(c["spec"], c.get("step_name"), c.get("resume")) for c in rt.calls]
+    assert labels == [("t", "工作", None), ("工作·判定", "工作·判定#1", None), ("t", "工作#round2", "sess-1"),
+                      ("工作·判定", "工作·判定#2", None), ("t", "工作#round3", "sess-1"), ("工作·判定", "工作·判定#3", None)]
+    assert "缺 y" in rt.calls[2]["prompt"] and "没有给出明确的结论" in rt.calls[4]["prompt"], "ambiguous = not reached"
+    assert "第 1 轮工作结束了" in rt.calls[1]["prompt"] and "x 能跑" in rt.calls[1]["prompt"]
+    assert "work 1" in rt.calls[1]["prompt"]
+    assert ctx["工作"] == "work 3" and ctx[ROUND_KEY] == 3 and ctx[VERDICT_KEY].achieved
+
+
+async def test_with_goal_gives_up_after_rounds(tmp_path, creds):
+    ctx, rt = await _judged(tmp_path, ["## 结论\n未达成\n## 理由\n缺 y"] * 2, None, rounds=2)
+    assert ctx["_stopped"] == "工作" and len(rt.calls) == 4
+
+
+UNREACHABLE = "## 结论\n无法验证\n## 理由\n没有 macOS"
+
+
+@pytest.mark.parametrize("answers,passed,feedback", [
+    (["1"], True, None),
+    ([ACCEPT], True, None),
+    (["2", "只要在 Linux 上跑通就算达成"], False, "在 Linux 上跑通"),
+    (["3"], False, "人不同意"),
+    (["可以用 docker 验证"], False, "可以用 docker 验证"),
+])
+async def test_unreachable_puts_three_options_to_the_person(tmp_path, creds, answers, passed, feedback):
+    person = Person(*answers)
+    verdicts = [UNREACHABLE] + ([] if passed else ["## 结论\n达成"])
+    ctx, rt = await _judged(tmp_path, verdicts, person)
+    assert person.asked[0][1] == [ACCEPT, AMEND, DISAGREE] and "没有 macOS" in person.asked[0][0]
+    assert ctx["_stopped"] is None and ctx["工作"] == ("work 1" if passed else "work 2")
+    if feedback:
+        assert feedback in rt.calls[2]["prompt"]
+    if answers[0] == "2":
+        on_disk = Goal.load(tmp_path / "目标.md")
+        assert "在 Linux 上跑通" in on_disk.statement and on_disk.checks == Goal.parse(GOAL).checks
+        assert ctx[GOAL_KEY].statement == on_disk.statement
+        assert "在 Linux 上跑通" in rt.calls[3]["prompt"], "round 2 is judged against the amended goal"
+
+
+@pytest.mark.parametrize("answers", [[], ["2"]])
+async def test_unreachable_and_nobody_answers_aborts(tmp_path, creds, answers):
+    ctx, rt = await _judged(tmp_path, [UNREACHABLE], Person(*answers), timeout_s=0 if not answers else 5)
+    assert ctx["_stopped"] == "工作" and len(rt.calls) == 2 and "工作" not in ctx
+    assert "没有" in ctx["_aborted"]
+
+
+# -- starter_flow ------------------------------------------------------------------------------
+def test_starter_flow_assembly(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    wf = starter_flow("帮我做一个 X", workspace=ws, run_dir=tmp_path / "runs", max_asks=2, timeout_s=7)
+    assert wf.name == "starter" and [s.name for s in wf.steps] == ["确认需求", "设定目标", "工作"] and wf.continuous
+    ch = wf.channel
+    paths = starter_paths(ws, run_dir=tmp_path / "runs")
+    assert (ch.log_path, ch.amend_path, ch.max_asks, ch.timeout_s) == (paths.log, paths.brief, 2, 7.0)
+    assert wf.workbench.root == ws / ".flower" and paths.brief == ws / ".flower" / "notes" / "需求.md"
+    work = wf.steps[2]
+    assert work.spec.name == "协调者" and work.spec.delegate_only and set(work.spec.agents) == {"coder"}
+    assert "每改一处就跑一次验证" in work.spec.agents["coder"].prompt and work.retries == 2
+    assert not list(tmp_path.rglob("*.md")), "building the flow writes nothing"
+    assert [s.name for s in starter_flow("x", workspace=ws, run_dir=tmp_path / "runs", clarify_only=True).steps] == \
+        ["确认需求"]
+    no_goal = starter_flow("x", workspace=ws, run_dir=tmp_path / "runs", goal=False)
+    assert [s.name for s in no_goal.steps] == ["确认需求", "工作"] and no_goal.steps[1].gate is None
+
+
+def test_starter_flow_refuses_before_any_spend(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    with pytest.raises(ValueError, match="要给一句诉求"):
+        starter_flow("  ", workspace=ws)
+    with pytest.raises(ValueError, match="git"):
+        starter_flow("x", workspace=ws, isolate=True)
+
+
+def test_starter_flow_isolated_workbench_sits_beside_the_repo(git_workspace, tmp_path):
+    wf = starter_flow("x", workspace=git_workspace, run_dir=tmp_path / "runs", isolate=True)
+    outside = git_workspace.parent / f".flower-{git_workspace.name}"
+    assert wf.workbench.root == outside and wf.workbench.external
+    assert wf.channel.amend_path == outside / "notes" / "需求.md"
+    assert getattr(wf.steps[2].spec.agents["coder"], "_flower_isolate", False)
+
+
+def test_wake_detection_and_new(tmp_path):
+    ws, runs = tmp_path / "ws", tmp_path / "runs"
+    ws.mkdir()
+    paths = starter_paths(ws, run_dir=runs)
+    Brief.parse(BRIEF).write(paths.brief)
+    Goal.parse(GOAL).write(paths.goal)
+    Lineage.open(runs, ws).remember("工作", "sess-old")
+    wf = starter_flow("", workspace=ws, run_dir=runs)  # a wake-up needs no sentence
+    assert wf.context["_wake"] and wf.steps[0].when({}) is False
+    with pytest.raises(ValueError, match="要给一句诉求"):
+        starter_flow("", workspace=ws, run_dir=runs, new=True)
+    assert paths.brief.exists(), "a refused start moves nothing"
+    fresh = starter_flow("重新来", workspace=ws, run_dir=runs, new=True)
+    assert not fresh.context["_wake"] and fresh.steps[0].when({}) is True and fresh.steps[1].when({}) is True
+    assert not paths.brief.exists() and not paths.goal.exists() and Lineage.open(runs, ws).steps == {}
+    (archived,) = (runs / "archive").iterdir()
+    assert sorted(p.name for p in archived.iterdir()) == ["lineage.json", "目标.md", "需求.md"], "moved, not deleted"
+
+
+async def test_starter_flow_refuses_a_runtime_with_another_run_dir(tmp_path, creds):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    wf = starter_flow("x", workspace=ws, run_dir=tmp_path / "runs")
+    rt = _rec(tmp_path)
+    rt.run_dir = tmp_path / "elsewhere"
+    with pytest.raises(ValueError, match="same run_dir"):
+        await wf.run(rt)
+    assert rt.calls == []
+
+
+async def test_wake_sentence_is_appended_once_and_reaches_goal_and_coordinator(tmp_path, creds):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    paths = starter_paths(ws, run_dir=tmp_path / "runs")
+    Brief.parse(BRIEF).write(paths.brief)
+    Goal.parse(GOAL).write(paths.goal)
+    for _ in range(2):
+        rt = _rec(tmp_path, [("## 目标\n做 X 和 Y\n## 检查清单\n1. y 能跑", True), ("done", True),
+                             ("## 结论\n达成", True)])
+        ctx = await starter_flow("再加上 Y", workspace=ws, run_dir=tmp_path / "runs").run(rt)
+        assert ctx["_skipped"] == ["确认需求"] and ctx["_stopped"] is None
+    assert paths.brief.read_text().count("再加上 Y") == 1
+    setter, lead = rt.calls[0], rt.calls[1]
+    assert setter["label"] == "设定目标" and "再加上 Y" in setter["prompt"]
+    assert "再加上 Y" in lead["prompt"] and "y 能跑" in lead["prompt"] and lead["resume"], \
+        "second wake: the coordinator resumes its session with the sentence and the new goal"
+
+
+# -- wake_state --------------------------------------------------------------------------------
+def test_wake_state_reads_only(tmp_path, monkeypatch):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    monkeypatch.chdir(tmp_path)
+    empty = wake_state(ws)
+    assert not empty["woke"] and empty["brief"] is None and empty["sessions"] == {} and empty["last_results"] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"] and list(ws.iterdir()) == []
+    paths = starter_paths(ws)
+    Brief.parse(BRIEF).write(paths.brief)
+    Lineage.open(paths.run_dir, ws).remember("工作", "sess-9")
+    (paths.manifest).write_text(json.dumps([{"step": "old", "run": "r1"}, {"step": "工作", "run": "r2"},
+                                            {"step": "工作·判定#1", "run": "r2"}]))
+    state = wake_state(ws)
+    assert state["woke"] and state["sessions"] == {"工作": "sess-9"} and state["wakeups"] == 0
+    assert state["last_run"] == "r2"
+    assert [r["step"] for r in state["last_results"]] == ["工作", "工作·判定#1"] and state["goal"] is None
+    assert set(state) == {"woke", "workspace", "workbench", "brief_path", "goal_path", "log_path", "brief", "goal",
+                          "goal_complete", "sessions", "wakeups", "last_run", "last_results", "handoffs"}
+
+
+def test_verdict_feedback_is_what_goes_back(tmp_path):
+    """The on_reject of with_goal sends Verdict.feedback(); no verdict → "" (start over)."""
+    g = with_goal(Step("w", SPEC, "p"), HumanChannel(timeout_s=0), goal_path=tmp_path / "g.md")
+    v = Verdict.parse("## 结论\n未达成\n## 理由\n缺 y")
+    assert g.on_reject(StepResult("w", ok=True), {VERDICT_KEY: v}) == v.feedback()
+    assert g.on_reject(StepResult("w", ok=True), {}) == ""
+    inner = with_goal(replace(Step("w", SPEC, "p"), on_reject=lambda r, c: "inner"), HumanChannel(timeout_s=0),
+                      goal_path=tmp_path / "g.md")
+    assert inner.on_reject(StepResult("w", ok=True), {}) == "inner"
