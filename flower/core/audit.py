@@ -24,8 +24,10 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class AuditEvent:
-    """One thing a guard did. `kind` is "deny", "spill" or "isolate"; `fields` say the rest.
+    """One thing a guard did; `fields` say the rest.
 
+    kinds: "deny" (field `guard` names which wall: whitelist, delegate, foreground,
+    isolation), "spill", "spill_failed" (the result stayed in context), "isolate".
     Fields, as far as the hook input carries them: role, tool, reason (deny),
     path and size (spill), session_id, agent_id (None on the main thread).
     """

@@ -42,7 +42,7 @@ class Event:
     payload: dict[str, Any] = field(default_factory=dict)
     raw: Any = None
     step: str = field(default="", kw_only=True)
-    at: float = field(default_factory=time.time, kw_only=True)
+    at: float = field(default_factory=time.time, kw_only=True, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.text, dict):  # Event(kind, payload, step)

@@ -284,6 +284,12 @@ class _Ledger:
 _LEDGER = _Ledger()
 
 
+def _will_isolate(inp: dict[str, Any], agents: dict[str, AgentDefinition] | None) -> bool:
+    """Exactly `isolate_guard`'s condition, so the two rewriters never both fire."""
+    return ("cwd" not in inp and "isolation" not in inp
+            and wants_isolation((agents or {}).get(str(inp.get("subagent_type") or ""))))
+
+
 def isolate_guard(agents: dict[str, AgentDefinition], *, on_inject: Any = None) -> HookMatcher:
     """Give roles marked `isolated()` their own worktree by injecting `isolation: "worktree"`.
 
@@ -295,8 +301,7 @@ def isolate_guard(agents: dict[str, AgentDefinition], *, on_inject: Any = None) 
     async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
         inp = data.get("tool_input") or {}
         role = str(inp.get("subagent_type") or "")
-        if (data.get("tool_name") != "Agent" or "cwd" in inp or "isolation" in inp
-                or not wants_isolation(agents.get(role))):
+        if data.get("tool_name") != "Agent" or not _will_isolate(inp, agents):
             return {}
         if data.get("session_id") and data.get("cwd"):
             _LEDGER.record(str(data["session_id"]), role, str(data["cwd"]))
@@ -336,6 +341,32 @@ def isolation_check(*, tools: str = HANDS_ON) -> HookMatcher:
     return _matcher(tools, hook, wall=True)
 
 
+def foreground_guard(agents: dict[str, AgentDefinition] | None = None) -> HookMatcher:
+    """The coordinator's dispatches run in the foreground, so a step never ends with work in flight.
+
+    The CLI runs an Agent call in the background unless told `run_in_background:
+    false`; the main thread then answers at once and the step ends while workers
+    still run. Several foreground calls in one turn still run in parallel.
+    Rewritten silently — except when `isolate_guard` rewrites the same call: two
+    rewrites of one call do not merge in the CLI (one is lost), so that call is
+    denied with the fix instead, and the retry is isolated and in the foreground.
+    """
+
+    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        inp = data.get("tool_input") or {}
+        if not _is_main_thread(data) or inp.get("run_in_background") is False:
+            return {}
+        if _will_isolate(inp, agents):
+            reason = ("协调者要等子代理的报告回来再作答:派发时把 run_in_background 设为 false 后重新派发。"
+                      "要并行,就在同一轮里发出多个 Agent 调用。")
+            emit("deny", guard="foreground", role="coordinator", tool="Agent", reason=reason, **_who(data))
+            return _deny(reason)
+        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+                                       "updatedInput": {**inp, "run_in_background": False}}}
+
+    return _matcher("Agent", hook, wall=True)
+
+
 # ---------------------------------------------------------------------------
 # Assembly
 # ---------------------------------------------------------------------------
@@ -351,13 +382,14 @@ def workbench_hooks(
 ) -> dict[str, list[HookMatcher]]:
     """Every hook a workbench needs, by event; events with nothing to install are left out.
 
-    When a role is marked `isolated()`, `isolation_check()` comes with
-    `isolate_guard()`, so an ignored injection fails loudly.
+    Beyond the seed's list: `delegate_only` also brings `foreground_guard()` (the
+    coordinator waits for its workers), and a role marked `isolated()` brings
+    `isolation_check()` along with `isolate_guard()`, so an ignored injection fails loudly.
     """
     pre: list[HookMatcher] = []
     post: list[HookMatcher] = [index_guard(workbench)]
     if delegate_only:
-        pre.append(delegate_guard(allow_glance=allow_glance))
+        pre += [delegate_guard(allow_glance=allow_glance), foreground_guard(agents)]
     if agents and any(wants_isolation(a) for a in agents.values()):
         pre += [isolate_guard(agents), isolation_check()]
     if spill_threshold:

@@ -1,12 +1,16 @@
-"""Lineage: which step name maps to which session, across process restarts.
+"""Lineage: which step used which session, across process restarts.
 
-Running ``flower`` again in the same directory reattaches every step to the
-session it had last time (continuity); ``runs/lineage.json`` is that memory.
-Losing it silently is the worst outcome — the run starts over and nobody
-notices — so a file that cannot be read is an error that names the file, never
-a quiet reset. Writes happen under a lock file and go through temp + rename, so
-two processes remembering different steps at once both keep their entry and a
-killed process never leaves half a file.
+Running ``flower`` again in the same place reattaches every step to the session it
+had last time (continuity); ``<run_dir>/lineage.json`` is that memory, together
+with how many times the run has woken up.
+
+The workspace is a guard: the SDK derives its project key from the workspace path,
+so after the folder moved the old session ids cannot be found — a lineage written
+for another workspace reads as empty. A missing or unreadable file also reads as
+empty, never as an error (a warning is logged so a lost memory is not silent), and
+a failed write never stops a run. Writes go through temp + replace under a lock
+file, merging what another process remembered meanwhile, so two processes sharing
+a run dir keep each other's steps and a killed process never leaves half a file.
 """
 
 from __future__ import annotations
@@ -14,113 +18,164 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-VERSION = 1
+import structlog
+
+__all__ = ["Lineage", "FILENAME"]
+
+_log = structlog.get_logger("flower.lineage")
+
+FILENAME = "lineage.json"
+VERSION = 2
 
 
-class LineageError(RuntimeError):
-    """The lineage file exists but cannot be trusted; continuity would be lost."""
-
-
+@dataclass
 class Lineage:
-    """``{step name: session_id}`` persisted in one JSON file (``{"version": 1, "steps": {...}}``)."""
+    """``steps``: step name → session_id; ``woke``: how many times the run woke up."""
 
-    def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self.lock_path = self.path.with_name(self.path.name + ".lock")
+    path: Path
+    workspace: Path
+    steps: dict[str, str] = field(default_factory=dict)
+    woke: int = 0
 
-    def __repr__(self) -> str:
-        return f"Lineage({str(self.path)!r})"
+    def __post_init__(self) -> None:
+        self.path = Path(self.path)
+        self.workspace = Path(self.workspace).resolve()
+        self._forgotten: set[str] = set()
 
     # -- reading -----------------------------------------------------------
-    def steps(self) -> dict[str, str]:
-        """Every remembered step. Reads need no lock: the file is only ever replaced whole."""
-        return self._read()
+    @classmethod
+    def open(cls, run_dir: str | Path, workspace: str | Path) -> Lineage:
+        """Read ``<run_dir>/lineage.json``; missing, unreadable or another workspace's → empty, no error."""
+        lin = cls(Path(run_dir) / FILENAME, Path(workspace))
+        data = lin._read()
+        if data is not None:
+            lin.steps, lin.woke = data
+        return lin
 
     def lookup(self, step: str) -> str | None:
         """The session id this step had last time, or None."""
-        return self._read().get(step)
-
-    get = lookup
+        return self.steps.get(step)
 
     # -- writing -----------------------------------------------------------
     def remember(self, step: str, session_id: str) -> None:
-        """Map ``step`` to ``session_id`` (replacing an older mapping)."""
-        if not step or not isinstance(step, str):
-            raise ValueError("Lineage.remember needs a non-empty step name")
-        if not session_id or not isinstance(session_id, str):
-            raise ValueError(f"Lineage.remember({step!r}) needs a non-empty session_id")
-        with self._locked():
-            steps = self._read()
-            if steps.get(step) == session_id:
-                return
-            steps[step] = session_id
-            self._write(steps)
+        """Map ``step`` to ``session_id`` and write at once; an empty step or id is ignored."""
+        if not step or not session_id:
+            return
+        self._forgotten.discard(step)
+        if self.steps.get(step) == session_id and self.path.exists():
+            return
+        self.steps[step] = session_id
+        self._spill()
 
     def forget(self, step: str) -> bool:
-        """Drop a step so its next run starts a fresh session; True if it was there."""
-        if not self.path.exists():
+        """Drop one step so its next run starts a fresh session; True if it was there."""
+        if step not in self.steps:
             return False
+        del self.steps[step]
+        self._forgotten.add(step)
+        self._spill()
+        return True
+
+    def bump(self) -> int:
+        """One more wake-up: increment, write, return the new count (1 on the first run)."""
+        self.woke += 1
+        self._spill(bump=True)
+        return self.woke
+
+    def archive(self, into: str | Path, *, extra: list[Path] | None = None) -> Path:
+        """Move the lineage file and ``extra`` into ``<into>/<YYYYmmdd-HHMMSS>/``; reset steps and woke.
+
+        Moving, not deleting: a fresh start can always be undone by moving them back.
+        """
+        base = Path(into) / time.strftime("%Y%m%d-%H%M%S")
+        target, n = base, 1
+        while target.exists():
+            n += 1
+            target = base.with_name(f"{base.name}-{n}")
+        target.mkdir(parents=True)
         with self._locked():
-            steps = self._read()
-            if step not in steps:
-                return False
-            del steps[step]
-            self._write(steps)
-            return True
+            for p in [self.path, *(Path(x) for x in extra or [])]:
+                if p.exists():
+                    shutil.move(str(p), str(target / p.name))
+        self.steps, self.woke = {}, 0
+        self._forgotten.clear()
+        return target
 
     # -- internals ---------------------------------------------------------
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def _read(self) -> dict[str, str]:
+    def _read(self) -> tuple[dict[str, str], int] | None:
+        """(steps, woke) from disk, or None when missing / unreadable / written for another workspace."""
         try:
             raw = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
-            return {}
+            return None
         except (OSError, UnicodeDecodeError) as e:
-            raise self._error(f"cannot be read ({e})") from e
+            _log.warning("lineage.unreadable", path=str(self.path), error=str(e))
+            return None
         if not raw.strip():
-            return {}  # an empty file holds nothing that could be lost
+            return None
         try:
             data: Any = json.loads(raw)
         except ValueError as e:
-            raise self._error(f"is not valid JSON ({e})") from e
-        steps = data.get("steps") if isinstance(data, dict) else None
-        if not isinstance(steps, dict):
-            raise self._error('has no "steps" object')
-        bad = [k for k, v in steps.items() if not isinstance(v, str) or not v]
-        if bad:
-            raise self._error(f"has steps whose session_id is not a non-empty string: {bad[:5]}")
-        return dict(steps)
+            _log.warning("lineage.unreadable", path=str(self.path), error=f"not JSON: {e}")
+            return None
+        if not isinstance(data, dict) or not isinstance(data.get("steps"), dict):
+            _log.warning("lineage.unreadable", path=str(self.path), error='no "steps" object')
+            return None
+        if data.get("workspace") != str(self.workspace):
+            _log.warning("lineage.other_workspace", path=str(self.path), recorded=data.get("workspace"),
+                         workspace=str(self.workspace))
+            return None
+        steps = {str(k): v for k, v in data["steps"].items() if isinstance(v, str) and v}
+        woke = data.get("woke")
+        return steps, woke if isinstance(woke, int) and woke >= 0 else 0
 
-    def _write(self, steps: dict[str, str]) -> None:
-        text = json.dumps({"version": VERSION, "steps": steps}, ensure_ascii=False, indent=2, sort_keys=True)
+    def _spill(self, *, bump: bool = False) -> None:
+        """Write atomically, merging what another process wrote meanwhile; OSError is logged, never raised."""
+        try:
+            with self._locked():
+                disk = self._read()
+                if disk is not None:
+                    steps, woke = disk
+                    merged = {k: v for k, v in steps.items() if k not in self._forgotten}
+                    merged.update(self.steps)
+                    self.steps = merged
+                    if bump:
+                        self.woke = max(self.woke, woke + 1)
+                    else:
+                        self.woke = max(self.woke, woke)
+                self._write()
+        except OSError as e:
+            _log.warning("lineage.write_failed", path=str(self.path), error=str(e))
+
+    def _write(self) -> None:
+        data = {"version": VERSION, "workspace": str(self.workspace), "woke": self.woke, "steps": self.steps}
+        text = json.dumps(data, ensure_ascii=False, indent=2, sort_keys=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text + "\n")
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, self.path)
+            Path(tmp).replace(self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-    def _error(self, what: str) -> LineageError:
-        return LineageError(
-            f"lineage file {self.path} {what}; fix it by hand, or delete it to start every step in a "
-            "fresh session (continuity with earlier runs will be lost)"
-        )
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)

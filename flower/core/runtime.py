@@ -340,7 +340,7 @@ class Runtime:
         while not self._interrupt.is_set():
             if take:
                 words = take()
-                if words:
+                if words is not None:  # "" = interrupt without saying anything
                     self._interrupt_words = words
                     return
             try:
@@ -395,4 +395,4 @@ class Runtime:
 
 def _emit(on_event: OnEvent | None, kind: str, text: str, **payload: Any) -> None:
     if on_event:
-        on_event(Event(kind, text, payload=payload))  # type: ignore[arg-type]
+        on_event(Event(kind, text, payload=payload, step=payload.get("step", "")))  # type: ignore[arg-type]

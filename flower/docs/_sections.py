@@ -12,7 +12,7 @@ markdown. Parsing bugs concentrate here, so the rules live in one place:
   ``【目标】``, with the body on the same line after a colon;
 * aliases are tried longest first, so 「未知」 never eats 「未知与假设」;
 * a repeated section keeps its first non-empty body;
-* the ``(未填)`` marker written by ``to_markdown`` counts as empty.
+* the ``(未填)`` / ``(空)`` markers written by ``to_markdown`` count as empty.
 """
 
 from __future__ import annotations
@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Self
 
 UNFILLED = "(未填)"
-_BLANKS = {"", UNFILLED, "（未填）"}
-_NONE_ITEMS = {"无", "(无)", "（无）", "没有", "暂无", "none", "n/a", "-", UNFILLED, "（未填）"}
+EMPTY = "(空)"
+_BLANKS = {"", UNFILLED, "（未填）", EMPTY, "（空）"}
+_NONE_ITEMS = {"无", "(无)", "（无）", "没有", "暂无", "none", "n/a", "-", UNFILLED, "（未填）", EMPTY, "（空）"}
 
 _FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _ITEM = re.compile(r"^[ \t]*(?:[-*+•]|\d{1,3}[.)、])[ \t]+(?:\[[ xX]\][ \t]+)?(?P<text>.*\S)")
@@ -47,7 +48,7 @@ _HEAD = r"""
 
 
 def blank(text: str | None) -> bool:
-    """True for empty text and for the ``(未填)`` marker a human left in place."""
+    """True for empty text and for the ``(未填)`` / ``(空)`` markers a human left in place."""
     return (text or "").strip() in _BLANKS
 
 
@@ -151,13 +152,19 @@ class Sections:
         keys = self.titles if required is None else required
         return [self.titles[k] for k in keys if blank(values.get(k))]
 
-    def render(self, values: dict[str, str], *, title: str = "", skip_blank: bool = False) -> str:
-        """Markdown with canonical headings; empty sections get ``(未填)`` unless skipped."""
+    def render(self, values: dict[str, str], *, title: str = "", skip_blank: bool = False,
+               meta: str = "", placeholder: str = UNFILLED) -> str:
+        """Markdown with canonical headings; empty sections get ``placeholder`` unless skipped.
+
+        ``meta`` is a header line under the title (for humans; parsing ignores it).
+        """
         parts = [f"# {title}"] if title else []
+        if meta:
+            parts.append(meta)
         for key, name in self.titles.items():
             body = "" if blank(values.get(key)) else (values.get(key) or "").strip()
             if body or not skip_blank:
-                parts.append(f"## {name}\n{body or UNFILLED}")
+                parts.append(f"## {name}\n{body or placeholder}")
         return "\n\n".join(parts) + "\n"
 
 
@@ -183,8 +190,8 @@ class Doc:
         return not self.missing()
 
     def write(self, path: str | Path) -> Path:
-        """Write ``to_markdown()`` atomically (a killed run never leaves half a file)."""
-        p = Path(path)
+        """Write ``to_markdown()`` atomically (a killed run never leaves half a file); returns the resolved path."""
+        p = Path(path).resolve()
         p.parent.mkdir(parents=True, exist_ok=True)
         tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
         tmp.write_text(self.to_markdown(), encoding="utf-8")
@@ -195,13 +202,15 @@ class Doc:
 
     @classmethod
     def load(cls, path: str | Path) -> Self | None:
-        """Parse the file, or None when it does not exist."""
+        """Parse the file, or None when it does not exist or cannot be read."""
         p = Path(path)
-        if not p.is_file():
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
             return None
-        doc = cls.parse(p.read_text(encoding="utf-8"))
+        doc = cls.parse(text)
         if _has_path(doc):
-            doc.path = p  # type: ignore[attr-defined]
+            doc.path = p.resolve()  # type: ignore[attr-defined]
         return doc
 
 

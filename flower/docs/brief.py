@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from ._sections import Doc, Sections
@@ -56,8 +57,11 @@ class Brief(Doc):
         return SECTIONS.missing(self._values())
 
     def to_markdown(self) -> str:
-        return SECTIONS.render(self._values(), title="需求")
+        """The whole document for people: a metadata line, all four sections, empty ones marked (未填)."""
+        meta = (f"> 需求确认书 · 写于 {datetime.now().strftime('%Y-%m-%d %H:%M')} · "
+                f"缺 {len(self.missing())} 节 · 手改时保留四个标题")
+        return SECTIONS.render(self._values(), title="需求", meta=meta)
 
     def prompt_block(self) -> str:
-        """What downstream steps get instead of the clarifier's raw reply."""
-        return SECTIONS.render(self._values(), title="需求(已与需求方确认,以此为准,不要再猜)")
+        """What downstream steps get instead of the clarifier's raw reply: non-empty sections, no metadata."""
+        return SECTIONS.render(self._values(), title="需求(已与需求方确认,以此为准,不要再猜)", skip_blank=True)

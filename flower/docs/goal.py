@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._sections import Doc, Sections, items
+from ._sections import EMPTY, Doc, Sections, items
 
 SECTIONS = Sections(
     ("statement", "目标", ("目标陈述", "Goal", "Objective", "Statement")),
     ("checks", "检查清单", ("验收清单", "检查项", "验收标准", "Checks", "Checklist", "Acceptance checks")),
 )
 UNVERIFIABLE = "此环境无法验证"
-AMENDED = "【人工修改,与检查清单冲突时以此为准】"
+AMENDED = "(已修改)"
 
 
 @dataclass
@@ -40,18 +40,19 @@ class Goal(Doc):
     def missing(self) -> list[str]:
         return SECTIONS.missing(self._values())
 
-    def amend(self, text: str) -> Goal:
-        """A human changed the goal: sections given replace ours, free text is appended."""
-        new = Goal.parse(text)
-        if new.statement or new.checks:
-            return Goal(new.statement or self.statement, new.checks or list(self.checks), self.path)
-        note = text.strip()
-        if not note:
-            return Goal(self.statement, list(self.checks), self.path)
-        return Goal(f"{self.statement}\n\n{AMENDED}{note}".strip(), list(self.checks), self.path)
+    def amend(self, extra: str) -> Goal:
+        """A person changed the goal: appended to the statement after ``(已修改)``, never overwriting.
+
+        Returns ``self`` (so ``g.amend(x).write(path)`` reads naturally); empty text changes nothing.
+        """
+        extra = (extra or "").strip()
+        if extra:
+            self.statement = f"{self.statement}\n\n{AMENDED}{extra}".lstrip()
+        return self
 
     def to_markdown(self) -> str:
-        return SECTIONS.render(self._values(), title="目标与检查清单")
+        """Empty sections (an empty checklist in particular) are written as (空)."""
+        return SECTIONS.render(self._values(), title="目标与检查清单", placeholder=EMPTY)
 
     def prompt_block(self) -> str:
         return SECTIONS.render(self._values(), title="目标与检查清单", skip_blank=True)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._sections import Doc, Sections
+from ._sections import EMPTY, Doc, Sections
 
 SECTIONS = Sections(
     ("doing", "正在做", ("当前在做", "进行中", "Doing", "In progress", "Current work")),
@@ -22,6 +22,7 @@ SECTIONS = Sections(
     ("scene", "现场", ("现场状态", "工作区现状", "Scene", "Workspace state")),
 )
 REQUIRED = ("doing", "next")  # demanding dead ends would make the model invent some
+DEGRADED = "[降级:交接没写成]"
 _TITLE = re.compile(r"^#[ \t]*交接[ \t]*[:：][ \t]*(?P<step>.+?)[ \t]*$", re.M)
 
 # Normalised with _ → space and backticks dropped, so the API's
@@ -81,10 +82,18 @@ class Handoff(Doc):
     path: Path | None = field(default=None, compare=False)
 
     @classmethod
-    def parse(cls, text: str) -> Handoff:
+    def parse(cls, text: str, *, step: str = "") -> Handoff:
+        """The five sections; ``step`` is metadata (given, else read back from the ``# 交接:<step>`` title)."""
         found, preamble = SECTIONS.parse(text)
-        m = _TITLE.search(preamble)
-        return cls(**found, step=m["step"] if m else "")
+        if not step:
+            m = _TITLE.search(preamble)
+            step = m["step"] if m else ""
+        return cls(**found, step=step)
+
+    @property
+    def degraded(self) -> bool:
+        """Whether this is the mechanical stand-in written when the session could not write its own."""
+        return any(DEGRADED in getattr(self, k) for k in SECTIONS.titles)
 
     def _values(self) -> dict[str, str]:
         return {k: getattr(self, k) for k in SECTIONS.titles}
@@ -93,7 +102,8 @@ class Handoff(Doc):
         return SECTIONS.missing(self._values(), REQUIRED)
 
     def to_markdown(self) -> str:
-        return SECTIONS.render(self._values(), title=f"交接:{self.step}" if self.step else "交接")
+        return SECTIONS.render(self._values(), title=f"交接:{self.step}" if self.step else "交接",
+                               placeholder=EMPTY)
 
     def prompt_block(self) -> str:
         """The whole prompt of the fresh session that takes over."""
@@ -111,7 +121,7 @@ def degraded(step: str, prompt: str, *, why: str = "") -> Handoff:
     """A mechanical handoff when the session could not write one; always complete."""
     reason = f":{why}" if why else ""
     return Handoff(
-        doing=f"(交接未能写出{reason};这是机械生成的降级交接,上一个会话的进展没有记录下来)",
+        doing=f"{DEGRADED}(交接未能写出{reason};这是机械生成的交接,上一个会话的进展没有记录下来)",
         next="重新阅读任务并从工作区现状继续",
         scene=(prompt or "")[:1200],
         step=step,

@@ -84,7 +84,8 @@ class Verdict(Doc):
 
     @property
     def ok(self) -> bool:
-        return self.state == ACHIEVED
+        """Whether a conclusion could be read at all. ``ok=False`` must count as "not achieved", never as achieved."""
+        return bool(self.state)
 
     @property
     def achieved(self) -> bool:
@@ -103,11 +104,11 @@ class Verdict(Doc):
 
     def missing(self) -> list[str]:
         """A conclusion always; a reason unless achieved."""
-        return SECTIONS.missing(self._values(), ["state"] if self.ok else ["state", "reason"])
+        return SECTIONS.missing(self._values(), ["state"] if self.achieved else ["state", "reason"])
 
     def feedback(self) -> str:
-        """What goes back to the worker for the next round; "" once achieved."""
-        if self.ok:
+        """What goes back to the worker for the next round: only what is missing, never the fix; "" once achieved."""
+        if self.achieved:
             return ""
         parts = [_HEAD.get(self.state, "独立裁判没有给出明确结论,按未达成处理。")]
         if self.reason.strip():

@@ -1,4 +1,5 @@
-"""HumanChannel through the real CLI: the model's ask/inbox calls reach a person via the mailbox folder."""
+"""HumanChannel through the real CLI: the model's ask/inbox calls reach a person via a UI (push or pull)
+or the mailbox folder, and the answer comes back as the tool result."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from claude_agent_sdk import ResultMessage
 
 from flower.core.agent import AgentSpec, build_options
 from flower.core.channel import HumanChannel, MailboxAnswers
+from flower.core.events import Event
+from flower.core.roles import coordinator
 from flower.testing import Rule, ScriptedModel, say, tool
 
 pytestmark = pytest.mark.cli
 
 ASK = HumanChannel.tool_name
-INBOX = HumanChannel.inbox_tool_name
+INBOX = HumanChannel.inbox_name
 
 
 def _options(ch: HumanChannel, ws: Path) -> Any:
@@ -135,3 +138,70 @@ async def test_a_slow_answer_comes_back_inline_not_as_a_background_task(workspac
         await person
     assert msgs[-1].result == "ok"
     assert model.conversation[-1].result_text.strip() == "postgres" and model.unmatched == []
+
+
+async def test_pull_mode_a_ui_answers_without_any_mailbox(workspace: Path):
+    """The doc's interaction layer: a coroutine pulls questions with next_ask() and answers them."""
+    ch = HumanChannel(timeout_s=60)
+    rules = [Rule(tool(ASK, {"question": "用哪个端口?", "options": ["8080", "9000"]}), prompt="port"),
+             Rule(say("ok"), result="9000")]
+    seen: list[Any] = []
+
+    async def ui() -> None:
+        q = await ch.next_ask()
+        assert q is not None
+        seen.append((q.question, q.options, q.state))
+        assert ch.answer(q.id, "2")
+
+    with ScriptedModel(rules) as model:
+        answering = asyncio.create_task(ui())
+        msgs = await model.collect("port", _options(ch, workspace))
+        await answering
+    assert seen == [("用哪个端口?", ["8080", "9000"], "asked")]
+    assert msgs[-1].result == "ok" and model.conversation[-1].result_text.strip() == "9000"
+    assert ch.asks[0].state == "answered" and ch.asks[0].choice == 1 and ch.pending() == []
+
+
+async def test_the_coordinator_can_use_both_tools_in_accept_edits(workspace: Path):
+    """coordinator(channel=) pre-approves ask AND inbox: the CLI refuses an unlisted MCP tool even in acceptEdits.
+
+    Push mode: the UI sees Event("ask") (the mail first, then the question) and answers from its callback.
+    """
+    events: list[Event] = []
+
+    def ui(ev: Event) -> None:
+        events.append(ev)
+        if ev.payload.get("state") == "asked":
+            ch.answer(ev.payload["id"], "按方案 B")
+
+    ch = HumanChannel(on_event=ui, timeout_s=60)
+    spec = coordinator("协调者", "", {}, channel=ch, glance=False)
+    assert spec.permission_mode == "acceptEdits" and set(ch.tool_names) <= set(spec.allowed_tools)
+    ch.send("顺便:周五前要交")  # said before the model looks: waits in the inbox
+    rules = [Rule(tool(INBOX, {}), prompt="plan"),
+             Rule(tool(ASK, {"question": "A 还是 B?"}), result="周五前要交"),
+             Rule(say("done"), result="按方案 B")]
+    with ScriptedModel(rules) as model:
+        msgs = await model.collect("plan the work", build_options(spec, cwd=workspace))
+    assert msgs[-1].result == "done" and model.unmatched == []
+    inbox_result, ask_result = model.conversation[1], model.conversation[2]
+    assert not inbox_result.results[0]["is_error"] and "周五前要交" in inbox_result.result_text
+    assert not ask_result.results[0]["is_error"] and ask_result.result_text.strip() == "按方案 B"
+    kinds = [(e.kind, e.payload.get("kind"), e.payload.get("state")) for e in events]
+    assert kinds == [("ask", "mail", None), ("ask", None, "asked"), ("ask", None, "answered")]
+    assert ch.pending_mail() == [] and ch.ui_errors == []
+
+
+async def test_a_declined_question_and_an_empty_one_are_told_to_the_model(workspace: Path):
+    ch = HumanChannel(on_event=lambda ev: ev.payload.get("state") == "asked" and ch.decline(ev.payload["id"], "别问我"),
+                      timeout_s=60)
+    rules = [Rule(tool(ASK, {"question": "  "}), prompt="go"),
+             Rule(tool(ASK, {"question": "真的要删吗?"}), error=True),
+             Rule(say("decided"), result="跳过了这个问题")]
+    with ScriptedModel(rules) as model:
+        msgs = await model.collect("go", _options(ch, workspace))
+    assert msgs[-1].result == "decided"
+    empty, declined = model.conversation[1], model.conversation[2]
+    assert empty.results[0]["is_error"] and "question 不能为空" in empty.result_text
+    assert "跳过了这个问题:别问我" in declined.result_text and "自己做决定" in declined.result_text
+    assert [a.state for a in ch.asks] == ["invalid", "declined"] and ch.asked == 1

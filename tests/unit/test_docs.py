@@ -245,6 +245,9 @@ def test_prompt_block_has_sections_without_markers() -> None:
     block = FULL_BRIEF.prompt_block()
     assert "做一个 X" in block and "假设 Python 3.11" in block and "(未填)" not in block
     assert Brief.parse(block) == FULL_BRIEF
+    partial = Brief(goal="X", bounds="只读").prompt_block()  # only the non-empty sections, no metadata
+    assert "## 目标" in partial and "## 边界" in partial and "## 验收标准" not in partial and "(未填)" not in partial
+    assert "写于" not in partial and "写于" in Brief(goal="X").to_markdown()
 
 
 # --- write / load -----------------------------------------------------------
@@ -333,8 +336,17 @@ VERDICT_CASES = [
 def test_verdict_state(text: str, state: str) -> None:
     v = Verdict.parse(text)
     assert v.state == state
-    assert v.ok is v.achieved is (state == "achieved")
+    assert v.achieved is (state == "achieved")
+    assert v.ok is (state != "")  # ok = a conclusion was read; ok=False is never "achieved"
     assert v.unreachable is (state == "unreachable")
+
+
+def test_verdict_feedback_only_when_not_achieved() -> None:
+    assert Verdict("achieved").feedback() == ""
+    unclear = Verdict()
+    assert not unclear.ok and not unclear.achieved and "按未达成处理" in unclear.feedback()
+    fb = Verdict("not_yet", "缺测试", ["pytest 通过"]).feedback()
+    assert "缺测试" in fb and "pytest 通过" in fb
 
 
 def test_verdict_sections() -> None:
@@ -410,21 +422,29 @@ def test_goal_unverifiable_and_missing() -> None:
 
 
 AMEND_CASES = [
-    ("## 目标\n只要 Linux\n## 检查清单\n- linux 能跑", "只要 Linux", ["linux 能跑"]),
-    ("目标: 只要 Linux", "只要 Linux", ["能跑", "[此环境无法验证: macOS]"]),
-    ("## 检查清单\n- linux 能跑", "做 X", ["linux 能跑"]),
-    ("macOS 那条不要了", "做 X\n\n【人工修改,与检查清单冲突时以此为准】macOS 那条不要了",
-     ["能跑", "[此环境无法验证: macOS]"]),
-    ("   ", "做 X", ["能跑", "[此环境无法验证: macOS]"]),
+    ("macOS 那条不要了", "做 X\n\n(已修改)macOS 那条不要了"),
+    ("  只要 Linux \n", "做 X\n\n(已修改)只要 Linux"),
+    ("   ", "做 X"),
 ]
 
 
-@pytest.mark.parametrize("text,statement,checks", AMEND_CASES)
-def test_goal_amend(tmp_path: Path, text: str, statement: str, checks: list[str]) -> None:
+@pytest.mark.parametrize("text,statement", AMEND_CASES)
+def test_goal_amend_appends_never_overwrites(tmp_path: Path, text: str, statement: str) -> None:
     g = Goal("做 X", ["能跑", "[此环境无法验证: macOS]"], tmp_path / "目标.md")
-    new = g.amend(text)
-    assert (new.statement, new.checks, new.path) == (statement, checks, g.path)
-    assert g.checks == ["能跑", "[此环境无法验证: macOS]"]  # the original is untouched
+    assert g.amend(text) is g  # returns self: g.amend(x).write(path)
+    assert (g.statement, g.checks, g.path) == (statement, ["能跑", "[此环境无法验证: macOS]"], tmp_path / "目标.md")
+
+
+def test_goal_amend_survives_write_and_load(tmp_path: Path) -> None:
+    p = tmp_path / "目标.md"
+    Goal("做 X", ["能跑"]).amend("改成只要 Linux").write(p)
+    back = Goal.load(p)
+    assert back is not None and back.statement == "做 X\n\n(已修改)改成只要 Linux" and back.checks == ["能跑"]
+
+
+def test_goal_to_markdown_writes_an_empty_checklist_as_kong() -> None:
+    md = Goal("做 X").to_markdown()
+    assert "## 检查清单\n(空)" in md and Goal.parse(md) == Goal("做 X")
 
 
 # --- Handoff ----------------------------------------------------------------
@@ -452,6 +472,13 @@ def test_handoff_prompt_headings_are_the_parsed_ones() -> None:
     assert all([h.doing, h.decided, h.deadends, h.next, h.scene])
 
 
+def test_handoff_parse_takes_step_and_marks_empty_sections_kong() -> None:
+    assert Handoff.parse("## 正在做\nA\n## 下一步\nB", step="干活").step == "干活"
+    md = Handoff("A", next="B", step="干活").to_markdown()
+    assert md.count("(空)") == 3 and "(未填)" not in md
+    assert Handoff.parse(md) == Handoff("A", next="B", step="干活")
+
+
 def test_handoff_prompt_block() -> None:
     h = Handoff("改 X", next="跑测试", step="干活")
     block = h.prompt_block()
@@ -469,7 +496,9 @@ def test_degraded(why: str, prompt: str) -> None:
     assert h.complete() and h.step == "干活"
     assert h.scene == prompt[:1200]
     assert h.next == "重新阅读任务并从工作区现状继续"
-    assert h.doing.startswith("(交接未能写出") and why in h.doing
+    assert h.doing.startswith("[降级:交接没写成]") and why in h.doing
+    assert h.degraded and not Handoff("改 X", next="跑").degraded
+    assert Handoff.parse(h.to_markdown()).degraded  # the mark survives the disk
 
 
 OVERFLOW_CASES = [
@@ -494,3 +523,14 @@ OVERFLOW_CASES = [
 @pytest.mark.parametrize("texts,expected", OVERFLOW_CASES)
 def test_is_overflow(texts: tuple[str | None, ...], expected: bool) -> None:
     assert is_overflow(*texts) is expected
+
+
+def test_write_resolves_and_load_is_none_on_oserror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    b = Brief(goal="X")
+    where = b.write("notes/../需求.md")
+    assert where == (tmp_path / "需求.md").resolve() and b.path == where and where.is_file()
+    (tmp_path / "dir.md").mkdir()
+    assert Brief.load(tmp_path / "dir.md") is None  # IsADirectoryError: an OSError, not an exception
+    (tmp_path / "bin.md").write_bytes(b"\xff\xfe\x00")
+    assert Goal.load(tmp_path / "bin.md") is None
