@@ -44,30 +44,36 @@ async def test_write_tool_call_lands_on_disk_and_is_recorded(workspace: Path):
 
 
 async def test_host_settings_and_claude_md_never_reach_the_model(workspace: Path, tmp_path: Path, monkeypatch):
-    """setting_sources=[]: a user hook and a project CLAUDE.md are ignored; portable=False proves the probe works."""
+    """setting_sources=[]: user and project hooks and CLAUDE.md are ignored.
+
+    portable=False reads project settings only (["project"]): the same probe then sees the
+    project's marker and hook, which proves the probe can fail.
+    """
     home = tmp_path / "home"
-    marker_file = tmp_path / "hook-ran"
-    hook = {"hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": f"touch {marker_file}"}]}]}}
+    ran = {"user": tmp_path / "user-hook-ran", "project": tmp_path / "project-hook-ran"}
+
+    def hook(marker: Path) -> str:
+        return json.dumps({"hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": f"touch {marker}"}]}]}})
+
     (workspace / "CLAUDE.md").write_text("PROJECT-MARKER-7731: always answer in French.\n")
     (workspace / ".claude").mkdir()
-    (workspace / ".claude" / "settings.json").write_text(json.dumps(hook))
+    (workspace / ".claude" / "settings.json").write_text(hook(ran["project"]))
     monkeypatch.setenv("HOME", str(home))
-    for cfg in (home / ".claude",):
-        cfg.mkdir(parents=True)
-        (cfg / "settings.json").write_text(json.dumps(hook))
-        (cfg / "CLAUDE.md").write_text("USER-MARKER-5519\n")
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / "settings.json").write_text(hook(ran["user"]))
+    (home / ".claude" / "CLAUDE.md").write_text("USER-MARKER-5519\n")
 
     for portable in (True, False):
         with ScriptedModel([Rule(say("ok"), prompt="hi", repeat=True)], config_dir=home / ".claude") as model:
             _, err = await _run(model, "hi", build_options(AgentSpec("t", ""), cwd=workspace, portable=portable))
         assert err is None
         seen = "\n".join(r.system + "\n" + json.dumps(r.messages) for r in model.conversation)
+        assert "USER-MARKER-5519" not in seen and not ran["user"].exists()
         if portable:
-            assert "PROJECT-MARKER-7731" not in seen and "USER-MARKER-5519" not in seen
-            assert not marker_file.exists(), "a host hook ran although setting_sources=[]"
-        else:  # the same probe with host settings on sees both: the check above can fail
-            assert "PROJECT-MARKER-7731" in seen and "USER-MARKER-5519" in seen
-            assert marker_file.exists()
+            assert "PROJECT-MARKER-7731" not in seen
+            assert not ran["project"].exists(), "a project hook ran although setting_sources=[]"
+        else:
+            assert "PROJECT-MARKER-7731" in seen and ran["project"].exists()
 
 
 @pytest.mark.parametrize("fault,status,cli_attempts,text", [
