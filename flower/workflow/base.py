@@ -10,8 +10,8 @@ when the flow stops.
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass, field
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..core.agent import AgentSpec
@@ -26,16 +26,16 @@ Ctx = dict[str, Any]
 """The context every step reads and writes: ``ctx[step name]`` is a step's output; keys starting
 with ``_`` belong to the framework (see ``Workflow.run``)."""
 
-ON_FAIL = ("stop", "continue", "skip")
+ON_FAIL = ("stop", "skip", "continue")
 """What a step that did not pass does to the flow.
 
-* ``"stop"`` — the flow ends here: ``ctx["_stopped"] = name``, later steps never run.
-* ``"continue"`` — the last attempt is taken as it is: ``ctx[name]`` gets its reduced output and
-  the flow goes on (use it for best-effort steps whose output is still worth reading).
-* ``"skip"`` — the flow goes on as if the step had not run: ``ctx[name]`` is left unset, so a
-  later step's ``when`` can test ``name in ctx``.
+* ``"stop"`` (default) — ``ctx["_failed_at"] = name`` and the whole flow ends here.
+* ``"skip"`` — the flow goes on and ``ctx[name]`` is not written: a later ``lambda ctx: ctx[name]``
+  raises KeyError, a later ``when`` can test ``name in ctx``.
+* ``"continue"`` — ``ctx[name] = result.text`` (the last attempt's raw text, not ``reduce``) and the
+  flow goes on with an incomplete result.
 
-Every failed step is also listed in ``ctx["_failed"]``.
+Pass or fail, ``ctx["_results"][name]`` is the last attempt's StepResult.
 """
 
 
@@ -47,22 +47,29 @@ class StepAbort(Exception):
     """
 
 
-def render(value: str | Callable[[Ctx], str], ctx: Ctx) -> str:
+def _text(value: str | Callable[[Ctx], str], ctx: Ctx) -> str:
     """A prompt given as text or as a function of the context."""
     return value(ctx) if callable(value) else value
+
+
+async def _maybe(value: Any) -> Any:
+    """``gate``, ``when`` and ``on_reject`` may be sync or async."""
+    return await value if inspect.isawaitable(value) else value
 
 
 @dataclass
 class Step:
     """A step's declaration; what runs is ``Runtime.run(step.spec, prompt, ...)``.
 
-    ``when`` false → skipped. ``gate`` (sync or async) judges a successful run; False → another
-    attempt while ``retries`` last, ``StepAbort`` → stop now. ``on_reject`` makes that attempt
-    continue the rejected session with its return value ("" or no session → start over).
-    ``resume_from`` starts from another step's session (``fork`` to branch it off);
-    ``resume_prompt`` replaces the prompt when continuing this step's own session from an earlier
-    process; ``reduce`` decides what lands in ``ctx[name]`` (default: the result text). The
-    object is never modified by a run, so it can run again.
+    ``when`` false → the whole step is skipped (no result, nothing in ``_results``). ``gate`` judges
+    a successful run, exactly once per attempt; False → another attempt while ``retries`` last,
+    ``StepAbort`` → stop now. ``on_reject`` makes the next attempt continue the rejected session
+    with its return value ("" or no session → start over). ``resume_from`` starts from another
+    step's session (``fork`` to branch it off; a step with no session there → ValueError).
+    ``resume_prompt`` replaces the prompt when the step continues its own session (continuity).
+    ``reduce`` (sync) decides what lands in ``ctx[name]`` (default: the result text). ``gate``,
+    ``when`` and ``on_reject`` may be async. The object is never modified by a run, so it can run
+    again.
     """
 
     name: str
@@ -75,8 +82,8 @@ class Step:
     retries: int = 0
     gate: Callable[[StepResult, Ctx], bool | Awaitable[bool]] | None = None
     on_fail: str = "stop"
-    when: Callable[[Ctx], bool] | None = None
-    on_reject: Callable[[StepResult, Ctx], str] | None = None
+    when: Callable[[Ctx], bool | Awaitable[bool]] | None = None
+    on_reject: Callable[[StepResult, Ctx], str | Awaitable[str]] | None = None
     resume_prompt: str | Callable[[Ctx], str] | None = None
     reduce: Callable[[StepResult, Ctx], str] | None = None
 
@@ -92,16 +99,35 @@ class Step:
         if self.retries < 0:
             raise ValueError(f"Step {self.name!r}: retries must be >= 0, not {self.retries}")
 
+    def render(self, ctx: Ctx, *, resuming: bool = False) -> str:
+        """The prompt to send: ``resume_prompt`` when resuming and there is one, else ``prompt``."""
+        if resuming and self.resume_prompt is not None:
+            return _text(self.resume_prompt, ctx)
+        return _text(self.prompt, ctx)
+
     def label(self, attempt: int) -> str:
         """What the manifest shows for an attempt: ``name``, ``name#round2`` (on_reject) or ``name#retry1``."""
         if attempt == 0:
             return self.name
         return f"{self.name}#round{attempt + 1}" if self.on_reject else f"{self.name}#retry{attempt}"
 
+    def output(self, result: StepResult, ctx: Ctx) -> str:
+        """What a passed attempt leaves in ``ctx[name]``; ``reduce`` must be synchronous."""
+        if self.reduce is None:
+            return result.text
+        out = self.reduce(result, ctx)
+        if inspect.isawaitable(out):
+            close = getattr(out, "close", None)
+            if close:
+                close()  # never awaited: do not leave a "coroutine was never awaited" warning behind
+            raise TypeError(f"Step {self.name!r}: reduce must be a plain (sync) function; gate, when and "
+                            "on_reject may be async, reduce may not")
+        return out
+
 
 @dataclass
 class Workflow:
-    """Steps in order over one context; ``continuous`` reattaches steps to an earlier process's sessions."""
+    """Steps in order over one context; ``continuous`` (default) reattaches steps to their earlier sessions."""
 
     steps: list[Step]
     name: str = "workflow"
@@ -119,40 +145,55 @@ class Workflow:
     ) -> Ctx:
         """Run the steps in order and return the context (``self.context``, updated in place).
 
-        Private keys written: ``_runtime``, ``_on_event``, ``_channel``, ``_workbench``,
-        ``_workflow`` (this name), ``_results`` ({name: StepResult of the last attempt}),
-        ``_sessions`` ({name: session_id}), ``_step`` / ``_attempt`` / ``_label`` (what is running),
-        ``_woke`` (wake-ups so far, from the lineage: 0 on a fresh run, N on the N-th run that
-        reattached to an earlier process's sessions), ``_skipped`` (names ``when`` turned down),
-        ``_failed`` (names that did not pass), ``_stopped`` (the step that ended the flow, else
-        None) and ``_aborted`` (the last StepAbort message).
+        Private keys written: ``_runtime`` (gates dispatch agents through it), ``_on_event``,
+        ``_sessions`` ({step: session_id}, kept with setdefault), ``_results`` ({step: StepResult of
+        the last attempt}), ``_lineage`` (only when ``continuous`` and the runtime has a run_dir and a
+        workspace), ``_woke`` (``lineage.bump()``: 1 on the first run in a place, N on the N-th; 0
+        without a lineage), ``_aborted`` (the last StepAbort message) and ``_failed_at`` (the step
+        that failed with on_fail="stop"). ``_aborted`` and ``_failed_at`` are cleared when a run starts.
 
-        The channel and workbench are lent to the runtime for the run (interrupts, guards) and
-        given back afterwards. ``Event("step", <name>, payload={"index", "total", "resumed",
-        "woke"})`` marks each step's start (index from 0, woke = ``ctx["_woke"]``); a step ``when``
-        turned down gets the same with ``"skipped": True``. Sessions are always remembered in
-        ``<run_dir>/lineage.json``; with ``continuous`` they are also looked up there, so a new
-        process continues them.
+        With ``continuous`` the lineage ``<run_dir>/lineage.json`` is read first and every session it
+        names that ``runtime.has_session`` still finds is put into ``ctx["_sessions"]``: a step with
+        a live session continues it with ``step.render(ctx, resuming=True)`` — ``resume_from=None``
+        does not mean a fresh session then (a step's own live session also takes precedence over its
+        ``resume_from``). ``continuous=False`` neither reads nor writes the lineage.
+
+        ``Event("step", <name>, payload={"index", "total", "resumed", "woke"})`` marks the start of
+        each step that runs. The channel's ``on_event`` is wired to ``on_event`` for the run when it
+        is None (and unwired afterwards); the channel and a Workbench are lent to the runtime for the
+        run (interrupts, guards, the index) and given back afterwards.
         """
         ctx = self.context
         ctx.setdefault("_results", {})
         ctx.setdefault("_sessions", {})
-        ctx.setdefault("_skipped", [])
-        ctx.setdefault("_failed", [])
-        ctx["_stopped"] = None
-        wb = self.workbench
+        ctx.pop("_aborted", None)
+        ctx.pop("_failed_at", None)
+        ctx["_runtime"], ctx["_on_event"] = runtime, on_event
+
+        lineage: Lineage | None = None
+        run_dir, workspace = getattr(runtime, "run_dir", None), getattr(runtime, "workspace", None)
+        if self.continuous and run_dir and workspace:
+            lineage = Lineage.open(run_dir, workspace)
+            for step_name, sid in lineage.steps.items():
+                if step_name not in ctx["_sessions"] and runtime.has_session(sid):
+                    ctx["_sessions"][step_name] = sid
+            ctx["_lineage"] = lineage
+            ctx["_woke"] = lineage.bump()
+        else:
+            ctx.pop("_lineage", None)
+            ctx["_woke"] = 0
+
+        ch, wb = self.channel, self.workbench
         if wb is True:
             wb = Workbench(runtime.workspace)
         saved = runtime.channel, runtime.workbench
-        if self.channel is not None:
-            runtime.channel = self.channel
+        wired = ch is not None and on_event is not None and getattr(ch, "on_event", False) is None
+        if ch is not None:
+            runtime.channel = ch
         if isinstance(wb, Workbench):
             runtime.workbench = wb
-        ctx.update(_runtime=runtime, _on_event=on_event, _channel=self.channel,
-                   _workbench=runtime.workbench, _workflow=self.name)
-        lineage = Lineage.open(runtime.run_dir, runtime.workspace)
-        waking = self.continuous and any(s.name in lineage.steps for s in self.steps)
-        ctx["_woke"] = lineage.bump() if waking else 0
+        if wired:
+            ch.on_event = on_event
         try:
             for i, step in enumerate(self.steps):
                 result = await self._run_step(i, step, ctx, runtime, lineage, on_event)
@@ -160,67 +201,66 @@ class Workflow:
                     continue
                 if on_step:
                     on_step(step, result)
-                if ctx["_stopped"]:
+                if ctx.get("_failed_at") == step.name:
                     break
         finally:
             runtime.channel, runtime.workbench = saved
+            if wired and ch.on_event is on_event:
+                ch.on_event = None
         return ctx
 
-    async def _run_step(self, i: int, step: Step, ctx: Ctx, runtime: Runtime, lineage: Lineage,
+    async def _run_step(self, i: int, step: Step, ctx: Ctx, runtime: Runtime, lineage: Lineage | None,
                         on_event: OnEvent | None) -> StepResult | None:
         """One step, all its attempts; None when ``when`` turned it down."""
-        total, name = len(self.steps), step.name
-        ctx["_step"] = name
-        if step.when is not None and not step.when(ctx):
-            ctx["_skipped"].append(name)
-            _emit(on_event, "step", name, index=i, total=total, resumed=False, woke=ctx["_woke"], skipped=True)
+        name = step.name
+        if step.when is not None and not await _maybe(step.when(ctx)):
             return None
 
         def fresh() -> tuple[str, str | None, bool]:
-            """Attempt 0 without continuity, and every retry that starts over."""
-            source = ctx["_sessions"].get(step.resume_from) if step.resume_from else None
-            if step.resume_from and source is None and self.continuous:
-                source = lineage.lookup(step.resume_from)
-            return render(step.prompt, ctx), source, step.fork if source else False
+            """Attempt 0 without a session of its own, and every retry that starts over."""
+            if not step.resume_from:
+                return step.render(ctx), None, False
+            source = ctx["_sessions"].get(step.resume_from)
+            if not source:
+                raise ValueError(f"Step {name!r} resumes from {step.resume_from!r}, which has no session (it did "
+                                 "not run, or produced none): put that step before it, or drop resume_from")
+            return step.render(ctx), source, step.fork
 
-        earlier = lineage.lookup(name) if self.continuous and name not in ctx["_sessions"] else None
-        if earlier:  # continuity: this step had a session in an earlier process
-            again = step.resume_prompt if step.resume_prompt is not None else step.prompt
-            prompt_cur, resume_cur, fork_cur = render(again, ctx), earlier, False
+        own = ctx["_sessions"].get(name) if lineage is not None else None
+        if own:  # continuity: this step already has a live session — continue it
+            prompt_cur, resume_cur, fork_cur = step.render(ctx, resuming=True), own, False
         else:
             prompt_cur, resume_cur, fork_cur = fresh()
-        _emit(on_event, "step", name, index=i, total=total, resumed=resume_cur is not None, woke=ctx["_woke"])
+        _emit(on_event, "step", name, index=i, total=len(self.steps), resumed=resume_cur is not None,
+              woke=ctx["_woke"])
 
         def remember(session_id: str) -> None:  # as soon as the CLI names it: a kill -9 keeps it
-            lineage.remember(name, session_id)
+            if lineage is not None:
+                lineage.remember(name, session_id)
 
         attempt = 0
         while True:
-            label = step.label(attempt)
-            ctx["_attempt"], ctx["_label"] = attempt, label
             previous = runtime.on_session
-            runtime.on_session = remember
+            runtime.on_session = remember if lineage is not None else previous
             try:
-                result = await runtime.run(step.spec, prompt_cur, step_name=label, resume=resume_cur,
+                result = await runtime.run(step.spec, prompt_cur, step_name=step.label(attempt), resume=resume_cur,
                                            fork=fork_cur, on_event=on_event)
             finally:
                 runtime.on_session = previous
             ctx["_results"][name] = result
             if result.session_id:
                 ctx["_sessions"][name] = result.session_id
-                lineage.remember(name, result.session_id)
+                if lineage is not None:
+                    lineage.remember(name, result.session_id)
             passed, aborted = result.ok, False
             if passed and step.gate is not None:
                 try:
-                    verdict = step.gate(result, ctx)
-                    if inspect.isawaitable(verdict):
-                        verdict = await verdict
-                    passed = bool(verdict)
+                    passed = bool(await _maybe(step.gate(result, ctx)))
                 except StepAbort as e:
                     ctx["_aborted"], passed, aborted = str(e), False, True
             if passed or aborted or attempt >= step.retries:
                 break
-            back = step.on_reject(result, ctx) if step.on_reject is not None else ""
+            back = await _maybe(step.on_reject(result, ctx)) if step.on_reject is not None else ""
             if back and result.session_id:
                 prompt_cur, resume_cur, fork_cur = back, result.session_id, False
             else:
@@ -228,13 +268,11 @@ class Workflow:
             attempt += 1
 
         if passed:
-            ctx[name] = step.reduce(result, ctx) if step.reduce is not None else result.text
-            return result
-        ctx["_failed"].append(name)
-        if step.on_fail == "stop":
-            ctx["_stopped"] = name
+            ctx[name] = step.output(result, ctx)
+        elif step.on_fail == "stop":
+            ctx["_failed_at"] = name
         elif step.on_fail == "continue":
-            ctx[name] = step.reduce(result, ctx) if step.reduce is not None else result.text
+            ctx[name] = result.text
         return result
 
 

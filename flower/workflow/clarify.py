@@ -14,7 +14,7 @@ from ..core.channel import HumanChannel
 from ..core.roles import clarify
 from ..core.runtime import StepResult
 from ..docs.brief import Brief
-from .base import Ctx, Step, render
+from .base import Ctx, Step, _text
 
 __all__ = ["clarify_step", "BRIEF_KEY", "MISSING_KEY", "CLARIFY_RESUME"]
 
@@ -23,8 +23,8 @@ BRIEF_KEY = "_brief"
 MISSING_KEY = "_brief_missing"
 """ctx key of the sections the last reply left empty; gone once the brief is complete."""
 CLARIFY_RESUME = (
-    "上次确认需求的过程被中断了,现在接着来。已经问过、答过的不要再问;还没弄清楚的继续问,"
-    "问清楚后按要求给出恰好四节:目标、验收标准、边界、未知与假设。"
+    "继续刚才没完成的需求确认——不要从头再来。已经问过、答过的不要再问,也不要把原始诉求当成新任务重新开始;"
+    "还没弄清楚的接着问,问清楚后按要求给出恰好四节:目标、验收标准、边界、未知与假设。"
 )
 """Sent when an interrupted clarification session is continued in a new process."""
 
@@ -81,7 +81,7 @@ def clarify_step(
 
     def ask(ctx: Ctx) -> str:
         """A retry starts over: tell it which sections were missing last time."""
-        text = render(prompt, ctx)
+        text = _text(prompt, ctx)
         missing = ctx.get(MISSING_KEY)
         if missing:
             text += f"\n\n(上一次的回复缺了这几节:{'、'.join(missing)}。这次务必给全四节。)"

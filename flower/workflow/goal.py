@@ -19,14 +19,14 @@ from ..docs.verdict import Verdict
 from .base import Ctx, Step, StepAbort
 
 __all__ = ["goal_step", "with_goal", "GOAL_KEY", "VERDICT_KEY", "ROUND_KEY", "VERIFY_PROMPT",
-           "SET_GOAL_PROMPT", "ACCEPT", "AMEND", "DISAGREE"]
+           "SET_GOAL_PROMPT", "NO_BRIEF", "ACCEPT", "AMEND", "DISAGREE"]
 
 GOAL_KEY = "_goal"
 """ctx key of the frozen ``Goal`` (``ctx[goal step name]`` holds its prompt block)."""
 VERDICT_KEY = "_verdict"
 """ctx key of the latest round's ``Verdict``."""
-ROUND_KEY = "_round"
-"""ctx key counting the judge's rounds of the step being guarded (restarts at each such step)."""
+ROUND_KEY = "_goal_rounds"
+"""ctx key: how many verdict rounds the guarded step has had (it restarts at that step's first attempt)."""
 
 SET_GOAL_PROMPT = (
     "下面是已经和需求方确认过的需求。请为它设定目标:先看清楚你所在的环境能验证什么,"
@@ -54,12 +54,14 @@ VERIFY_PROMPT = """\
 """
 """The verdict round's prompt; placeholders ``{round}``, ``{goal}`` (goal block), ``{report}``."""
 
-ACCEPT = "接受这个结果,继续往下走"
+ACCEPT = "接受这个结果,就这样往下走"
 AMEND = "修改目标"
 DISAGREE = "裁判判错了,这个环境能验证,接着干"
 """The three options put to the person when the judge says the goal cannot be verified here."""
 
 _NO_GOAL = "## 目标\n(没有冻结的目标:按任务本身和交付物判断)"
+NO_BRIEF = "(没有确认书)"
+"""What the goal-setting judge reads in place of the brief when ``ctx[brief_key]`` is missing."""
 _AMBIGUOUS = "裁判没有给出明确的结论(达成 / 未达成 / 无法验证),按未达成处理:请把交付物和验证证据摆清楚。"
 
 
@@ -79,8 +81,10 @@ def goal_step(
     """A Step where a judge reads ``ctx[brief_key]`` and freezes goal + checklist to ``goal_path``.
 
     Skipped when a complete goal is on disk (it is still put into the context) unless
-    ``always_set``. No resume_prompt: setting a goal always resends the whole brief. Pass
-    ``can_run=True`` through ``spec_kw`` to let the judge run commands while looking around.
+    ``always_set``. Without a brief in the context the judge reads ``(没有确认书)``. No
+    resume_prompt: setting a goal always resends the whole brief. Pass ``can_run=True`` through
+    ``spec_kw`` to let the judge run commands while looking around. ``spec`` defaults to
+    ``judge(name, channel, instructions=..., **spec_kw)``.
     """
     path = Path(goal_path)
     agent = spec if spec is not None else judge(name, channel, instructions=instructions, **spec_kw)
@@ -99,11 +103,8 @@ def goal_step(
         return True
 
     def prompt(ctx: Ctx) -> str:
-        brief = ctx.get(brief_key)
-        if not brief:
-            raise ValueError(f"goal_step {name!r} needs the brief in ctx[{brief_key!r}]: put the clarify step "
-                             "before it, or pass brief_key= naming the step that produces it")
-        return SET_GOAL_PROMPT.format(brief=brief)
+        brief = str(ctx.get(brief_key) or "").strip()
+        return SET_GOAL_PROMPT.format(brief=brief or NO_BRIEF)
 
     def gate(result: StepResult, ctx: Ctx) -> bool:
         goal = Goal.parse(result.text)
@@ -140,28 +141,28 @@ def with_goal(
 ) -> Step:
     """Guard ``step`` with an independent judge after every round; not reached → back to work.
 
-    Returns ``replace(step, ...)`` so every other field (resume_prompt above all) survives. The
-    step's own gate, if any, runs first and a False from it skips the judge. A rejected round
-    continues the same work session with the verdict's feedback (label ``name#roundN``). The
-    judge is a fresh session each round named ``<label>#<round>`` (label: ``name`` or
-    ``<step>·判定``), so it never enters the lineage.
+    Returns ``replace(step, retries=max(0, rounds - 1), gate=..., on_reject=...)``: every other
+    field (resume_prompt and when above all) survives. The step's own gate, if any, runs first and a
+    False from it skips the judge (then the step's own on_reject answers). A rejected round
+    continues the same work session with the verdict's feedback (label ``name#roundN``); a round
+    whose work itself failed has no verdict and continues its session with the runtime's resume
+    prompt. The judge is a fresh session each round named ``<label>#<round>`` (label: ``name`` or
+    ``<step>·判定``), so it never enters the lineage. ``ctx[ROUND_KEY]`` restarts at the step's
+    first attempt; ``ctx[VERDICT_KEY]`` is the latest verdict.
     """
     path = Path(goal_path)
     label = name or f"{step.name}·判定"
     judger = spec if spec is not None else judge(label, channel, instructions=instructions, can_run=can_run,
                                                  **spec_kw)
-    inner_gate, inner_reject, inner_when = step.gate, step.on_reject, step.when
-
-    def when(ctx: Ctx) -> bool:
-        ctx[ROUND_KEY] = 0
-        ctx.pop(VERDICT_KEY, None)
-        return inner_when(ctx) if inner_when is not None else True
+    inner_gate, inner_reject = step.gate, step.on_reject
 
     async def gate(result: StepResult, ctx: Ctx) -> bool:
         ctx.pop(VERDICT_KEY, None)
+        if result.step == step.name:  # the step's first attempt: its rounds start again
+            ctx[ROUND_KEY] = 0
         rt = ctx.get("_runtime")
         if not isinstance(rt, Runtime):
-            raise StepAbort("没有 Runtime(ctx['_runtime']),无法判定目标;不能当作已达成")
+            raise StepAbort("拿不到 Runtime,无法判定目标(ctx['_runtime'] 里没有);不能当作已达成")
         if inner_gate is not None:
             passed = inner_gate(result, ctx)
             if inspect.isawaitable(passed):
@@ -193,7 +194,7 @@ def with_goal(
             return verdict.feedback()
         return inner_reject(result, ctx) if inner_reject is not None else ""
 
-    return replace(step, retries=max(0, rounds - 1), gate=gate, on_reject=on_reject, when=when)
+    return replace(step, retries=max(0, rounds - 1), gate=gate, on_reject=on_reject)
 
 
 def _current_goal(ctx: Ctx, path: Path) -> Goal:
@@ -218,7 +219,8 @@ async def _ask_person(channel: HumanChannel, verdict: Verdict, goal: Goal, path:
     if answer.choice == 0:
         return True
     if answer.choice == 1:
-        again = await channel.ask("新的目标是什么?可以只写要改的那一节(## 目标 / ## 检查清单),也可以直接写一句话。")
+        again = await channel.ask("新的目标是什么?直接写一句话或几条要求:它会追加在原目标后面(标为「已修改」),"
+                                  "之后的判定以它为准。")
         if again.state != "answered" or not again.text.strip():
             raise StepAbort(f"要修改目标,但没有收到新的目标({again.state});停下")
         new = goal.amend(again.text)

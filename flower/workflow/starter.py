@@ -9,15 +9,15 @@ the Q&A log sit in its ``notes/`` — out of the user's tree, and listed in the 
 from __future__ import annotations
 
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..core import manifest
 from ..core.channel import HumanChannel
+from ..core.events import Event
 from ..core.lineage import Lineage
 from ..core.roles import coordinator, worker
-from ..core.runtime import Runtime
+from ..core.runtime import StepResult
 from ..core.workbench import Workbench
 from ..docs.brief import Brief
 from ..docs.goal import Goal
@@ -120,13 +120,16 @@ def starter_flow(
 ) -> Workflow:
     """Assemble clarify → set goal → work (coordinator + one ``coder`` worker, judged every round).
 
+    The brief, the goal and the Q&A log live in ``<workbench.notes>/`` (see ``starter_paths``).
     A complete brief on disk makes this a wake-up: nothing is asked again and every step picks up
     its earlier session. A sentence given at a wake-up lands in three places — appended to the
-    brief once, the goal set again from it, and handed to the coordinator — since missing any one
-    of them silently loses it. ``new`` starts over: the earlier brief, goal and lineage are moved
-    (never deleted) into ``<run_dir>/archive/<time>/`` when the flow is built.
-    ``instructions`` go to the coordinator. Raises ValueError, before anything is spent, for
-    ``isolate`` outside a git repository and for an empty ``ask`` that is not a wake-up.
+    brief once (when the run starts), the goal set again from it, and handed to the coordinator —
+    since missing any one of them silently loses it. ``new`` starts over: the lineage, the brief
+    and the goal are moved together (never deleted) into ``<run_dir>/archive/<time>/`` when the
+    flow is built. ``clarify_only`` returns the clarify step alone; ``goal=False`` puts no goal
+    guard on the work. ``instructions`` go to the clarifier. Raises ValueError, before anything is
+    spent, for ``isolate`` outside a git repository and for an empty ``ask`` that is not a wake-up;
+    ``run()`` raises it for a Runtime whose run_dir is not this ``run_dir``.
     """
     paths = starter_paths(workspace, run_dir=run_dir, isolate=isolate, brief_name=brief_name,
                           goal_name=goal_name, log_name=log_name)
@@ -145,11 +148,11 @@ def starter_flow(
     ch = HumanChannel(log_path=paths.log, amend_path=paths.brief, max_asks=max_asks, timeout_s=timeout_s)
     wb = Workbench(paths.workspace, home=paths.workbench) if isolate else Workbench(paths.workspace)
     coder = worker("实现者:写代码、改文件、跑验证,按四节汇报", worker_prompt, isolate=isolate)
-    lead = coordinator("协调者", instructions, {"coder": coder}, channel=ch)
+    lead = coordinator("协调者", "", {"coder": coder}, channel=ch)
 
     clarify = clarify_step(ch, brief_path=paths.brief, prompt=_CLARIFY_PROMPT.format(ask=said or "(见需求文件)"),
-                           always_ask=new, retries=1)
-    steps: list[Step] = [_before(clarify, _preflight(paths, ch, said if fresh_word else ""))]
+                           instructions=instructions, always_ask=new, retries=1)
+    steps: list[Step] = [clarify]
     if not clarify_only:
         names = [clarify.name]
         if goal:
@@ -165,8 +168,27 @@ def starter_flow(
         if goal:
             work = with_goal(work, ch, goal_path=paths.goal, rounds=rounds, can_run=judge_can_run)
         steps.append(work)
-    context: Ctx = {"_ask": said, "_wake": woke, "_paths": paths}
-    return Workflow(steps, name="starter", context=context, channel=ch, workbench=wb)
+    return _Starter(steps, name="starter", channel=ch, workbench=wb, run_dir=paths.run_dir,
+                    said=said if fresh_word else "")
+
+
+@dataclass
+class _Starter(Workflow):
+    """The starter Workflow: before its first step it checks the runtime and records the wake-up sentence."""
+
+    run_dir: Path | None = None
+    said: str = ""
+
+    async def run(self, runtime: Any, *, on_event: Callable[[Event], None] | None = None,
+                  on_step: Callable[[Step, StepResult], None] | None = None) -> Ctx:
+        """Refuse a Runtime keeping its runs elsewhere (before anything is written), then run the steps."""
+        rt_dir = getattr(runtime, "run_dir", None)
+        if self.run_dir is not None and rt_dir is not None and Path(rt_dir).resolve() != self.run_dir:
+            raise ValueError(f"the Runtime keeps its runs in {rt_dir} but starter_flow was built with "
+                             f"run_dir={self.run_dir}: pass the same run_dir to both, or continuity is lost")
+        if self.said and self.channel is not None:  # once: a wake-up repeating the same words does not pile up
+            self.channel.amend(self.said, label=WAKE_LABEL)
+        return await super().run(runtime, on_event=on_event, on_step=on_step)
 
 
 def _work_prompt(keys: list[str], extra: str, tail: str, *, first: bool = False) -> Callable[[Ctx], str]:
@@ -180,29 +202,6 @@ def _work_prompt(keys: list[str], extra: str, tail: str, *, first: bool = False)
     return render
 
 
-def _before(step: Step, hook: Callable[[Ctx], None]) -> Step:
-    """Run ``hook`` when the flow reaches ``step`` (before its own ``when``), not when it is built."""
-    inner = step.when
-
-    def when(ctx: Ctx) -> bool:
-        hook(ctx)
-        return inner(ctx) if inner is not None else True
-
-    return replace(step, when=when)
-
-
-def _preflight(paths: StarterPaths, ch: HumanChannel, said: str) -> Callable[[Ctx], None]:
-    def check(ctx: Ctx) -> None:
-        rt = ctx.get("_runtime")
-        if isinstance(rt, Runtime) and rt.run_dir != paths.run_dir:
-            raise ValueError(f"the Runtime keeps its runs in {rt.run_dir} but starter_flow was built with "
-                             f"run_dir={paths.run_dir}: pass the same run_dir to both, or continuity is lost")
-        if said:  # once: a wake-up that repeats the same words does not pile them up
-            ch.amend(said, label=WAKE_LABEL)
-
-    return check
-
-
 def wake_state(
     workspace: str | Path = ".",
     *,
@@ -213,31 +212,20 @@ def wake_state(
 ) -> dict[str, Any]:
     """Would ``flower`` here continue earlier work or start over? Reads only; writes not one byte.
 
-    Keys: ``woke`` (a complete brief is frozen: the next run continues), ``workspace``,
-    ``workbench``, ``brief_path``, ``goal_path``, ``log_path``, ``brief`` / ``goal`` (the parsed
-    documents or None), ``goal_complete``, ``sessions`` ({step: session_id} from the lineage),
-    ``wakeups`` (how many times the run has woken so far), ``last_run`` (its id or None),
-    ``last_results`` (that run's manifest rows) and ``handoffs`` (handoff documents in the notes).
+    Keys: ``waking`` (the brief exists with its four sections complete), ``brief`` / ``goal`` (their
+    paths, in ``<workbench.notes>/``), ``checks`` (how many checks the goal has; 0 without a goal),
+    ``woke`` (``Lineage.woke``: wake-ups so far) and ``steps`` (a copy of ``Lineage.steps``, step →
+    session_id). ``isolate`` must be what ``starter_flow`` gets: it decides where the workbench is.
     """
     paths = starter_paths(workspace, run_dir=run_dir, isolate=isolate, brief_name=brief_name, goal_name=goal_name)
     brief = Brief.load(paths.brief)
     goal = Goal.load(paths.goal)
-    rows = manifest.read_rows(paths.manifest)
     lineage = Lineage.open(paths.run_dir, paths.workspace)
-    last = rows[-1].get("run") if rows else None
     return {
-        "woke": brief is not None and brief.complete(),
-        "workspace": paths.workspace,
-        "workbench": paths.workbench,
-        "brief_path": paths.brief,
-        "goal_path": paths.goal,
-        "log_path": paths.log,
-        "brief": brief,
-        "goal": goal,
-        "goal_complete": goal is not None and goal.complete(),
-        "sessions": dict(lineage.steps),
-        "wakeups": lineage.woke,
-        "last_run": last,
-        "last_results": [r for r in rows if r.get("run") == last],
-        "handoffs": sorted(paths.notes.glob("交接-*.md")) if paths.notes.is_dir() else [],
+        "waking": brief is not None and brief.complete(),
+        "brief": paths.brief,
+        "goal": paths.goal,
+        "checks": len(goal.checks) if goal is not None else 0,
+        "woke": lineage.woke,
+        "steps": dict(lineage.steps),
     }

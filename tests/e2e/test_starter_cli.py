@@ -117,7 +117,8 @@ async def test_the_whole_starter_flow_clarifies_sets_the_goal_and_works_two_roun
         with Person(box, ["1"]) as person:
             ctx = await asyncio.wait_for(wf.run(_runtime(workspace, run_dir), on_event=events.append), 240)
 
-    assert ctx["_stopped"] is None and ctx["_failed"] == [], ctx.get("_results")
+    assert "_failed_at" not in ctx and "_aborted" not in ctx, ctx.get("_results")
+    assert ctx["_woke"] == 1 and ctx["_lineage"].steps == json.loads((run_dir / "lineage.json").read_text())["steps"]
     assert [q["question"] for q in person.asked] == ["用什么语言?"]
     paths = starter_paths(workspace, run_dir=run_dir)
     assert paths.brief == workspace / ".flower" / "notes" / "需求.md"
@@ -138,10 +139,13 @@ async def test_the_whole_starter_flow_clarifies_sets_the_goal_and_works_two_roun
     assert set(sessions) == {"确认需求", "设定目标", "工作"} and sessions["工作"] == lead[0].session
     steps = [e for e in events if e.kind == "step"]
     assert [(e.text, e.payload) for e in steps] == [
-        ("确认需求", {"index": 0, "total": 3, "resumed": False, "woke": 0}),
-        ("设定目标", {"index": 1, "total": 3, "resumed": False, "woke": 0}),
-        ("工作", {"index": 2, "total": 3, "resumed": False, "woke": 0}),
+        ("确认需求", {"index": 0, "total": 3, "resumed": False, "woke": 1}),
+        ("设定目标", {"index": 1, "total": 3, "resumed": False, "woke": 1}),
+        ("工作", {"index": 2, "total": 3, "resumed": False, "woke": 1}),
     ]
+    asked = [e for e in events if e.kind == "ask"]
+    assert asked and asked[0].text == "用什么语言?", "the workflow wired the channel to the same output"
+    assert wf.channel.on_event is None, "and unwired it afterwards"
     log = paths.log.read_text()
     assert "用什么语言?" in log and "answered" in log
     assert model.unmatched == []
@@ -171,12 +175,12 @@ async def test_unverifiable_asks_the_person_with_three_options(workspace, tmp_pa
     log = starter_paths(workspace, run_dir=run_dir).log.read_text()
     assert "无法验证" in log and all(o in log for o in (ACCEPT, AMEND, DISAGREE))
     if branch == "nobody":
-        assert ctx["_stopped"] == "工作" and ctx["_failed"] == ["工作"] and "没有人回答" in ctx["_aborted"]
+        assert ctx["_failed_at"] == "工作" and "没有人回答" in ctx["_aborted"]
         assert "工作" not in ctx and _steps(run_dir) == ["工作", "工作·判定#1"], "no second round after an abort"
         assert person.asked == []  # timeout_s=0: nothing was even posted
         return
     assert [q["options"] for q in person.asked][0] == [ACCEPT, AMEND, DISAGREE]
-    assert ctx["_stopped"] is None and ctx["工作"]
+    assert "_failed_at" not in ctx and ctx["工作"]
     if branch == "accept":
         assert _steps(run_dir) == ["工作", "工作·判定#1"]
         return
@@ -210,8 +214,8 @@ async def main():
             print(json.dumps({"kind": e.kind, "text": e.text, "payload": e.payload}, ensure_ascii=False), flush=True)
 
     ctx = await wf.run(Runtime(workspace=ws, run_dir=run_dir), on_event=show)
-    print(json.dumps({"stopped": ctx["_stopped"], "failed": ctx["_failed"], "woke": ctx["_woke"],
-                      "skipped": ctx["_skipped"], "work": ctx.get("工作")}, ensure_ascii=False), flush=True)
+    print(json.dumps({"failed_at": ctx.get("_failed_at"), "woke": ctx["_woke"],
+                      "ran": list(ctx["_results"]), "work": ctx.get("工作")}, ensure_ascii=False), flush=True)
 
 asyncio.run(main())
 """
@@ -267,7 +271,7 @@ async def test_a_killed_run_continues_its_work_session_when_run_again(workspace,
         stdout, stderr = await asyncio.to_thread(second.communicate, timeout=180)
     assert second.returncode == 0, stderr[-3000:]
     final = json.loads(stdout.strip().splitlines()[-1])
-    assert final["stopped"] is None and final["woke"] == 1 and final["skipped"] == ["确认需求", "设定目标"], stdout[-2000:]
+    assert final["failed_at"] is None and final["woke"] == 2 and final["ran"] == ["工作"], stdout[-2000:]
     assert "hello.py 已经在了" in final["work"]
     resumed = [r for r in model.conversation if "[接着做]" in r.user and not r.is_subagent]
     assert resumed and resumed[0].session == work_session, "the work step resumes the killed session"
@@ -276,8 +280,8 @@ async def test_a_killed_run_continues_its_work_session_when_run_again(workspace,
     asked_after = len([r for r in model.conversation if CLARIFIER in r.system or "请为它设定目标" in r.prompt])
     assert asked_after == asked_before, "the brief and the goal are not asked again"
     events = [json.loads(line) for line in stdout.splitlines() if line.startswith('{"kind"')]
-    work_step = next(e for e in events if e["kind"] == "step" and not e["payload"].get("skipped"))
-    assert work_step["text"] == "工作" and work_step["payload"]["resumed"] and work_step["payload"]["woke"] == 1
+    assert [(e["text"], e["payload"]) for e in events if e["kind"] == "step"] == [
+        ("工作", {"index": 2, "total": 3, "resumed": True, "woke": 2})], "skipped steps do not start"
 
 
 # -- 4. waking with a new sentence -----------------------------------------------------------------
@@ -291,10 +295,10 @@ async def test_a_sentence_at_wake_up_lands_in_brief_goal_and_coordinator(workspa
              Rule(say(ACHIEVED), system=JUDGE, prompt="第 1 轮工作结束了")]
     with scripted(rules) as model:
         ctx = await _flow(said, workspace, run_dir, box, timeout_s=0).run(_runtime(workspace, run_dir))
-        assert ctx["_stopped"] is None and ctx["_skipped"] == ["确认需求"]
+        assert "_failed_at" not in ctx and list(ctx["_results"]) == ["设定目标", "工作"]
         # the same words again: not appended twice (clarify_only: nothing but the wake-up runs)
         again = await _flow(said, workspace, run_dir, box, clarify_only=True).run(_runtime(workspace, run_dir))
-        assert again["_skipped"] == ["确认需求"]
+        assert again["_results"] == {} and again["_woke"] == 2
     paths = starter_paths(workspace, run_dir=run_dir)
     text = paths.brief.read_text()
     assert text.count(said) == 1 and "唤醒时追加" in text
@@ -327,7 +331,7 @@ async def test_wake_state_on_a_busy_folder_changes_nothing(workspace, tmp_path, 
              Rule(say(ACHIEVED), system=JUDGE, prompt="第 1 轮工作结束了")]
     with scripted(rules):
         ctx = await _flow("", workspace, run_dir, box).run(_runtime(workspace, run_dir))
-    assert ctx["_stopped"] is None
+    assert "_failed_at" not in ctx
     notes = starter_paths(workspace, run_dir=run_dir).notes
     (notes / "交接-工作.md").write_text("## 正在做\nx\n## 下一步\ny\n")
     monkeypatch.chdir(tmp_path)
@@ -335,11 +339,8 @@ async def test_wake_state_on_a_busy_folder_changes_nothing(workspace, tmp_path, 
     state = wake_state(workspace, run_dir="runs")
     again = wake_state(workspace, run_dir="runs", isolate=True)  # a folder that does not exist: still nothing
     assert _tree(tmp_path) == before
-    assert state["woke"] and state["brief"] == Brief.parse(BRIEF) and state["goal_complete"]
-    assert state["brief_path"] == notes / "需求.md" and state["workbench"] == workspace / ".flower"
-    assert set(state["sessions"]) == {"工作"} and state["sessions"]["工作"] == ctx["_sessions"]["工作"]
-    assert [r["step"] for r in state["last_results"]] == ["工作", "工作·判定#1"]
-    assert state["handoffs"] == [notes / "交接-工作.md"]
-    assert state["wakeups"] == 0
-    assert not again["woke"] and again["workbench"] == tmp_path / ".flower-ws"
-    assert again["sessions"] == state["sessions"], "the run dir is the same whatever the workbench"
+    assert state == {"waking": True, "brief": notes / "需求.md", "goal": notes / "目标.md", "checks": 2, "woke": 1,
+                     "steps": {"工作": ctx["_sessions"]["工作"]}}
+    assert not again["waking"] and again["brief"] == tmp_path / ".flower-ws" / "notes" / "需求.md"
+    assert again["checks"] == 0 and (again["woke"], again["steps"]) == (state["woke"], state["steps"]), \
+        "the run dir is the same whatever the workbench"

@@ -53,13 +53,20 @@ def model(monkeypatch: pytest.MonkeyPatch):
 
 
 class Recorder(Runtime):
-    """Never starts the CLI: answers from a list and records how it was called."""
+    """Never starts the CLI: answers from a list and records how it was called.
+
+    Its sessions ("sess-N", "sess-old", ...) count as stored unless listed in ``dead``.
+    """
 
     def __init__(self, replies: list[tuple[str, bool]] | None = None, **kw: Any) -> None:
         super().__init__(**kw)
         self.replies = list(replies or [])
         self.calls: list[dict[str, Any]] = []
         self.n = 0
+        self.dead: set[str] = set()
+
+    def has_session(self, session_id: str) -> bool:
+        return session_id.startswith("sess-") and session_id not in self.dead
 
     async def run(self, spec, prompt, *, step_name=None, resume=None, fork=False, resume_at=None, on_event=None):
         self.n += 1
@@ -80,7 +87,7 @@ def _lineage(rt: Runtime) -> dict[str, str]:
 
 def _rec(tmp_path: Path, replies: list[tuple[str, bool]] | None = None) -> Recorder:
     ws = tmp_path / "ws"
-    ws.mkdir(exist_ok=True)
+    ws.mkdir(parents=True, exist_ok=True)
     return Recorder(replies, workspace=ws, run_dir=tmp_path / "runs")
 
 
@@ -96,6 +103,13 @@ def test_step_fields_are_positional_and_checked():
             Step(name, SPEC, "p")
 
 
+def test_render_uses_the_resume_prompt_only_when_resuming():
+    plain = Step("s", SPEC, lambda ctx: f"do {ctx['x']}")
+    both = Step("s", SPEC, "full", resume_prompt=lambda ctx: f"carry on {ctx['x']}")
+    assert plain.render({"x": 1}) == plain.render({"x": 1}, resuming=True) == "do 1"
+    assert both.render({"x": 2}) == "full" and both.render({"x": 2}, resuming=True) == "carry on 2"
+
+
 def test_attempt_labels():
     plain = Step("s", SPEC, "p")
     judged = Step("s", SPEC, "p", on_reject=lambda r, c: "again")
@@ -104,36 +118,61 @@ def test_attempt_labels():
 
 
 # -- Workflow: ordering logic (no CLI) ---------------------------------------------------------
+DOC_KEYS = {"_runtime", "_on_event", "_sessions", "_results", "_lineage", "_woke", "_aborted", "_failed_at"}
+
+
 async def test_context_keys_events_and_on_step(tmp_path, creds):
     rt = _rec(tmp_path, [("A out", True), ("B out", True)])
     events: list[Event] = []
     seen: list[str] = []
     ch, wb = HumanChannel(timeout_s=0), Workbench(rt.workspace)
-    wf = Workflow([Step("a", SPEC, "pa"), Step("b", SPEC, lambda ctx: f"pb<{ctx['a']}>")], name="demo",
+    lent: list[Any] = []
+    gate = lambda r, c: lent.append((rt.channel, rt.workbench, ch.on_event)) or True  # noqa: E731
+    wf = Workflow([Step("a", SPEC, "pa", gate=gate), Step("b", SPEC, lambda ctx: f"pb<{ctx['a']}>")], name="demo",
                   channel=ch, workbench=wb)
     ctx = await wf.run(rt, on_event=events.append, on_step=lambda s, r: seen.append(f"{s.name}:{r.text}"))
     assert ctx is wf.context and ctx["a"] == "A out" and ctx["b"] == "B out"
     assert rt.calls[1]["prompt"] == "pb<A out>"
-    assert ctx["_runtime"] is rt and ctx["_channel"] is ch and ctx["_workbench"] is wb and ctx["_workflow"] == "demo"
-    assert ctx["_on_event"] == events.append
+    assert {k for k in ctx if k.startswith("_")} <= DOC_KEYS, "only the documented private keys"
+    assert ctx["_runtime"] is rt and ctx["_on_event"] == events.append
     assert ctx["_sessions"] == {"a": "sess-1", "b": "sess-2"} and ctx["_results"]["b"].text == "B out"
-    assert ctx["_stopped"] is None and ctx["_failed"] == ctx["_skipped"] == [] and ctx["_woke"] == 0
+    assert "_failed_at" not in ctx and "_aborted" not in ctx and ctx["_woke"] == 1, "the first run is wake-up 1"
+    assert isinstance(ctx["_lineage"], Lineage) and ctx["_lineage"].steps == {"a": "sess-1", "b": "sess-2"}
     assert seen == ["a:A out", "b:B out"]
     assert [(e.text, e.payload) for e in events if e.kind == "step"] == [
-        ("a", {"index": 0, "total": 2, "resumed": False, "woke": 0}),
-        ("b", {"index": 1, "total": 2, "resumed": False, "woke": 0})]
-    assert rt.channel is None and rt.workbench is None, "what the flow lent the runtime is given back"
+        ("a", {"index": 0, "total": 2, "resumed": False, "woke": 1}),
+        ("b", {"index": 1, "total": 2, "resumed": False, "woke": 1})]
+    assert lent == [(ch, wb, events.append)], "during the run: channel and workbench lent, channel output wired"
+    assert rt.channel is None and rt.workbench is None and ch.on_event is None, "all given back afterwards"
 
 
-async def test_when_false_skips_without_writing_the_output(tmp_path, creds):
+async def test_a_channel_with_its_own_output_is_not_rewired(tmp_path, creds):
+    rt = _rec(tmp_path)
+    mine: list[Event] = []
+    ch = HumanChannel(timeout_s=0, on_event=mine.append)
+    seen: list[Any] = []
+    await Workflow([Step("a", SPEC, "p", gate=lambda r, c: seen.append(ch.on_event) or True)], channel=ch).run(
+        rt, on_event=lambda e: None)
+    assert seen == [mine.append] and ch.on_event == mine.append
+    # no output given to run(): nothing to wire, the channel keeps None
+    ch2 = HumanChannel(timeout_s=0)
+    await Workflow([Step("a", SPEC, "p")], channel=ch2).run(_rec(tmp_path / "2"))
+    assert ch2.on_event is None
+
+
+async def test_when_false_skips_the_whole_step(tmp_path, creds):
     rt = _rec(tmp_path)
     events: list[Event] = []
-    flow = Workflow([Step("a", SPEC, "p", when=lambda c: False), Step("b", SPEC, "p")])
+
+    async def later(ctx: Ctx) -> bool:  # when may be async
+        return "a" not in ctx
+
+    flow = Workflow([Step("a", SPEC, "p", when=lambda c: False), Step("b", SPEC, "p", when=later)])
     ctx = await flow.run(rt, on_event=events.append)
-    assert "a" not in ctx and ctx["_skipped"] == ["a"] and [c["label"] for c in rt.calls] == ["b"]
+    assert "a" not in ctx and "a" not in ctx["_results"] and "a" not in ctx["_sessions"]
+    assert [c["label"] for c in rt.calls] == ["b"]
     assert [(e.text, e.payload) for e in events if e.kind == "step"] == [
-        ("a", {"index": 0, "total": 2, "resumed": False, "woke": 0, "skipped": True}),
-        ("b", {"index": 1, "total": 2, "resumed": False, "woke": 0})]
+        ("b", {"index": 1, "total": 2, "resumed": False, "woke": 1})], "a skipped step does not start"
 
 
 async def test_on_session_is_set_only_around_the_run_and_torn_down_before_the_gate(tmp_path, creds):
@@ -152,8 +191,11 @@ async def test_on_session_is_set_only_around_the_run_and_torn_down_before_the_ga
 async def test_on_reject_continues_the_rejected_session_with_fork_forced_off(tmp_path, creds):
     rt = _rec(tmp_path, [("r1", True), ("r2", True), ("r3", True)])
     verdicts = iter([False, False, True])
+    async def on_reject(r: StepResult, c: Ctx) -> str:  # on_reject may be async
+        return f"fix {r.text}"
+
     step = Step("w", SPEC, "work", resume_from="a", fork=True, retries=3, gate=lambda r, c: next(verdicts),
-                on_reject=lambda r, c: f"fix {r.text}")
+                on_reject=on_reject)
     ctx = await Workflow([step], context={"_sessions": {"a": "sess-A"}}).run(rt)
     assert [(c["label"], c["prompt"], c["resume"], c["fork"]) for c in rt.calls] == [
         ("w", "work", "sess-A", True), ("w#round2", "fix r1", "sess-1", False), ("w#round3", "fix r2", "sess-1", False)]
@@ -174,7 +216,7 @@ async def test_empty_on_reject_or_no_session_starts_over_from_the_same_place(tmp
     ctx = await Workflow([step], context={"_sessions": {"a": "sess-A"}}).run(rt)
     assert [(c["label"], c["prompt"], c["resume"]) for c in rt.calls] == [
         ("w", "work v1", "sess-A"), ("w#round2", "work v2", "sess-A"), ("w#round3", "work v3", "sess-A")]
-    assert ctx["w"] == "ok" and ctx["_failed"] == ["w"], "continue keeps the last attempt's output"
+    assert ctx["w"] == "ok" and "_failed_at" not in ctx, "continue keeps the last attempt's output"
 
     class NoSession(Recorder):
         async def run(self, spec, prompt, **kw):
@@ -200,10 +242,30 @@ async def test_async_gate_and_step_abort_stop_at_once(tmp_path, creds):
     async def gate(r: StepResult, ctx: Ctx) -> bool:
         raise StepAbort("没人回答")
 
-    ctx = await Workflow([Step("w", SPEC, "p", retries=5, gate=gate), Step("after", SPEC, "p")]).run(rt)
+    wf = Workflow([Step("w", SPEC, "p", retries=5, gate=gate), Step("after", SPEC, "p")])
+    ctx = await wf.run(rt)
     assert len(rt.calls) == 1, "an abort uses none of the remaining retries"
-    assert ctx["_aborted"] == "没人回答" and ctx["_stopped"] == "w" and ctx["_failed"] == ["w"] and "w" not in ctx
+    assert ctx["_aborted"] == "没人回答" and ctx["_failed_at"] == "w" and "w" not in ctx and "after" not in ctx
     assert "w" in ctx["_results"] and ctx["_sessions"]["w"] == "sess-1", "results are written pass or fail"
+    wf.steps = [Step("after", SPEC, "p")]
+    again = await wf.run(rt)
+    assert "_aborted" not in again and "_failed_at" not in again, "a new run starts with neither"
+
+
+async def test_the_gate_is_called_exactly_once_per_attempt(tmp_path, creds):
+    rt = _rec(tmp_path)
+    calls: list[str] = []
+    ctx = await Workflow([Step("w", SPEC, "p", retries=2, gate=lambda r, c: calls.append(r.step) or False,
+                               on_fail="skip")]).run(rt)
+    assert calls == ["w", "w#retry1", "w#retry2"] and len(rt.calls) == 3 and "w" not in ctx
+
+
+async def test_reduce_must_be_sync(tmp_path, creds):
+    async def reduce(r: StepResult, c: Ctx) -> str:
+        return "never"
+
+    with pytest.raises(TypeError, match="reduce"):
+        await Workflow([Step("w", SPEC, "p", reduce=reduce)]).run(_rec(tmp_path))
 
 
 @pytest.mark.parametrize("on_fail,ran_after,has_output", [("stop", False, False), ("continue", True, True),
@@ -212,17 +274,20 @@ async def test_the_three_on_fail_values(tmp_path, creds, on_fail, ran_after, has
     rt = _rec(tmp_path, [("bad", True), ("fine", True)])
     step = Step("w", SPEC, "p", gate=lambda r, c: False, on_fail=on_fail, reduce=lambda r, c: f"reduced {r.text}")
     ctx = await Workflow([step, Step("after", SPEC, "p")]).run(rt)
-    assert ("after" in ctx) is ran_after and ("w" in ctx) is has_output and ctx["_failed"] == ["w"]
-    assert ctx["_stopped"] == ("w" if on_fail == "stop" else None)
+    assert ("after" in ctx) is ran_after and ("w" in ctx) is has_output and ctx["_results"]["w"].text == "bad"
+    assert ctx.get("_failed_at") == ("w" if on_fail == "stop" else None)
     if has_output:
-        assert ctx["w"] == "reduced bad"
+        assert ctx["w"] == "bad", "continue writes result.text, not reduce's output"
+    if on_fail == "skip":
+        with pytest.raises(KeyError):
+            (lambda c: c["w"])(ctx)
 
 
 async def test_a_failed_run_is_not_gated(tmp_path, creds):
     rt = _rec(tmp_path, [("", False)])
     gated: list[bool] = []
     ctx = await Workflow([Step("w", SPEC, "p", gate=lambda r, c: gated.append(True) or True)]).run(rt)
-    assert gated == [] and ctx["_stopped"] == "w"
+    assert gated == [] and ctx["_failed_at"] == "w"
 
 
 async def test_continuity_resume_from_and_reuse_across_workflows(tmp_path, creds):
@@ -238,25 +303,51 @@ async def test_continuity_resume_from_and_reuse_across_workflows(tmp_path, creds
     ctx = await Workflow([a, b]).run(rt2, on_event=events.append)
     assert [(c["prompt"], c["resume"], c["fork"]) for c in rt2.calls] == [("just continue a", "sess-1", False),
                                                                           ("full prompt b", "sess-2", False)]
-    assert ctx["_woke"] == 1 and [e.payload["woke"] for e in events if e.kind == "step"] == [1, 1]
+    assert ctx["_woke"] == 2 and [e.payload["woke"] for e in events if e.kind == "step"] == [2, 2]
     assert all(e.payload["resumed"] for e in events if e.kind == "step")
-    # continuous=False reads nothing from the lineage (but still writes it); the Step objects are untouched
+    # continuous=False neither reads nor writes the lineage; the Step objects are untouched
     rt3 = _rec(tmp_path)
-    await Workflow([a, b], continuous=False).run(rt3)
+    ctx3 = await Workflow([a, b], continuous=False).run(rt3)
     assert [(c["prompt"], c["resume"]) for c in rt3.calls] == [("full prompt a", None), ("full prompt b", "sess-1")]
     assert (a.prompt, b.resume_from, b.fork) == ("full prompt a", "a", True)
-    assert _lineage(rt3) == {"a": "sess-1", "b": "sess-2"}
+    assert "_lineage" not in ctx3 and ctx3["_woke"] == 0
+    assert _lineage(rt3) == {"a": "sess-1", "b": "sess-2"} and Lineage.open(rt3.run_dir, rt3.workspace).woke == 2
     rt4 = _rec(tmp_path)
-    assert (await Workflow([a]).run(rt4))["_woke"] == 2, "the second wake-up"
+    assert (await Workflow([a]).run(rt4))["_woke"] == 3, "the third wake-up"
 
+
+async def test_only_sessions_the_store_still_has_are_continued(tmp_path, creds):
+    rt = _rec(tmp_path)
+    lin = Lineage.open(rt.run_dir, rt.workspace)
+    lin.remember("a", "sess-gone")
+    lin.remember("b", "sess-alive")
+    lin.remember("other", "sess-other")
+    rt.dead.add("sess-gone")
+    seen: list[dict[str, str]] = []
+    a = Step("a", SPEC, "full a", resume_prompt="continue a", gate=lambda r, c: seen.append(dict(c["_sessions"])) or True)
+    ctx = await Workflow([a, Step("b", SPEC, "full b", resume_prompt="continue b")]).run(rt)
+    assert seen[0] == {"b": "sess-alive", "other": "sess-other", "a": "sess-1"}, "live records only, all of them"
+    assert [(c["prompt"], c["resume"]) for c in rt.calls] == [("full a", None), ("continue b", "sess-alive")]
+    assert ctx["_sessions"]["a"] == "sess-1" and _lineage(rt)["a"] == "sess-1"
 
 
 async def test_resume_from_a_step_of_an_earlier_process_and_from_nowhere(tmp_path, creds):
     rt = _rec(tmp_path)
     Lineage.open(rt.run_dir, rt.workspace).remember("plan", "sess-old")
-    await Workflow([Step("b", SPEC, "p", resume_from="plan"), Step("c", SPEC, "p", resume_from="nowhere", fork=True)]
-                   ).run(rt)
-    assert [(c["resume"], c["fork"]) for c in rt.calls] == [("sess-old", False), (None, False)]
+    await Workflow([Step("b", SPEC, "p", resume_from="plan")]).run(rt)
+    assert [(c["resume"], c["fork"]) for c in rt.calls] == [("sess-old", False)]
+    for missing in ("nowhere", "plan"):
+        rt2 = _rec(tmp_path / missing)
+        if missing == "plan":  # it ran in an earlier process, but the store no longer has that session
+            Lineage.open(rt2.run_dir, rt2.workspace).remember("plan", "sess-old")
+            rt2.dead.add("sess-old")
+        with pytest.raises(ValueError, match="has no session"):
+            await Workflow([Step("c", SPEC, "p", resume_from=missing, fork=True)]).run(rt2)
+        assert rt2.calls == [] and rt2.channel is None
+    rt3 = _rec(tmp_path / "failed")
+    with pytest.raises(ValueError, match="'a'"):  # a failed step that produced no session either
+        await Workflow([Step("a", SPEC, "p", on_fail="skip", when=lambda c: False),
+                        Step("c", SPEC, "p", resume_from="a")]).run(rt3)
 
 
 # -- Workflow through the real CLI -------------------------------------------------------------
@@ -266,10 +357,13 @@ async def test_real_cli_on_reject_continues_the_same_session_and_retries_start_f
     rules = [Rule(say("draft 1"), prompt="write a poem", user="write a poem"),
              Rule(say("draft 2"), user="make it rhyme"),
              Rule(say("plain 1"), say("plain 2"), prompt="plain task")]
+    async def rhyme(r: StepResult, c: Ctx) -> str:
+        return "make it rhyme"
+
     with model(rules) as m:
         rt = Runtime(workspace=ws, run_dir=tmp_path / "runs")
         judged = Step("poem", SPEC, "write a poem", retries=1, gate=lambda r, c: r.text == "draft 2",
-                      on_reject=lambda r, c: "make it rhyme")
+                      on_reject=rhyme)
         plain = Step("plain", SPEC, "plain task", retries=1, gate=lambda r, c: r.text == "plain 2")
         ctx = await Workflow([judged, plain]).run(rt)
     assert ctx["poem"] == "draft 2" and ctx["plain"] == "plain 2"
@@ -297,8 +391,32 @@ async def test_real_cli_continuity_and_fork(tmp_path, creds, model):
         assert fork_b.session != first_a and "A-DONE" in json.dumps(fork_b.messages), "a fork carries A's history"
         ctx = await Workflow([a]).run(Runtime(workspace=ws, run_dir=tmp_path / "runs"))
     again = next(r for r in m.conversation if r.user == "carry on A")
-    assert again.session == first_a and ctx["A"] == "A-AGAIN" and ctx["_woke"] == 1
+    assert again.session == first_a and ctx["A"] == "A-AGAIN" and ctx["_woke"] == 2
     assert "task A" in json.dumps(again.messages), "continuity resumes with the short prompt, not the whole task"
+
+
+async def test_real_cli_a_lineage_that_outlived_its_store_starts_fresh(tmp_path, creds, model):
+    """The lineage names a session the store no longer has: the step starts over instead of failing."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rules = [Rule(say("A-DONE"), say("A-DONE 2"), user="task A"), Rule(say("A-AGAIN"), user="carry on A")]
+    a = Step("A", SPEC, "task A", resume_prompt="carry on A")
+    with model(rules) as m:
+        await Workflow([a]).run(Runtime(workspace=ws, run_dir=tmp_path / "runs"))
+        first = m.conversation[0].session
+        fresh_dir = tmp_path / "runs2"  # same lineage, empty sessions.db
+        fresh_dir.mkdir()
+        (fresh_dir / "lineage.json").write_bytes((tmp_path / "runs" / "lineage.json").read_bytes())
+        rt = Runtime(workspace=ws, run_dir=fresh_dir)
+        assert not rt.has_session(first)
+        events: list[Event] = []
+        ctx = await Workflow([a]).run(rt, on_event=events.append)
+    assert ctx["A"] == "A-DONE 2" and ctx["_results"]["A"].ok and ctx["_sessions"]["A"] != first
+    assert len(m.conversation) == 2 and all(r.user.endswith("task A") for r in m.conversation), \
+        "the whole task again, not the resume prompt"
+    assert m.conversation[1].session != first and "A-DONE" not in json.dumps(m.conversation[1].messages)
+    assert [e.payload["resumed"] for e in events if e.kind == "step"] == [False]
+    assert _lineage(rt) == {"A": ctx["_sessions"]["A"]}
 
 
 # -- clarify_step ------------------------------------------------------------------------------
@@ -307,6 +425,7 @@ def test_clarify_step_fields_when_gate_reduce(tmp_path):
     ch = HumanChannel(timeout_s=0)
     step = clarify_step(ch, brief_path=path, prompt="诉求:X", retries=2)
     assert (step.name, step.resume_prompt, step.resume_from, step.retries) == ("确认需求", CLARIFY_RESUME, None, 2)
+    assert "不要从头再来" in CLARIFY_RESUME and step.render({}, resuming=True) == CLARIFY_RESUME
     assert ch.tool_name in step.spec.allowed_tools and "Write" not in step.spec.allowed_tools
     ctx: Ctx = {}
     assert step.when(ctx) is True and ctx == {}
@@ -330,9 +449,11 @@ def test_goal_step_freezes_the_goal_and_warns_about_unverifiable_checks(tmp_path
     ch = HumanChannel(timeout_s=0)
     step = goal_step(ch, goal_path=path, can_run=True)
     assert step.name == "设定目标" and step.resume_prompt is None and "Bash" in step.spec.allowed_tools
-    with pytest.raises(ValueError, match="确认需求"):
-        step.prompt({})
-    assert "做 X" in step.prompt({"确认需求": "## 目标\n做 X"})
+    assert "(没有确认书)" in step.prompt({}), "no brief in the context: the judge is told so"
+    assert "做 X" in step.prompt({"确认需求": "## 目标\n做 X"}) and "没有确认书" not in step.prompt({"确认需求": "x"})
+    assert goal_step(ch, goal_path=path, brief_key="需求").prompt({"需求": "只看这个"}).endswith("只看这个")
+    spec = goal_step(ch, goal_path=path, name="定目标", instructions="多想想").spec
+    assert spec.name == "定目标" and "多想想" in spec.instructions and "Bash" not in spec.allowed_tools
     events: list[Event] = []
     ctx: Ctx = {"_on_event": events.append}
     assert step.gate(StepResult("设定目标", text="## 目标\n做 X"), ctx) is False and not path.exists()
@@ -364,16 +485,22 @@ class Person:
 
 def test_with_goal_is_a_replace_that_keeps_everything_else(tmp_path):
     ch = HumanChannel(timeout_s=0)
-    base = Step("工作", SPEC, "p", resume_prompt="continue", reduce=lambda r, c: "R", on_fail="continue")
+    base = Step("工作", SPEC, "p", resume_prompt="continue", reduce=lambda r, c: "R", on_fail="continue",
+                when=lambda c: True, resume_from="x", fork=True)
     g = with_goal(base, ch, goal_path=tmp_path / "目标.md", rounds=4)
     assert (g.resume_prompt, g.reduce, g.on_fail, g.retries) == ("continue", base.reduce, "continue", 3)
+    assert (g.when, g.resume_from, g.fork, g.prompt, g.spec) == (base.when, "x", True, "p", SPEC), \
+        "only gate, on_reject and retries change"
     assert g.gate is not None and g.on_reject is not None and base.gate is None
+    assert ROUND_KEY == "_goal_rounds" and (GOAL_KEY, VERDICT_KEY, BRIEF_KEY, MISSING_KEY) == (
+        "_goal", "_verdict", "_brief", "_brief_missing")
+    assert ACCEPT == "接受这个结果,就这样往下走" and AMEND == "修改目标"
     assert with_goal(base, ch, goal_path=tmp_path / "g", rounds=0).retries == 0
 
 
 async def test_with_goal_without_a_runtime_aborts():
     g = with_goal(Step("w", SPEC, "p"), HumanChannel(timeout_s=0), goal_path="nowhere.md")
-    with pytest.raises(StepAbort, match="Runtime"):
+    with pytest.raises(StepAbort, match="拿不到 Runtime,无法判定目标"):
         await g.gate(StepResult("w", ok=True, text="done"), {})
 
 
@@ -414,9 +541,28 @@ async def test_with_goal_rounds_feedback_and_judge_labels(tmp_path, creds):
     assert ctx["工作"] == "work 3" and ctx[ROUND_KEY] == 3 and ctx[VERDICT_KEY].achieved
 
 
+async def test_judge_name_and_rounds_restart_at_each_guarded_step(tmp_path, creds):
+    Goal.parse(GOAL).write(tmp_path / "目标.md")
+    rt = _rec(tmp_path)
+    verdicts = iter(["## 结论\n未达成", "## 结论\n达成", "## 结论\n达成"])
+
+    async def run(spec, prompt, **kw):
+        return _reply(rt, spec, prompt, next(verdicts) if "轮工作结束了" in prompt else "done", kw)
+
+    rt.run = run  # type: ignore[method-assign]
+    ch = HumanChannel(timeout_s=0)
+    one = with_goal(Step("一", SPEC, "p1"), ch, goal_path=tmp_path / "目标.md")
+    two = with_goal(Step("二", SPEC, "p2"), ch, goal_path=tmp_path / "目标.md", name="裁判")
+    ctx = await Workflow([one, two]).run(rt)
+    judged = [(c.get("step_name"), c["prompt"][:10]) for c in rt.calls if "轮工作结束了" in c["prompt"]]
+    assert judged == [("一·判定#1", "第 1 轮工作结束了"), ("一·判定#2", "第 2 轮工作结束了"),
+                      ("裁判#1", "第 1 轮工作结束了")]
+    assert ctx[ROUND_KEY] == 1 and "_failed_at" not in ctx
+
+
 async def test_with_goal_gives_up_after_rounds(tmp_path, creds):
     ctx, rt = await _judged(tmp_path, ["## 结论\n未达成\n## 理由\n缺 y"] * 2, None, rounds=2)
-    assert ctx["_stopped"] == "工作" and len(rt.calls) == 4
+    assert ctx["_failed_at"] == "工作" and len(rt.calls) == 4
 
 
 UNREACHABLE = "## 结论\n无法验证\n## 理由\n没有 macOS"
@@ -434,7 +580,7 @@ async def test_unreachable_puts_three_options_to_the_person(tmp_path, creds, ans
     verdicts = [UNREACHABLE] + ([] if passed else ["## 结论\n达成"])
     ctx, rt = await _judged(tmp_path, verdicts, person)
     assert person.asked[0][1] == [ACCEPT, AMEND, DISAGREE] and "没有 macOS" in person.asked[0][0]
-    assert ctx["_stopped"] is None and ctx["工作"] == ("work 1" if passed else "work 2")
+    assert "_failed_at" not in ctx and ctx["工作"] == ("work 1" if passed else "work 2")
     if feedback:
         assert feedback in rt.calls[2]["prompt"]
     if answers[0] == "2":
@@ -447,7 +593,7 @@ async def test_unreachable_puts_three_options_to_the_person(tmp_path, creds, ans
 @pytest.mark.parametrize("answers", [[], ["2"]])
 async def test_unreachable_and_nobody_answers_aborts(tmp_path, creds, answers):
     ctx, rt = await _judged(tmp_path, [UNREACHABLE], Person(*answers), timeout_s=0 if not answers else 5)
-    assert ctx["_stopped"] == "工作" and len(rt.calls) == 2 and "工作" not in ctx
+    assert ctx["_failed_at"] == "工作" and len(rt.calls) == 2 and "工作" not in ctx
     assert "没有" in ctx["_aborted"]
 
 
@@ -455,14 +601,20 @@ async def test_unreachable_and_nobody_answers_aborts(tmp_path, creds, answers):
 def test_starter_flow_assembly(tmp_path):
     ws = tmp_path / "ws"
     ws.mkdir()
-    wf = starter_flow("帮我做一个 X", workspace=ws, run_dir=tmp_path / "runs", max_asks=2, timeout_s=7)
-    assert wf.name == "starter" and [s.name for s in wf.steps] == ["确认需求", "设定目标", "工作"] and wf.continuous
+    wf = starter_flow("帮我做一个 X", workspace=ws, run_dir=tmp_path / "runs", max_asks=2, timeout_s=7,
+                      instructions="只用中文提问")
+    assert isinstance(wf, Workflow) and wf.name == "starter" and wf.continuous and wf.context == {}
+    assert [s.name for s in wf.steps] == ["确认需求", "设定目标", "工作"]
     ch = wf.channel
     paths = starter_paths(ws, run_dir=tmp_path / "runs")
     assert (ch.log_path, ch.amend_path, ch.max_asks, ch.timeout_s) == (paths.log, paths.brief, 2, 7.0)
     assert wf.workbench.root == ws / ".flower" and paths.brief == ws / ".flower" / "notes" / "需求.md"
     work = wf.steps[2]
     assert work.spec.name == "协调者" and work.spec.delegate_only and set(work.spec.agents) == {"coder"}
+    assert "只用中文提问" in wf.steps[0].spec.instructions, "instructions go to the clarifier"
+    assert "只用中文提问" not in work.spec.instructions and "只用中文提问" not in wf.steps[1].spec.instructions
+    assert ch.tool_name in work.spec.allowed_tools and work.spec.mcp_servers.keys() == {"human"}
+    assert wf.steps[0].when is not None and work.when is None
     assert "每改一处就跑一次验证" in work.spec.agents["coder"].prompt and work.retries == 2
     assert not list(tmp_path.rglob("*.md")), "building the flow writes nothing"
     assert [s.name for s in starter_flow("x", workspace=ws, run_dir=tmp_path / "runs", clarify_only=True).steps] == \
@@ -496,12 +648,12 @@ def test_wake_detection_and_new(tmp_path):
     Goal.parse(GOAL).write(paths.goal)
     Lineage.open(runs, ws).remember("工作", "sess-old")
     wf = starter_flow("", workspace=ws, run_dir=runs)  # a wake-up needs no sentence
-    assert wf.context["_wake"] and wf.steps[0].when({}) is False
+    assert wf.steps[0].when({}) is False and wake_state(ws, run_dir=runs)["waking"]
     with pytest.raises(ValueError, match="要给一句诉求"):
         starter_flow("", workspace=ws, run_dir=runs, new=True)
     assert paths.brief.exists(), "a refused start moves nothing"
     fresh = starter_flow("重新来", workspace=ws, run_dir=runs, new=True)
-    assert not fresh.context["_wake"] and fresh.steps[0].when({}) is True and fresh.steps[1].when({}) is True
+    assert fresh.steps[0].when({}) is True and fresh.steps[1].when({}) is True and not wake_state(ws, run_dir=runs)["waking"]
     assert not paths.brief.exists() and not paths.goal.exists() and Lineage.open(runs, ws).steps == {}
     (archived,) = (runs / "archive").iterdir()
     assert sorted(p.name for p in archived.iterdir()) == ["lineage.json", "目标.md", "需求.md"], "moved, not deleted"
@@ -515,7 +667,7 @@ async def test_starter_flow_refuses_a_runtime_with_another_run_dir(tmp_path, cre
     rt.run_dir = tmp_path / "elsewhere"
     with pytest.raises(ValueError, match="same run_dir"):
         await wf.run(rt)
-    assert rt.calls == []
+    assert rt.calls == [] and not (tmp_path / "elsewhere").exists(), "refused before anything is written"
 
 
 async def test_wake_sentence_is_appended_once_and_reaches_goal_and_coordinator(tmp_path, creds):
@@ -528,7 +680,7 @@ async def test_wake_sentence_is_appended_once_and_reaches_goal_and_coordinator(t
         rt = _rec(tmp_path, [("## 目标\n做 X 和 Y\n## 检查清单\n1. y 能跑", True), ("done", True),
                              ("## 结论\n达成", True)])
         ctx = await starter_flow("再加上 Y", workspace=ws, run_dir=tmp_path / "runs").run(rt)
-        assert ctx["_skipped"] == ["确认需求"] and ctx["_stopped"] is None
+        assert "确认需求" not in ctx["_results"] and "_failed_at" not in ctx
     assert paths.brief.read_text().count("再加上 Y") == 1
     setter, lead = rt.calls[0], rt.calls[1]
     assert setter["label"] == "设定目标" and "再加上 Y" in setter["prompt"]
@@ -541,20 +693,25 @@ def test_wake_state_reads_only(tmp_path, monkeypatch):
     ws = tmp_path / "ws"
     ws.mkdir()
     monkeypatch.chdir(tmp_path)
-    empty = wake_state(ws)
-    assert not empty["woke"] and empty["brief"] is None and empty["sessions"] == {} and empty["last_results"] == []
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"] and list(ws.iterdir()) == []
     paths = starter_paths(ws)
+    empty = wake_state(ws)
+    assert empty == {"waking": False, "brief": paths.brief, "goal": paths.goal, "checks": 0, "woke": 0, "steps": {}}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"] and list(ws.iterdir()) == []
     Brief.parse(BRIEF).write(paths.brief)
-    Lineage.open(paths.run_dir, ws).remember("工作", "sess-9")
-    (paths.manifest).write_text(json.dumps([{"step": "old", "run": "r1"}, {"step": "工作", "run": "r2"},
-                                            {"step": "工作·判定#1", "run": "r2"}]))
+    Goal.parse(GOAL).write(paths.goal)
+    lin = Lineage.open(paths.run_dir, ws)
+    lin.remember("工作", "sess-9")
+    lin.bump()
+    lin.bump()
     state = wake_state(ws)
-    assert state["woke"] and state["sessions"] == {"工作": "sess-9"} and state["wakeups"] == 0
-    assert state["last_run"] == "r2"
-    assert [r["step"] for r in state["last_results"]] == ["工作", "工作·判定#1"] and state["goal"] is None
-    assert set(state) == {"woke", "workspace", "workbench", "brief_path", "goal_path", "log_path", "brief", "goal",
-                          "goal_complete", "sessions", "wakeups", "last_run", "last_results", "handoffs"}
+    assert state == {"waking": True, "brief": ws / ".flower" / "notes" / "需求.md",
+                     "goal": ws / ".flower" / "notes" / "目标.md", "checks": 2, "woke": 2, "steps": {"工作": "sess-9"}}
+    state["steps"]["x"] = "y"
+    assert Lineage.open(paths.run_dir, ws).steps == {"工作": "sess-9"}, "a copy"
+    (paths.brief).write_text("## 目标\n只有一节")
+    assert wake_state(ws)["waking"] is False
+    iso = wake_state(ws, isolate=True, brief_name="b.md", goal_name="g.md")
+    assert iso["brief"] == tmp_path / ".flower-ws" / "notes" / "b.md" and iso["goal"].name == "g.md"
 
 
 def test_verdict_feedback_is_what_goes_back(tmp_path):
