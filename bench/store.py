@@ -32,7 +32,7 @@ def session(n: int, sid: str) -> list[dict[str, Any]]:
     """A Claude Code-shaped transcript: prompts, one block per assistant entry, result entries.
 
     Mix per tool call: git status (ephemeral), pytest logs (6 KB), Read (3 KB), small greps,
-    and a guard denial every 15 calls.
+    and a guard denial every 15 calls (with the markers the CLI writes for a PreToolUse deny).
     """
     out: list[dict[str, Any]] = []
     tip: str | None = None
@@ -72,10 +72,13 @@ def session(n: int, sid: str) -> list[dict[str, Any]]:
             use = chain(type="assistant", message={**msg, "content": [
                 {"type": "tool_use", "id": tid, "name": name, "input": inp}]})
             out.append({"type": "last-prompt", "lastPrompt": "next", "leafUuid": tip, "sessionId": sid})
+            marks = {"toolDenialKind": "permission-rule",
+                     "permissionDecision": {"decision": "reject", "source": "hook"}} if err else {}
             chain(type="user", parentUuid=use["uuid"], sourceToolAssistantUUID=use["uuid"],
                   message={"role": "user", "content": [
                       {"tool_use_id": tid, "type": "tool_result", "content": output, "is_error": err}]},
-                  toolUseResult=f"Error: {output}" if err else {"stdout": output, "stderr": "", "interrupted": False})
+                  toolUseResult=f"Error: {output}" if err else {"stdout": output, "stderr": "", "interrupted": False},
+                  **marks)
         chain(type="assistant", message={"id": f"msg_end_{k}", "type": "message", "role": "assistant",
                                          "content": [{"type": "text", "text": "Done with this step."}]})
         out.append({"type": "cost-state", "sessionId": sid, "totalCostUSD": 0.5})
@@ -110,7 +113,8 @@ async def main(n: int, batch: int) -> None:
         await plain.append(key, entries)  # type: ignore[arg-type]
         full = PruningSessionStore(root / "s.db", workspace=root / "ws", policy=TrimPolicy(keep_recent=20))
         cold = await timed(full.load(key))  # type: ignore[arg-type]
-        report = trim_report(full)
+        report = (f"{trim_report(full)}; {full.last_report.get('expired', 0)} expired; "
+                  f"{full.denials_dropped} denied calls pruned ({full.pruned} entries)")
         plains = [await timed(plain.load(key)) for _ in range(9)]  # type: ignore[arg-type]
         fulls = [await timed(full.load(key)) for _ in range(9)]  # type: ignore[arg-type]
         trimmed = await full.load(key)  # type: ignore[arg-type]

@@ -1,8 +1,10 @@
-"""Session store: SQLite persistence, trimming and expiry on resume, pruning of denied calls.
+"""Session store: SQLite persistence; trimming, expiry and pruning when a session is resumed.
 
 Three levels, each adding one concern: ``SqliteSessionStore`` (persist) ←
-``TrimmingSessionStore`` (spill bulk, expire stale ephemeral results) ←
-``PruningSessionStore`` (drop old denied/errored calls). ``Runtime`` uses the outermost.
+``TrimmingSessionStore`` (spill old bulk, expire stale ephemeral results) ←
+``PruningSessionStore`` (drop old denials and API errors, neutralize interrupt residue,
+heal orphan calls). ``Runtime`` uses the outermost. Reshaping happens in ``load()`` only,
+on a copy: the rows never change.
 """
 
 from flower.store.ephemeral import EphemeralPolicy, is_ephemeral

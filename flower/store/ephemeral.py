@@ -23,10 +23,12 @@ __all__ = ["EphemeralPolicy", "is_ephemeral"]
 class EphemeralPolicy:
     """Expiry of ephemeral command results on resume (Bash only; Read never expires).
 
-    Results older than ``keep_recent`` turns are replaced by ``text`` (placeholders
-    ``{cmd}`` and ``{age}``, the age in turns) — dropped, never spilled. Within the
-    ``keep_recent`` window a result longer than ``max_chars`` keeps its first
-    ``max_chars`` characters: a snapshot of state is not worth spilling.
+    Counted in tool results, like ``TrimPolicy``: the newest ``keep_recent`` tool
+    results of a transcript are exempt (much fewer than trimming's 20 — a ``git status``
+    goes stale fast). An older Bash result whose command ``is_ephemeral`` gets its body
+    replaced by ``placeholder(cmd, age)`` — dropped, never spilled; ``age`` is how many
+    tool results came after it. A result longer than ``max_chars`` is skipped here and
+    left whole for ``TrimPolicy`` to spill (it may be worth reading back).
     """
 
     enabled: bool = True
@@ -35,6 +37,10 @@ class EphemeralPolicy:
     text: str = (
         "[{cmd} 的结果已过期(第 {age} 轮前),当前状态可能已变。需要请重新执行]"
     )
+
+    def placeholder(self, cmd: str, age: int) -> str:
+        """The body that replaces an expired result: ``text`` with ``{cmd}`` and ``{age}`` filled."""
+        return self.text.format(cmd=cmd, age=age)
 
 
 # ---------------------------------------------------------------------------

@@ -1,48 +1,121 @@
-"""Pruning on resume: old denied or failed tool calls leave the replayed conversation.
+"""Pruning on resume: what is an error, not a fact, leaves (or is mended in) the replayed conversation.
 
-A guard denial or a failed call is useful once — the model reads it and changes course.
-Replayed on every resume it is noise that also invites the model to retry the same thing.
-So, after trimming, ``load()`` drops every errored exchange (``tool_result`` with
-``is_error: true``, hook denials included) except the newest ``keep_denials``.
+After expiry and trimming, ``load()`` runs ``prune()``, which does four things to the copy
+(the rows in SQLite never change):
 
-Keeping the transcript valid for the API and the CLI:
+1. **Old denied calls go** (``keep_denials``): a denied call never ran, its result holds
+   no information, and replayed it misleads — a coordinator that reads a few "do not use
+   Bash" stops trying even the ``git status`` it is allowed. The newest ``keep_denials``
+   stay so the model does not retry the same denied call within the turn. The ``tool_use``
+   block and its ``tool_result`` leave together; only the hit block leaves when a message
+   holds several.
+2. **Synthetic API error messages go** (``drop_api_errors``): the residue of a dropped
+   connection or an exhausted retry, not something the model said.
+3. **Interrupt residue is neutralized** (``neutralize_interrupts``): the body of a result the
+   CLI wrote for an interrupted call ("STOP what you are doing and wait for the user…")
+   becomes ``interrupt_text``; the entry stays.
+4. **Orphan calls are healed** (``heal_orphans``): a ``tool_use`` with no ``tool_result``
+   (the process stopped between the two) gets a synthetic result entry with
+   ``orphan_text``, inserted right after the assistant message; otherwise every resume of
+   that session may fail with a 400. Completing is safer than removing: the message may
+   also hold text and thinking.
 
-* the ``tool_use`` block and its ``tool_result`` go together (Claude Code writes one
-  content block per entry; an entry left with no content is dropped);
-* meta entries tied to the call (``sourceToolUseID`` / ``attachment.toolUseID`` /
-  progress ``toolUseID``) go with it;
-* every ``parentUuid`` (and ``logicalParentUuid``, ``leafUuid``, ``sourceToolAssistantUUID``)
-  that pointed at a dropped entry is re-pointed at its nearest kept ancestor, so the
-  uuid chain stays a chain.
+Recognized by the structure the bundled CLI (2.1.x) writes, never by the wording:
+
+* a denial is a ``user`` result entry with ``toolDenialKind == "permission-rule"`` (PreToolUse
+  hook deny, settings deny rule, ``can_use_tool`` deny) or any other ``toolDenialKind`` whose
+  ``permissionDecision.decision == "reject"`` (e.g. ``user-rejected`` "…you haven't granted
+  it yet" when nobody can approve). Kept anyway: ``toolDenialAfterRun`` (the call did run)
+  and ``holdsPersonsWords`` (the text may be what a person said);
+* interrupt residue is ``toolDenialKind == "interrupted"`` (the CLI's own stand-in for a call
+  cut off by the end of a session) or ``"user-rejected"`` with no ``permissionDecision``
+  (a call stopped while running by an interrupt: no permission was involved);
+* an API error is an ``assistant`` entry with ``isApiErrorMessage`` (or model ``<synthetic>`` and an
+  ``error``); the CLI's other synthetic placeholder ("No response requested.") stays.
+
+The transcript is a chain by ``parentUuid``: every link (``parentUuid``, ``logicalParentUuid``,
+``leafUuid``, ``sourceToolAssistantUUID``) that pointed at a removed entry is re-pointed at
+its nearest kept ancestor. The relinking works on the full list, removed entries included.
 """
 
 from __future__ import annotations
 
+import uuid as uuidlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from claude_agent_sdk.types import SessionKey, SessionStoreEntry
+
 from flower.store.ephemeral import EphemeralPolicy
 from flower.store.trim import Entry, TranscriptIndex, TrimmingSessionStore, TrimPolicy
 
-__all__ = ["PrunePolicy", "PruningSessionStore"]
+__all__ = ["PrunePolicy", "PruningSessionStore", "is_api_error", "is_denial", "is_interrupt_residue"]
 
-_RARE_LINKS = ("logicalParentUuid", "leafUuid", "sourceToolAssistantUUID")
-_PLAIN_KINDS = frozenset({"assistant", "attachment", "progress"})  # carry parentUuid only
+_RARE_LINKS = ("logicalParentUuid", "leafUuid", "sourceToolAssistantUUID")  # besides parentUuid
+_COPIED = ("isSidechain", "userType", "entrypoint", "cwd", "sessionId", "version", "gitBranch", "agentId",
+           "slug", "timestamp")
+_HEAL_NS = uuidlib.UUID("6f1d2c1e-6c1a-4f0b-9a51-0f7e3a2b8c4d")
 
 
 @dataclass
 class PrunePolicy:
-    """How many errored tool exchanges (the newest) survive a resume."""
+    """What ``PruningSessionStore`` removes or mends on resume. Texts are model-facing."""
 
+    drop_api_errors: bool = True
+    neutralize_interrupts: bool = True
+    interrupt_text: str = "[上一轮在此处被中断,该工具结果未产生]"
+    heal_orphans: bool = True
+    orphan_text: str = "[这一步被打断了,没有结果。需要的话重做。]"
     keep_denials: int = 1
 
 
-class PruningSessionStore(TrimmingSessionStore):
-    """``TrimmingSessionStore`` that also prunes old denied/errored tool calls at ``load()``.
+def is_denial(entry: Entry) -> bool:
+    """A result entry for a call the harness refused before it ran (see the module doc)."""
+    if entry.get("type") != "user" or entry.get("toolDenialAfterRun") is True or entry.get("holdsPersonsWords") is True:
+        return False
+    kind = entry.get("toolDenialKind")
+    if kind == "permission-rule":
+        return True
+    decision = entry.get("permissionDecision")
+    return kind is not None and kind != "interrupted" and isinstance(decision, dict) \
+        and decision.get("decision") == "reject"
 
-    The policy is ``prune_policy`` (``prune`` is the method); ``last_report["pruned"]``
-    counts the exchanges dropped by the latest load.
+
+def is_interrupt_residue(entry: Entry) -> bool:
+    """A result entry the CLI wrote for a call an interrupt (or the end of a session) cut off."""
+    if entry.get("type") != "user":
+        return False
+    kind = entry.get("toolDenialKind")
+    return kind == "interrupted" or (kind == "user-rejected" and "permissionDecision" not in entry)
+
+
+def is_api_error(entry: Entry) -> bool:
+    """A synthetic assistant message standing for a failed API call (no tool call in it).
+
+    ``isApiErrorMessage``, or model ``<synthetic>`` with an ``error``. Other synthetic
+    placeholders (the CLI's "No response requested.") are not errors and stay.
+    """
+    if entry.get("type") != "assistant":
+        return False
+    msg = entry.get("message")
+    if not isinstance(msg, dict):
+        return False
+    if not (entry.get("isApiErrorMessage") is True or (msg.get("model") == "<synthetic>" and entry.get("error"))):
+        return False
+    content = msg.get("content")
+    return not (isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "tool_use"
+                                                  for b in content))
+
+
+class PruningSessionStore(TrimmingSessionStore):
+    """``TrimmingSessionStore`` that also prunes at ``load()``: the ``Runtime``'s store.
+
+    Note the order: the 4th positional parameter is ``prune``, not ``ephemeral`` as in the
+    parent — pass policies by keyword. The policy is ``prune_policy`` (``prune`` is the
+    method). After each ``load()``: ``pruned`` = entries removed from the replayed
+    transcript, ``denials_dropped`` = denied calls removed; also ``api_errors_dropped``,
+    ``interrupts_neutralized``, ``orphans_healed``.
     """
 
     def __init__(
@@ -50,66 +123,157 @@ class PruningSessionStore(TrimmingSessionStore):
         path: str | Path,
         workspace: str | Path,
         policy: TrimPolicy | None = None,
-        ephemeral: EphemeralPolicy | None = None,
         prune: PrunePolicy | None = None,
+        ephemeral: EphemeralPolicy | None = None,
     ) -> None:
+        if prune is not None and not isinstance(prune, PrunePolicy):
+            raise TypeError(
+                f"PruningSessionStore's 4th argument is prune=PrunePolicy, got {type(prune).__name__}; "
+                "pass the policies by keyword (policy=, prune=, ephemeral=)."
+            )
         super().__init__(path, workspace, policy, ephemeral)
         self.prune_policy = prune if prune is not None else PrunePolicy()
         if self.prune_policy.keep_denials < 0:
             raise ValueError(
                 f"PrunePolicy.keep_denials={self.prune_policy.keep_denials} is negative; use 0 to drop them all."
             )
+        self._zero()
+
+    def _zero(self) -> None:
+        self.pruned = self.denials_dropped = 0
+        self.api_errors_dropped = self.interrupts_neutralized = self.orphans_healed = 0
+
+    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
+        self._zero()  # a missing key reports nothing pruned
+        return await super().load(key)
 
     def _apply(self, entries: list[Entry], ix: TranscriptIndex) -> list[Entry]:
         # after expiry and trimming, which edit blocks in place and keep the index valid
         return self.prune(super()._apply(entries, ix), ix)
 
+    # -- the passes -------------------------------------------------------------
     def prune(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
-        """Drop errored exchanges beyond the newest ``keep_denials``; re-link the uuid chain.
+        """Heal orphans, neutralize interrupt residue, drop old denials and API errors; relink.
 
-        Returns a new list; the kept entries are edited in place.
+        Returns a new list (kept entries are edited in place) and sets the counters.
         """
+        pol = self.prune_policy
+        self._zero()
         ix = ix or TranscriptIndex(entries)
-        errored = list(dict.fromkeys(
-            b["tool_use_id"] for _, b in ix.results
-            if b.get("is_error") is True and isinstance(b.get("tool_use_id"), str) and b["tool_use_id"] in ix.uses
-        ))
-        drop = set(errored[: max(0, len(errored) - self.prune_policy.keep_denials)])
-        if not drop:
-            return entries
+        if pol.heal_orphans:
+            healed = self.heal_orphans(entries, ix)
+            if healed is not entries:
+                entries, ix = healed, TranscriptIndex(healed)
+        if pol.neutralize_interrupts:
+            self.neutralize_interrupts(entries, ix)
 
         gone: set[int] = set()
-        for i, b in ix.results:
-            tid = b.get("tool_use_id")
-            if isinstance(tid, str) and tid in drop and _remove_block(entries[i], b):
-                gone.add(i)
-        for tid in drop:
-            i, b = ix.uses[tid]
-            if _remove_block(entries[i], b):
-                gone.add(i)
-        gone.update(i for i, tid in ix.tied if tid in drop)
+        if pol.drop_api_errors:
+            errors = [i for i in ix.failed if is_api_error(entries[i])]
+            gone.update(errors)
+            self.api_errors_dropped = len(errors)
+        drop = self._old_denials(entries, ix)
+        if drop:
+            for i, b in ix.results:
+                if b.get("tool_use_id") in drop and _remove_block(entries[i], b):
+                    gone.add(i)
+            for tid in drop:
+                i, b = ix.uses[tid]
+                if _remove_block(entries[i], b):
+                    gone.add(i)
+            gone.update(i for i, tid in ix.tied if tid in drop)
+            self.denials_dropped = len(drop)
+        if not gone:
+            return entries
+        self.pruned = len(gone)
+        return _relink(entries, gone)
 
-        parent_of = {entries[i]["uuid"]: entries[i].get("parentUuid") for i in gone
-                     if isinstance(entries[i].get("uuid"), str)}
+    def _old_denials(self, entries: list[Entry], ix: TranscriptIndex) -> set[str]:
+        """Ids of the denied calls beyond the newest ``keep_denials`` (only calls whose use is here)."""
+        denied = list(dict.fromkeys(
+            b["tool_use_id"] for i, b in ix.results
+            if isinstance(b.get("tool_use_id"), str) and b["tool_use_id"] in ix.uses and is_denial(entries[i])
+        ))
+        return set(denied[: max(0, len(denied) - self.prune_policy.keep_denials)])
 
-        def resolve(u: str) -> Any:
-            hops = 0
-            while u in parent_of and hops <= len(parent_of):
-                u, hops = parent_of[u], hops + 1
-            return u
+    def neutralize_interrupts(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> int:
+        """Replace the body of interrupt residue results by ``interrupt_text``; returns how many."""
+        ix = ix or TranscriptIndex(entries)
+        n = 0
+        for i, block in ix.results:
+            if is_interrupt_residue(entries[i]):
+                block["content"] = self.prune_policy.interrupt_text
+                n += 1
+        self.interrupts_neutralized = n
+        return n
 
-        kept = [e for i, e in enumerate(entries) if i not in gone]
-        for e in kept:
-            parent = e.get("parentUuid")
-            if isinstance(parent, str) and parent in parent_of:
-                e["parentUuid"] = resolve(parent)
-            if e.get("type") not in _PLAIN_KINDS:  # the rarer links: last-prompt, user, system entries
-                for f in _RARE_LINKS:
+    def heal_orphans(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
+        """Give every ``tool_use`` without a ``tool_result`` a synthetic result entry.
+
+        Each is inserted right after the assistant message holding the call (Claude Code
+        writes one entry per content block, so "the message" is the run of entries
+        sharing its ``message.id``); the entries that hung off that message's last entry
+        now hang off the inserted one. Returns ``entries`` itself when nothing is orphaned.
+        """
+        ix = ix or TranscriptIndex(entries)
+        answered = {b.get("tool_use_id") for _, b in ix.results}
+        orphans = [(i, tid) for tid, (i, _) in ix.uses.items() if tid not in answered]
+        if orphans:  # rare: confirm against every user entry, meta ones included
+            answered = {b.get("tool_use_id") for e in entries if e.get("type") == "user"
+                        for b in (_content_list(e)) if isinstance(b, dict) and b.get("type") == "tool_result"}
+            orphans = [(i, tid) for i, tid in orphans if tid not in answered]
+        if not orphans:
+            return entries
+        last_of: dict[Any, int] = {}  # message id -> index of the message's last entry
+        for i, e in enumerate(entries):
+            if e.get("type") == "assistant" and isinstance(e.get("message"), dict):
+                last_of[e["message"].get("id") or e.get("uuid")] = i
+        after: dict[int, list[Entry]] = {}  # index of a message's last entry -> result entries to insert
+        for i, tid in sorted(orphans):
+            holder = entries[i]
+            end = last_of.get(holder["message"].get("id") or holder.get("uuid"), i)
+            chain = after.setdefault(end, [])
+            parent = chain[-1]["uuid"] if chain else entries[end].get("uuid")
+            chain.append(self._orphan_result(holder, tid, parent))
+        repoint: dict[str, str] = {}
+        for end, chain in after.items():
+            tail = entries[end].get("uuid")
+            if isinstance(tail, str):
+                repoint[tail] = chain[-1]["uuid"]
+        inserted = {id(e) for chain in after.values() for e in chain}
+        out: list[Entry] = []
+        for i, e in enumerate(entries):
+            if id(e) not in inserted:
+                for f in ("parentUuid", "leafUuid"):
                     v = e.get(f)
-                    if isinstance(v, str) and v in parent_of:
-                        e[f] = resolve(v)
-        self._count("pruned", len(drop))
-        return kept
+                    if isinstance(v, str) and v in repoint:
+                        e[f] = repoint[v]
+            out.append(e)
+            if i in after:
+                out.extend(after[i])
+        self.orphans_healed = len(orphans)
+        return out
+
+    def _orphan_result(self, holder: Entry, tool_use_id: str, parent: Any) -> Entry:
+        text = self.prune_policy.orphan_text
+        sid = holder.get("sessionId", "")
+        entry: Entry = {k: holder[k] for k in _COPIED if k in holder}
+        entry.update({
+            "type": "user",
+            "parentUuid": parent,
+            "uuid": str(uuidlib.uuid5(_HEAL_NS, f"{sid}/{tool_use_id}")),
+            "message": {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": tool_use_id, "content": text, "is_error": True}]},
+            "toolUseResult": text,
+            "sourceToolAssistantUUID": holder.get("uuid"),
+        })
+        return entry
+
+
+def _content_list(entry: Entry) -> list[Any]:
+    msg = entry.get("message")
+    content = msg.get("content") if isinstance(msg, dict) else None
+    return content if isinstance(content, list) else []
 
 
 def _remove_block(entry: Entry, block: dict[str, Any]) -> bool:
@@ -117,3 +281,29 @@ def _remove_block(entry: Entry, block: dict[str, Any]) -> bool:
     content = entry["message"]["content"]
     entry["message"]["content"] = left = [b for b in content if b is not block]
     return not left
+
+
+def _relink(entries: list[Entry], gone: set[int]) -> list[Entry]:
+    """Drop the entries at ``gone``; links to them move to their nearest kept ancestor.
+
+    Takes the full list (removed entries included): the ancestors are read from it.
+    """
+    parent_of = {entries[i]["uuid"]: entries[i].get("parentUuid") for i in gone
+                 if isinstance(entries[i].get("uuid"), str)}
+
+    def resolve(u: str) -> Any:
+        hops = 0
+        while u in parent_of and hops <= len(parent_of):
+            u, hops = parent_of[u], hops + 1
+        return u
+
+    kept = [e for i, e in enumerate(entries) if i not in gone]
+    if parent_of:
+        for e in kept:
+            v = e.get("parentUuid")
+            if v in parent_of:
+                e["parentUuid"] = resolve(v)
+            for f in _RARE_LINKS:
+                if f in e and e[f] in parent_of:
+                    e[f] = resolve(e[f])
+    return kept

@@ -94,8 +94,10 @@ class SqliteSessionStore(SessionStore):
 
     Tables: ``entries`` (one row per transcript line, in append order; lines with a
     ``uuid`` are unique per key, duplicates ignored), ``meta`` (per key: the parts and the
-    storage mtime), ``summaries`` (the SDK's ``fold_session_summary`` sidecar). Database
-    calls run in a worker thread so a 10 000-line load never stalls the event loop.
+    storage mtime), ``summaries`` (the SDK's ``fold_session_summary`` sidecar). The
+    protocol's methods run in a worker thread so a 10 000-line load never stalls the event
+    loop; ``projects``, ``has_session`` and ``last_context`` are plain synchronous calls
+    for callers outside a loop (a ``Runtime`` deciding whether to resume).
     """
 
     busy_timeout_ms = 10_000
@@ -125,18 +127,18 @@ class SqliteSessionStore(SessionStore):
         return conn
 
     def close(self) -> None:
-        """Close the connection (optional: it is also dropped with the store)."""
+        """Close the connection. Optional (it is also closed with the store); the store reopens on next use."""
         with self._lock:
             if self._conn is not None and self._pid == os.getpid():
                 self._conn.close()
             self._conn = None
 
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        def call() -> T:
-            with self._lock:
-                return fn(self._connect())
+    def _sync(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            return fn(self._connect())
 
-        return await anyio.to_thread.run_sync(call)
+    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        return await anyio.to_thread.run_sync(self._sync, fn)
 
     def _next_mtime(self, floor: int = 0) -> int:
         """Storage write time in epoch ms, strictly increasing across calls.
@@ -151,16 +153,22 @@ class SqliteSessionStore(SessionStore):
 
     # -- required -------------------------------------------------------------
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
+        """Append in order; a ``uuid`` already stored under this key, or repeated in the batch, is skipped.
+
+        A batch that adds nothing (a replay) leaves the mtime and the summary alone. Only
+        the main transcript (no subpath) is folded into the summary sidecar.
+        """
         if not entries:
             return
         k = store_key(key)
-        rows = [(e.get("uuid") if isinstance(e.get("uuid"), str) else None, _encode(e)) for e in entries]
         pk, sid, sub = key["project_key"], key["session_id"], key.get("subpath") or ""
+        uuids = [e.get("uuid") if isinstance(e.get("uuid"), str) else None for e in entries]
 
         def write(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 row = conn.execute("SELECT id, mtime FROM meta WHERE key = ?", (k,)).fetchone()
+                stored: set[str] = set()
                 if row is None:
                     key_id = conn.execute(
                         "INSERT INTO meta(key, project_key, session_id, subpath, mtime) VALUES (?, ?, ?, ?, 0)",
@@ -169,10 +177,26 @@ class SqliteSessionStore(SessionStore):
                     floor = 0
                 else:
                     key_id, floor = row
-                conn.executemany(
-                    "INSERT OR IGNORE INTO entries(key_id, uuid, data) VALUES (?, ?, ?)",
-                    [(key_id, u, d) for u, d in rows],
-                )
+                    wanted = [u for u in uuids if u is not None]
+                    for i in range(0, len(wanted), 500):
+                        chunk = wanted[i : i + 500]
+                        stored.update(r[0] for r in conn.execute(
+                            f"SELECT uuid FROM entries WHERE key_id = ? AND uuid IN ({','.join('?' * len(chunk))})",
+                            (key_id, *chunk),
+                        ))
+                fresh: list[SessionStoreEntry] = []
+                rows: list[tuple[int, str | None, bytes]] = []
+                for e, u in zip(entries, uuids):
+                    if u is not None:
+                        if u in stored:
+                            continue
+                        stored.add(u)
+                    fresh.append(e)
+                    rows.append((key_id, u, _encode(e)))
+                if not rows:  # a replayed batch: nothing new, nothing moves
+                    conn.execute("COMMIT")
+                    return
+                conn.executemany("INSERT OR IGNORE INTO entries(key_id, uuid, data) VALUES (?, ?, ?)", rows)
                 prev: SessionSummaryEntry | None = None
                 if not sub:
                     srow = conn.execute(
@@ -184,7 +208,7 @@ class SqliteSessionStore(SessionStore):
                 mtime = self._next_mtime(floor)
                 conn.execute("UPDATE meta SET mtime = ? WHERE id = ?", (mtime, key_id))
                 if not sub:
-                    folded = fold_session_summary(prev, key, entries)
+                    folded = fold_session_summary(prev, key, fresh)
                     conn.execute(
                         "INSERT OR REPLACE INTO summaries(project_key, session_id, mtime, data) VALUES (?, ?, ?, ?)",
                         (pk, sid, mtime, _encode(folded["data"])),
@@ -196,7 +220,53 @@ class SqliteSessionStore(SessionStore):
 
         await self._run(write)
 
+    # -- synchronous lookups (no event loop needed; cheap) ---------------------
+    def projects(self) -> list[str]:
+        """The ``project_key``s actually present. The SDK derives one from the cwd: check, don't guess."""
+        return self._sync(lambda c: [r[0] for r in c.execute(
+            "SELECT DISTINCT project_key FROM meta ORDER BY project_key")])
+
+    def has_session(self, project_key: str, session_id: str) -> bool:
+        """Is there a main transcript for this session under this project? Reads one meta row, no payload.
+
+        Resuming an id that is not here only fails after the CLI has started; ask first.
+        """
+        k = f"{project_key}/{session_id}"
+        return self._sync(lambda c: c.execute("SELECT 1 FROM meta WHERE key = ?", (k,)).fetchone() is not None)
+
+    def last_context(self, project_key: str, session_id: str, *, scan: int = 60) -> int:
+        """How big the context the model saw on the session's last turn was, in tokens; 0 if unknown.
+
+        Reads only the last ``scan`` entries of the main transcript, newest first, and
+        takes the first real assistant message's usage: ``input_tokens +
+        cache_read_input_tokens + cache_creation_input_tokens`` (input alone badly
+        undercounts once caching is on). Synthetic messages (API errors) are skipped.
+        """
+        k = f"{project_key}/{session_id}"
+
+        def read(conn: sqlite3.Connection) -> list[bytes]:
+            row = conn.execute("SELECT id FROM meta WHERE key = ?", (k,)).fetchone()
+            if row is None:
+                return []
+            return [r[0] for r in conn.execute(
+                "SELECT data FROM entries WHERE key_id = ? ORDER BY id DESC LIMIT ?", (row[0], max(0, scan)))]
+
+        for data in self._sync(read):
+            if b'"assistant"' not in data:
+                continue
+            e = _decode(data)
+            msg = e.get("message") if isinstance(e, dict) else None
+            if e.get("type") != "assistant" or not isinstance(msg, dict) or e.get("isApiErrorMessage"):
+                continue
+            usage = msg.get("usage")
+            if msg.get("model") == "<synthetic>" or not isinstance(usage, dict):
+                continue
+            return sum(int(usage.get(f) or 0) for f in
+                       ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+        return 0
+
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
+        """The key's entries in append order; ``None`` when the key has none."""
         k = store_key(key)
 
         def read(conn: sqlite3.Connection) -> list[SessionStoreEntry] | None:

@@ -2,34 +2,32 @@
 
 A long run resumed from the store would otherwise replay every old tool output in full.
 At ``load()`` — and only there — two passes reshape a *copy* of the transcript (the rows
-in SQLite never change):
+in SQLite never change a byte):
 
-* ``expire()``: Bash results of ephemeral commands (``is_ephemeral``) older than
-  ``EphemeralPolicy.keep_recent`` turns are replaced by a short notice. Dropped, not
-  spilled: a stale ``git status`` is wrong, not merely long.
-* ``trim()``: outside the last ``TrimPolicy.keep_recent`` turns, text longer than
-  ``min_chars`` (tool results, assistant text, string fields of tool inputs) is written
-  to ``<workspace>/<spill_dirname>/<sha256[:16]>.txt`` and replaced by a pointer line
-  plus a short head, so the model can still ``Read`` it.
+* ``expire()``: Bash results of ephemeral commands (``is_ephemeral``) outside the newest
+  ``EphemeralPolicy.keep_recent`` tool results get their body replaced by
+  ``EphemeralPolicy.placeholder(cmd, age)``. Dropped, not spilled: a stale ``git status``
+  is wrong, not merely long. Results above ``max_chars`` are left for ``trim()``.
+* ``trim()``: outside the newest ``TrimPolicy.keep_recent`` tool results, a body of
+  ``min_chars`` characters or more is written to
+  ``<workspace>/<spill_dirname>/<sha256[:16]>.txt`` and replaced by
+  ``TrimPolicy.placeholder(path, n)``, so the model can still ``Read`` it.
+
+Both windows count ``tool_result`` blocks, newest last, in the one transcript being
+loaded (the SDK loads the main transcript and each subagent transcript separately).
 
 Invariants the API imposes: a ``tool_result`` block is never removed, only its content
-changes (else "Missing Tool Result Block"); image/document and thinking blocks are never
-touched; ``isCompactSummary`` entries are left whole. User prompts are left whole too:
-they are the task.
-
-A *turn* starts at each user prompt entry: ``type == "user"`` whose content is not a
-tool result and that is neither ``isMeta`` nor ``isCompactSummary``. An entry's *age* is
-the number of prompts after it (0 for the turn in progress); "the last N turns" are the
-entries with age < N.
+changes (else "Missing Tool Result Block"); image/document blocks are never touched;
+``isCompactSummary`` and ``isMeta`` entries are left whole. Only tool results are
+trimmed: prompts, assistant text and tool inputs are what the model said and was told.
 """
 
 from __future__ import annotations
 
 import hashlib
-from bisect import bisect_right
 import os
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,19 +38,21 @@ from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 from flower.store.ephemeral import EphemeralPolicy, is_ephemeral
 from flower.store.sqlite import SqliteSessionStore, _gc_paused
 
-__all__ = ["TranscriptIndex", "TrimPolicy", "TrimmingSessionStore", "is_prompt", "trim_report", "turn_ages"]
+__all__ = ["TranscriptIndex", "TrimPolicy", "TrimmingSessionStore", "trim_report"]
 
 Entry = dict[str, Any]
 
-SPILL_POINTER = "[全文 {chars} 字符已转存到 {path},需要时用 Read 读取。以下为开头部分]"
-CAP_NOTE = "[其余 {chars} 字符已丢弃(临时状态不转存),需要请重新执行]"
-HEAD_CHARS = 300
+SPILL_TEXT = "[这段工具结果共 {n} 字符,已转存到 {path},需要时用 Read 读取全文]"
 CMD_CHARS = 80
 
 
 @dataclass
 class TrimPolicy:
-    """Spill long old text to disk on resume. ``spill_dirname`` is relative to the workspace.
+    """Spill long old tool results to disk on resume.
+
+    ``keep_recent``: the newest N tool results keep their original text.
+    ``min_chars``: shorter bodies are not worth the cut. ``spill_dirname`` is relative
+    to the workspace and must stay inside it, or the agent's ``Read`` cannot reach it.
 
     Not the same directory as ``spill_guard``'s (``<workbench>/spill/``): that one trims
     at the moment a tool returns, this one at resume. Keep them apart on purpose.
@@ -63,116 +63,98 @@ class TrimPolicy:
     spill_dirname: str = ".flower/spill"
     enabled: bool = True
 
+    def placeholder(self, path: str, n: int) -> str:
+        """The pointer line that replaces a spilled body of ``n`` characters written to ``path``."""
+        return SPILL_TEXT.format(n=n, path=path)
+
 
 # ---------------------------------------------------------------------------
-# Transcript shape helpers (shared with prune.py)
+# Transcript shape (shared with prune.py)
 # ---------------------------------------------------------------------------
 
 
-def is_prompt(entry: Entry) -> bool:
-    """A user prompt (a turn's start), as opposed to a tool result or injected meta text."""
-    if entry.get("type") != "user" or entry.get("isMeta") or entry.get("isCompactSummary"):
-        return False
-    if "toolUseResult" in entry or "sourceToolAssistantUUID" in entry:
-        return False
+def _content(entry: Entry) -> Any:
     msg = entry.get("message")
-    content = msg.get("content") if isinstance(msg, dict) else None
-    if isinstance(content, str):
-        return True
-    if isinstance(content, list):
-        return not any(isinstance(b, dict) and b.get("type") == "tool_result" for b in content)
-    return False
-
-
-def turn_ages(entries: list[Entry]) -> list[int]:
-    """For each entry, how many prompts come after it."""
-    ix = TranscriptIndex(entries)
-    return [ix.age(i) for i in range(len(entries))]
-
-
-def tool_uses(entries: list[Entry]) -> dict[str, dict[str, Any]]:
-    """``tool_use`` blocks by id (Claude Code writes one block per assistant entry)."""
-    return {k: b for k, (_, b) in TranscriptIndex(entries).uses.items()}
+    return msg.get("content") if isinstance(msg, dict) else None
 
 
 class TranscriptIndex:
     """One pass over a transcript: what expiry, trimming and pruning look at, found once.
 
     Blocks are referenced, not copied, so the passes edit the entries in place. Lists
-    are in transcript order.
+    are in transcript order. ``results`` leaves out ``isMeta`` / ``isCompactSummary``
+    entries: those are never edited.
     """
 
-    __slots__ = ("size", "prompts", "uses", "results", "assistant_blocks", "tied")
+    __slots__ = ("size", "uses", "results", "tied", "failed")
 
     def __init__(self, entries: list[Entry]) -> None:
         self.size = len(entries)
-        self.prompts: list[int] = []  # entry indices of user prompts (turn starts)
         self.uses: dict[str, tuple[int, dict[str, Any]]] = {}  # tool_use id -> (entry index, block)
         self.results: list[tuple[int, dict[str, Any]]] = []  # (entry index, tool_result block)
-        self.assistant_blocks: list[tuple[int, dict[str, Any]]] = []  # text and tool_use blocks
         self.tied: list[tuple[int, str]] = []  # entries that reference a tool call: (index, tool_use id)
-        results, blocks, uses, tied = self.results, self.assistant_blocks, self.uses, self.tied
+        self.failed: list[int] = []  # assistant entries flagged as a failed API call (candidates)
+        uses, results, tied = self.uses, self.results, self.tied
         for i, e in enumerate(entries):
             kind = e.get("type")
-            if kind == "assistant" or kind == "user":
-                msg = e.get("message")
-                content = msg.get("content") if isinstance(msg, dict) else None
-                if kind == "user":
-                    if "toolUseResult" not in e and is_prompt(e):
-                        self.prompts.append(i)
-                    elif isinstance(content, list) and not e.get("isCompactSummary"):
-                        for b in content:
-                            if isinstance(b, dict) and b.get("type") == "tool_result":
-                                results.append((i, b))
-                elif isinstance(content, list):
+            if kind == "user":
+                content = _content(e)
+                if isinstance(content, list) and not e.get("isCompactSummary") and not e.get("isMeta"):
                     for b in content:
-                        bt = b.get("type") if isinstance(b, dict) else None
-                        if bt == "text":
-                            blocks.append((i, b))
-                        elif bt == "tool_use" and isinstance(b.get("id"), str):
+                        if isinstance(b, dict) and b.get("type") == "tool_result":
+                            results.append((i, b))
+            elif kind == "assistant":
+                if "isApiErrorMessage" in e or "error" in e:
+                    self.failed.append(i)
+                content = _content(e)
+                if isinstance(content, list):
+                    for b in content:
+                        if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str):
                             uses[b["id"]] = (i, b)
-                            blocks.append((i, b))
             elif kind == "attachment" or kind == "progress":
                 att = e.get("attachment")
                 tid = e.get("toolUseID") or (att.get("toolUseID") if isinstance(att, dict) else None)
                 if isinstance(tid, str):
                     tied.append((i, tid))
-            if "sourceToolUseID" in e and isinstance(e["sourceToolUseID"], str):
-                tied.append((i, e["sourceToolUseID"]))
+            src = e.get("sourceToolUseID")
+            if isinstance(src, str):
+                tied.append((i, src))
 
-    def age(self, i: int) -> int:
-        """Prompts after entry ``i`` (0 for the turn in progress)."""
-        return len(self.prompts) - bisect_right(self.prompts, i)
-
-    def recent_from(self, keep: int) -> int:
-        """Index of the first entry in the last ``keep`` turns (entries before it are older)."""
-        if keep <= 0:
-            return self.size
-        if keep > len(self.prompts):
-            return 0
-        return self.prompts[len(self.prompts) - keep]
+    def older(self, keep: int) -> list[tuple[int, dict[str, Any]]]:
+        """The results outside the newest ``keep`` (all of them when ``keep <= 0``)."""
+        return self.results[: max(0, len(self.results) - max(0, keep))]
 
 
-def _text_len(content: Any) -> int:
+def _plain_text(content: Any) -> str | None:
+    """A result body as text: the string, or its text blocks joined. None if nothing to cut."""
     if isinstance(content, str):
-        return len(content)
+        return content
     if isinstance(content, list):
-        return sum(len(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
-    return 0
+        texts = [b["text"] for b in content
+                 if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)]
+        return "\n".join(texts) if texts else None
+    return None
 
 
-def _map_text(content: Any, fn: Callable[[str], str]) -> Any:
-    """Apply ``fn`` to a result's text (a string, or each text block); other blocks untouched."""
+def _only_text(content: Any) -> bool:
+    return isinstance(content, str) or (
+        isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in content)
+    )
+
+
+def _with_text(content: Any, text: str) -> Any:
+    """``content`` with its text replaced by ``text``; image/document blocks kept, in place."""
     if isinstance(content, str):
-        return fn(content)
-    if isinstance(content, list):
-        out = []
-        for b in content:
-            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str):
-                b = {**b, "text": fn(b["text"])}
+        return text
+    out, placed = [], False
+    for b in content:
+        if isinstance(b, dict) and b.get("type") == "text":
+            if not placed:
+                out.append({**b, "text": text})
+                placed = True
+        else:
             out.append(b)
-        return out
-    return content
+    return out
 
 
 def _short_cmd(cmd: str) -> str:
@@ -190,9 +172,10 @@ def _short_cmd(cmd: str) -> str:
 class TrimmingSessionStore(SqliteSessionStore):
     """``SqliteSessionStore`` whose ``load()`` expires stale ephemeral results and spills old bulk.
 
-    ``last_report`` counts what the latest ``load()`` did (one key: the SDK loads the
-    main transcript and each subagent transcript separately): ``expired``, ``capped``,
-    ``spilled``, ``saved_chars`` (and ``pruned`` in the subclass).
+    ``last_report`` describes the latest ``load()`` (of one key): ``expired`` (written by
+    ``expire``), ``cleared`` / ``kept`` / ``chars_saved`` (written by ``trim``: results
+    spilled, results exempt as recent, characters no longer sent). A disabled pass
+    writes nothing.
     """
 
     def __init__(
@@ -207,7 +190,6 @@ class TrimmingSessionStore(SqliteSessionStore):
         self.policy = policy if policy is not None else TrimPolicy()
         self.ephemeral = ephemeral if ephemeral is not None else EphemeralPolicy()
         self.last_report: dict[str, int] = {}
-        self._spill_root = ""
         spill = Path(self.policy.spill_dirname)
         if spill.is_absolute() or ".." in spill.parts:
             raise ValueError(
@@ -239,93 +221,85 @@ class TrimmingSessionStore(SqliteSessionStore):
             entries = self.trim(entries, ix)
         return entries
 
-    def _count(self, name: str, n: int = 1) -> None:
-        self.last_report[name] = self.last_report.get(name, 0) + n
-
     # -- expiry -----------------------------------------------------------------
     def expire(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
-        """Replace old ephemeral Bash results by ``ephemeral.text``; cap recent ones at ``max_chars``.
+        """Replace the body of old ephemeral Bash results by ``ephemeral.placeholder(cmd, age)``.
 
-        Mutates and returns ``entries`` (``load`` passes fresh copies of the rows).
+        The command comes from the matching ``tool_use``; results above ``max_chars``,
+        results holding images, and denied calls (which never ran) are skipped. Edits
+        ``entries`` in place and returns it; writes ``last_report["expired"]``.
         """
         pol = self.ephemeral
         ix = ix or TranscriptIndex(entries)
-        recent = ix.recent_from(pol.keep_recent)
-        for i, block in ix.results:
+        total, expired = len(ix.results), 0
+        for pos, (i, block) in enumerate(ix.older(pol.keep_recent)):
             use = ix.uses.get(block.get("tool_use_id", ""))
             if use is None or use[1].get("name") != "Bash":
                 continue
             inp = use[1].get("input")
             cmd = inp.get("command") if isinstance(inp, dict) else None
-            if not isinstance(cmd, str) or not is_ephemeral(cmd):
+            if not isinstance(cmd, str) or not is_ephemeral(cmd) or "toolDenialKind" in entries[i]:
                 continue
-            before = _text_len(block.get("content"))
-            if i < recent:
-                block["content"] = pol.text.format(cmd=_short_cmd(cmd), age=ix.age(i))
-                self._count("expired")
-                self._count("saved_chars", max(0, before - len(block["content"])))
-            elif before > pol.max_chars:
-                block["content"] = _map_text(block.get("content"), self._cap)
-                self._count("capped")
-                self._count("saved_chars", max(0, before - _text_len(block["content"])))
+            content = block.get("content")
+            text = _plain_text(content)
+            if not _only_text(content) or (text is not None and len(text) > pol.max_chars):
+                continue
+            block["content"] = pol.placeholder(_short_cmd(cmd), total - 1 - pos)
+            expired += 1
+        self.last_report["expired"] = self.last_report.get("expired", 0) + expired
         return entries
-
-    def _cap(self, text: str) -> str:
-        limit = self.ephemeral.max_chars
-        if len(text) <= limit:
-            return text
-        return text[:limit] + "\n" + CAP_NOTE.format(chars=len(text) - limit)
 
     # -- trimming ---------------------------------------------------------------
     def trim(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
-        """Spill long text outside the last ``policy.keep_recent`` turns. Mutates and returns ``entries``."""
+        """Spill old result bodies of ``min_chars`` or more; the newest ``keep_recent`` are exempt.
+
+        Edits ``entries`` in place and returns it; writes ``cleared`` / ``kept`` /
+        ``chars_saved`` into ``last_report``.
+        """
+        pol = self.policy
         ix = ix or TranscriptIndex(entries)
-        recent, limit = ix.recent_from(self.policy.keep_recent), self.policy.min_chars
-        self._spill_root = str(self.spill_dir)
-        for i, block in ix.results:
-            if i >= recent:
-                break
+        old = ix.older(pol.keep_recent)
+        root = str(self.spill_dir)
+        cleared = saved = 0
+        for _, block in old:
             content = block.get("content")
-            if _text_len(content) > limit:
-                block["content"] = _map_text(content, self._spill)
-        for i, block in ix.assistant_blocks:
-            if i >= recent:
-                break
-            if block.get("type") == "text":
-                text = block.get("text")
-                if isinstance(text, str) and len(text) > limit:
-                    block["text"] = self._spill(text)
-            elif isinstance(inp := block.get("input"), dict):
-                if any(isinstance(v, str) and len(v) > limit for v in inp.values()):
-                    block["input"] = {k: self._spill(v) if isinstance(v, str) else v for k, v in inp.items()}
+            text = _plain_text(content)
+            if text is None or len(text) < pol.min_chars:
+                continue
+            pointer = pol.placeholder(_spill(root, text), len(text))
+            block["content"] = _with_text(content, pointer)
+            cleared += 1
+            saved += max(0, len(text) - len(pointer))
+        r = self.last_report
+        r["cleared"] = r.get("cleared", 0) + cleared
+        r["kept"] = r.get("kept", 0) + len(ix.results) - len(old)
+        r["chars_saved"] = r.get("chars_saved", 0) + saved
         return entries
 
-    def _spill(self, text: str) -> str:
-        """Write ``text`` once under its content hash; return the pointer line and a short head."""
-        if len(text) <= self.policy.min_chars:
-            return text
-        data = text.encode("utf-8", "surrogatepass")
-        root = self._spill_root
-        path = os.path.join(root, hashlib.sha256(data).hexdigest()[:16] + ".txt")
-        if not os.path.exists(path):  # content-addressed: an existing file already holds this text
-            os.makedirs(root, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        out = SPILL_POINTER.format(chars=len(text), path=path) + "\n" + text[:HEAD_CHARS]
-        self._count("spilled")
-        self._count("saved_chars", max(0, len(text) - len(out)))
-        return out
+
+def _spill(root: str, text: str) -> str:
+    """Write ``text`` once under its content hash in ``root``; return the file's path."""
+    data = text.encode("utf-8", "surrogatepass")
+    path = os.path.join(root, hashlib.sha256(data).hexdigest()[:16] + ".txt")
+    if not os.path.exists(path):  # content-addressed: an existing file already holds this text
+        os.makedirs(root, exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    return path
 
 
-def trim_report(source: TrimmingSessionStore | Mapping[str, int]) -> str:
-    """One human-readable line from a store's ``last_report`` (or such a dict), for logs and the CLI.
+def trim_report(store: TrimmingSessionStore | Mapping[str, int]) -> str:
+    """``store.last_report`` as one line of Chinese for the UI log (a report dict is accepted too).
 
-    ``"expired 3 · capped 1 · spilled 2 · pruned 1 · 41200 chars saved"``, or ``"nothing trimmed"``.
+    Nothing done → ``"未裁剪"``; only expiry → ``"N 个时效性结果标记为过期"``; otherwise
+    ``"裁掉 N 个工具结果(保留最近 M 个),省下 ~X tokens"`` with X = ``chars_saved // 4``.
     """
-    report = source.last_report if isinstance(source, TrimmingSessionStore) else source
-    parts = [f"{name} {report[name]}" for name in ("expired", "capped", "spilled", "pruned") if report.get(name)]
-    if report.get("saved_chars"):
-        parts.append(f"{report['saved_chars']} chars saved")
-    return " · ".join(parts) if parts else "nothing trimmed"
+    report = store.last_report if isinstance(store, TrimmingSessionStore) else store
+    cleared, expired = report.get("cleared", 0), report.get("expired", 0)
+    if cleared:
+        return f"裁掉 {cleared} 个工具结果(保留最近 {report.get('kept', 0)} 个),省下 ~{report.get('chars_saved', 0) // 4} tokens"
+    if expired:
+        return f"{expired} 个时效性结果标记为过期"
+    return "未裁剪"

@@ -10,11 +10,20 @@ for the same mechanisms through the real CLI):
 * each tool result is its own ``user`` entry: ``parentUuid`` and
   ``sourceToolAssistantUUID`` = the entry holding its ``tool_use``, plus ``toolUseResult``;
   the next assistant entry hangs off the last result;
-* uuid-less bookkeeping lines (``last-prompt`` with ``leafUuid``, ``cost-state``…).
+* uuid-less bookkeeping lines (``last-prompt`` with ``leafUuid``, ``cost-state``…);
+* the markers the CLI puts on a result entry (seen through the real CLI, see
+  tests/e2e/test_store_cli.py): a PreToolUse hook deny → ``toolDenialKind: "permission-rule"``
+  + ``permissionDecision {decision: reject, source: hook}``; a call nobody could approve →
+  ``toolDenialKind: "user-rejected"`` + ``permissionDecision {decision: reject, source: config}``;
+  a call stopped while running by an interrupt → ``toolDenialKind: "user-rejected"`` and no
+  ``permissionDecision``; a stand-in for a call cut off by the end of a session →
+  ``toolDenialKind: "interrupted"``; an API error → an assistant entry with model
+  ``<synthetic>`` and ``isApiErrorMessage: true``.
 """
 
 from __future__ import annotations
 
+import copy
 import itertools
 import uuid as uuidlib
 from dataclasses import dataclass, field
@@ -24,6 +33,23 @@ Entry = dict[str, Any]
 _ids = itertools.count(1)
 
 
+DENIAL_MARKS: dict[str, dict[str, Any]] = {
+    "hook": {"toolDenialKind": "permission-rule",
+             "permissionDecision": {"decision": "reject", "source": "hook", "reasonType": "hook",
+                                    "reasonCode": "hook:PreToolUse"}},
+    "rule": {"toolDenialKind": "permission-rule",
+             "permissionDecision": {"decision": "reject", "source": "config", "reasonType": "subcommandResults",
+                                    "ruleSource": "projectSettings", "reasonCode": "rule:projectSettings"}},
+    "not-granted": {"toolDenialKind": "user-rejected",
+                    "permissionDecision": {"decision": "reject", "source": "config", "reasonCode": "unknown"}},
+    "interrupt": {"toolDenialKind": "user-rejected"},
+    "cut-off": {"toolDenialKind": "interrupted"},
+}
+STOP_TEXT = ("The user doesn't want to proceed with this tool use. The tool use was rejected (eg. if it was a file "
+             "edit, the new_string was NOT written to the file). STOP what you are doing and wait for the user to "
+             "tell you how to proceed. Correction to the text above: this call was stopped while running.")
+
+
 @dataclass
 class Use:
     name: str
@@ -31,6 +57,8 @@ class Use:
     output: str | list[dict[str, Any]] = ""
     error: bool = False
     id: str = field(default_factory=lambda: f"toolu_{next(_ids):06d}")
+    mark: str | None = None  # a key of DENIAL_MARKS: the CLI's structural marker on the result entry
+    orphan: bool = False  # no result written (the process stopped between call and result)
 
 
 @dataclass
@@ -76,14 +104,25 @@ class Transcript:
         self.entries.append({"type": "last-prompt", "lastPrompt": "x", "leafUuid": self.tip,
                              "sessionId": self.session_id})
         for u in uses:
+            if u.orphan:
+                continue
             result: dict[str, Any] = {"tool_use_id": u.id, "type": "tool_result", "content": u.output,
                                       "is_error": u.error}
             tur: Any = (f"Error: {u.output}" if u.error else
                         {"stdout": u.output, "stderr": "", "interrupted": False, "isImage": False})
             out.append(self._chain(self._base(
                 type="user", parentUuid=holders[u.id], sourceToolAssistantUUID=holders[u.id],
-                message={"role": "user", "content": [result]}, toolUseResult=tur)))
+                message={"role": "user", "content": [result]}, toolUseResult=tur,
+                **copy.deepcopy(DENIAL_MARKS[u.mark] if u.mark else {}))))
         return out
+
+    def api_error(self, text: str = "API Error: 500 Internal server error.") -> Entry:
+        """The synthetic assistant message the CLI writes when the API call fails for good."""
+        return self._chain(self._base(
+            type="assistant", isApiErrorMessage=True, error="server_error", apiErrorStatus=500,
+            message={"id": str(uuidlib.uuid4()), "type": "message", "role": "assistant", "model": "<synthetic>",
+                     "content": [{"type": "text", "text": text}], "stop_reason": "stop_sequence",
+                     "usage": {"input_tokens": 0, "output_tokens": 0}}))
 
     def compact_summary(self, text: str) -> Entry:
         return self._chain(self._base(type="user", isCompactSummary=True, isVisibleInTranscriptOnly=True,
@@ -97,6 +136,14 @@ class Transcript:
 
 def bash(cmd: str, output: str = "", *, error: bool = False) -> Use:
     return Use("Bash", {"command": cmd, "description": "run"}, output, error)
+
+
+def denied(cmd: str, how: str = "hook", reason: str = "协调者没有写权限。") -> Use:
+    """A Bash call the harness refused, with the text and marker the CLI writes for ``how``."""
+    text = {"hook": f"PreToolUse:Bash hook error: {reason}",
+            "rule": f"Permission to use Bash with command {cmd} has been denied.",
+            "not-granted": "Claude requested permissions to use Bash, but you haven't granted it yet."}[how]
+    return Use("Bash", {"command": cmd, "description": "run"}, text, True, mark=how)
 
 
 def read(path: str, output: str) -> Use:
@@ -133,3 +180,14 @@ def assert_valid_chain(entries: list[Entry]) -> None:
         u, seen = by_uuid[u]["parentUuid"], seen + 1
         assert seen <= len(by_uuid), "cycle in parentUuid chain"
     assert sorted(tool_use_ids(entries)) == sorted(tool_results(entries)), "tool_use/tool_result mismatch"
+
+
+def conversation(entries: list[Entry]) -> list[Entry]:
+    """The entries the leaf's parentUuid chain reaches, root first (what a resume replays)."""
+    by_uuid = {e["uuid"]: e for e in entries if "uuid" in e}
+    u = [e for e in entries if e.get("type") == "last-prompt"][-1]["leafUuid"]
+    out = []
+    while u is not None:
+        out.append(by_uuid[u])
+        u = by_uuid[u].get("parentUuid")
+    return out[::-1]

@@ -188,4 +188,5 @@ def test_policy_defaults() -> None:
     p = EphemeralPolicy()
     assert (p.enabled, p.keep_recent, p.max_chars) == (True, 6, 2000)
     assert p.text == "[{cmd} 的结果已过期(第 {age} 轮前),当前状态可能已变。需要请重新执行]"
-    assert p.text.format(cmd="git status", age=7).startswith("[git status 的结果已过期(第 7 轮前)")
+    assert p.placeholder("git status", 7) == "[git status 的结果已过期(第 7 轮前),当前状态可能已变。需要请重新执行]"
+    assert EphemeralPolicy(text="{cmd}@{age}").placeholder("ls", 0) == "ls@0"

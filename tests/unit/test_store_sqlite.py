@@ -90,3 +90,69 @@ async def test_two_processes_lose_nothing(tmp_path: Path) -> None:
     (summary,) = await store.list_session_summaries("p")
     (listed,) = await store.list_sessions("p")
     assert summary["mtime"] == listed["mtime"]
+
+
+async def test_replayed_batch_moves_nothing(tmp_path: Path) -> None:
+    """A batch whose uuids are all stored (the CLI re-sending after a reconnect) leaves mtime and summary alone."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    batch = [{"type": "user", "uuid": "a", "timestamp": "2026-01-01T00:00:00Z", "message": {"content": "hi"}},
+             {"type": "assistant", "uuid": "b", "timestamp": "2026-01-01T00:00:01Z"}]
+    await store.append(KEY, batch)  # type: ignore[arg-type]
+    (listed,) = await store.list_sessions("p")
+    (summary,) = await store.list_session_summaries("p")
+    await store.append(KEY, batch)  # type: ignore[arg-type]
+    await store.append(KEY, [batch[1], batch[1]])  # type: ignore[arg-type]
+    assert await store.list_sessions("p") == [listed]
+    assert await store.list_session_summaries("p") == [summary]
+    assert await store.load(KEY) == batch  # type: ignore[arg-type]
+    # a batch with one new line among replayed ones: stored once, the clock moves
+    await store.append(KEY, [*batch, {"type": "user", "uuid": "c"}, {"type": "user", "uuid": "c"}])  # type: ignore[arg-type]
+    assert [e["uuid"] for e in await store.load(KEY)] == ["a", "b", "c"]  # type: ignore[arg-type, union-attr]
+    assert (await store.list_sessions("p"))[0]["mtime"] > listed["mtime"]
+
+
+async def test_delete_cascades_to_subagent_transcripts(tmp_path: Path) -> None:
+    store = SqliteSessionStore(tmp_path / "s.db")
+    sub = {**KEY, "subpath": "subagents/agent-1"}
+    await store.append(KEY, [{"type": "user", "uuid": "m"}])  # type: ignore[arg-type, list-item]
+    await store.append(sub, [{"type": "user", "uuid": "s"}])  # type: ignore[arg-type, list-item]
+    await store.delete(sub)  # type: ignore[arg-type]
+    assert await store.load(KEY) is not None and await store.list_subkeys(KEY) == []  # type: ignore[arg-type]
+    await store.append(sub, [{"type": "user", "uuid": "s"}])  # type: ignore[arg-type, list-item]
+    await store.delete(KEY)  # type: ignore[arg-type]
+    assert await store.load(sub) is None and await store.list_subkeys(KEY) == []  # type: ignore[arg-type]
+    with sqlite3.connect(tmp_path / "s.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM entries").fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM meta").fetchone()[0] == 0
+
+
+def _usage(i: int, o: int, cr: int = 0, cc: int = 0) -> dict[str, int]:
+    return {"input_tokens": i, "output_tokens": o, "cache_read_input_tokens": cr, "cache_creation_input_tokens": cc}
+
+
+def test_sync_lookups_need_no_event_loop(tmp_path: Path) -> None:
+    """has_session / projects / last_context are plain calls (a Runtime asks them outside any loop)."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    assert store.projects() == [] and not store.has_session("p", "s") and store.last_context("p", "s") == 0
+    entries = [
+        {"type": "user", "uuid": "u1", "message": {"role": "user", "content": "go"}},
+        {"type": "assistant", "uuid": "a1", "message": {"model": "claude-x", "usage": _usage(100, 5, 9000, 300)}},
+        {"type": "user", "uuid": "u2", "message": {"role": "user", "content": [{"type": "tool_result"}]}},
+        {"type": "assistant", "uuid": "a2", "message": {"model": "claude-x", "usage": _usage(200, 7, 9100, 50)}},
+        {"type": "assistant", "uuid": "e1", "isApiErrorMessage": True,
+         "message": {"model": "<synthetic>", "usage": _usage(0, 0)}},
+        {"type": "last-prompt", "leafUuid": "e1"},
+    ]
+    asyncio.run(store.append(KEY, entries))  # type: ignore[arg-type]
+    asyncio.run(store.append({"project_key": "q", "session_id": "t", "subpath": "subagents/agent-1"},  # type: ignore[arg-type]
+                             [{"type": "assistant", "message": {"usage": _usage(1, 1)}}]))
+    assert store.projects() == ["p", "q"]
+    assert store.has_session("p", "s") and not store.has_session("p", "other") and not store.has_session("q", "s")
+    assert not store.has_session("q", "t")  # only a subagent transcript: nothing to resume
+    # the newest real assistant message: input + cache read + cache creation (output excluded)
+    assert store.last_context("p", "s") == 200 + 9100 + 50
+    assert store.last_context("p", "s", scan=2) == 0  # only the error and the bookkeeping line in reach
+    assert store.last_context("p", "missing") == 0
+    store.close()
+    assert store.has_session("p", "s")  # reopens after close()
+    store.close()
