@@ -142,3 +142,26 @@ def test_no_credentials_fails_at_construction(workspace, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(RuntimeError, match="No Anthropic credentials"):
         Runtime(workspace=workspace, run_dir=tmp_path / "runs")
+
+
+async def test_an_interrupt_through_the_channel_mailbox_resumes_the_same_session(workspace, tmp_path, scripted):
+    """The service's path: the person's words land in the mailbox; the runtime polls the channel."""
+    from flower.core.channel import HumanChannel, MailboxAnswers
+
+    mailbox = tmp_path / "mailbox"
+    rules = [Rule(tool("Bash", {"command": "sleep 20", "description": "wait"}), prompt="long job"),
+             Rule(say("took the new direction"), user="go with plan C")]
+    with scripted(rules) as model:
+        rt = _runtime(workspace, tmp_path)
+        rt.channel = HumanChannel(answers=MailboxAnswers(mailbox), timeout_s=0)
+        spec = AgentSpec("工人", "", allowed_tools=["Bash"], workbench=False)
+
+        def on_event(e: Event) -> None:
+            if e.kind == "tool_call":
+                asyncio.get_running_loop().call_later(0.5, MailboxAnswers.interrupt, mailbox, "go with plan C")
+
+        r = await asyncio.wait_for(rt.run(spec, "long job", on_event=on_event), 60)
+    assert r.ok and r.text == "took the new direction" and r.attempts == 1
+    resumed = [x for x in model.conversation if "go with plan C" in x.user]
+    assert resumed and resumed[0].session == model.conversation[0].session == r.session_id
+    assert not (mailbox / "interrupt.json").exists(), "the words are taken once"
