@@ -12,20 +12,16 @@ with a clear instruction to the model: decide yourself and write the assumption 
 
 Besides a UI, answers may come from a pluggable source (``answers=``): a terminal
 (``TerminalAnswers``) or a mailbox folder the service reads and writes
-(``MailboxAnswers``). Whichever answers first wins. Every question, answer and
-unsolicited message lands in the Q&A log (问答记录.md) and in ``transcript()``.
+(``MailboxAnswers``) — both live in ``answers`` and import from here too.
+Whichever answers first wins. Every question, answer and unsolicited message
+lands in the Q&A log (问答记录.md) and in ``transcript()``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import json
-import os
-import queue
 import re
-import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -33,11 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol, TextIO
+from typing import Any, Literal
 
 import structlog
 from claude_agent_sdk import create_sdk_mcp_server, tool
 
+from .answers import Answers, ChannelClosed, MailboxAnswers, TerminalAnswers, duration_text
 from .events import Event
 
 __all__ = [
@@ -137,24 +134,6 @@ class Mail:
     def event(self) -> Event:
         return Event("ask", self.text, payload={"kind": "mail", "id": self.id, "sent_at": self.sent_at,
                                                 "taken": self.taken}, raw=self)
-
-
-class ChannelClosed(Exception):
-    """Raised by an answer source when nobody can answer any more (e.g. stdin closed)."""
-
-
-class Answers(Protocol):
-    """A pluggable answer source. ``get`` may ignore ``timeout``: HumanChannel enforces it.
-
-    ``get`` returns the answer text, or None for "no answer"; it is cancelled when the
-    question is settled another way (a UI answered, the wait ran out).
-    """
-
-    async def get(self, question: str, options: list[str] | None, timeout: float | None) -> str | None: ...
-
-    def inbox(self) -> list[str]:
-        """Messages sent without being asked, oldest first; taking them clears them."""
-        ...
 
 
 class HumanChannel:
@@ -354,7 +333,7 @@ class HumanChannel:
         if self.timeout_s is not None and self.timeout_s <= 0:
             waited = "现在没有人值守,这个问题不会有人回答"
         else:
-            waited = f"等了 {_duration(self.timeout_s)}"
+            waited = f"等了 {duration_text(self.timeout_s)}"
         return _fill(self.timeout_text, waited=waited)
 
     # -- the person's own words --------------------------------------------
@@ -621,298 +600,10 @@ def _fill(template: str, **values: Any) -> str:
         return template
 
 
-# -- terminal ----------------------------------------------------------------
-class TerminalAnswers:
-    """Questions printed to a terminal, answers read from stdin.
-
-    One daemon thread reads lines for the life of the process, so a blocking
-    read never stalls the event loop nor keeps the process alive at exit, and a
-    timed-out ask leaves no orphan reader that would steal the next answer.
-    Lines typed while nobody is asking become inbox messages.
-    """
-
-    def __init__(self, *, input: TextIO | None = None, output: TextIO | None = None, poll_s: float = 0.05) -> None:
-        self._input = input
-        self._output = output
-        self.poll_s = poll_s
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        self._reader: threading.Thread | None = None
-        self._asking = 0
-        self._eof = False
-        self._inbox: list[str] = []
-        self._interrupt: str | None = None
-
-    async def get(self, question: str, options: list[str] | None, timeout: float | None) -> str | None:
-        self._start()
-        self._drain()
-        if self._eof:
-            raise ChannelClosed("终端输入已结束")
-        out = self._output or sys.stdout
-        lines = [f"\n[提问] {question}"] + [f"  {i}. {o}" for i, o in enumerate(options or [], 1)]
-        wait = "一直等" if timeout is None else f"最多等 {_duration(timeout)}"
-        lines.append(f"(回复编号或直接写答案,回车发送;{wait})")
-        print("\n".join(lines), file=out, flush=True)
-        self._asking += 1
-        try:
-            while True:
-                try:
-                    line = self._lines.get_nowait()
-                except queue.Empty:
-                    await asyncio.sleep(self.poll_s)
-                    continue
-                if line is None:
-                    self._eof = True
-                    raise ChannelClosed("终端输入已结束")
-                return line.rstrip("\r\n")
-        finally:
-            self._asking -= 1
-
-    def inbox(self) -> list[str]:
-        if not self._asking:
-            self._drain()
-        taken, self._inbox = self._inbox, []
-        return taken
-
-    def post(self, text: str) -> None:
-        """Queue an unsolicited message (for a front end that reads the terminal itself)."""
-        self._inbox.append(text)
-
-    def interrupt(self, words: str) -> None:
-        """Set the interrupt slot (a front end's Ctrl-C handler calls this)."""
-        self._interrupt = words
-
-    def take_interrupt(self) -> str | None:
-        words, self._interrupt = self._interrupt, None
-        return words
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                line = self._lines.get_nowait()
-            except queue.Empty:
-                return
-            if line is None:
-                self._eof = True
-            elif line.strip():
-                self._inbox.append(line.rstrip("\r\n"))
-
-    def _start(self) -> None:
-        if self._reader is None:
-            self._reader = threading.Thread(target=self._read, name="flower-terminal-answers", daemon=True)
-            self._reader.start()
-
-    def _read(self) -> None:
-        stream = self._input or sys.stdin
-        try:
-            for line in iter(stream.readline, ""):
-                self._lines.put(line)
-        except (OSError, ValueError):
-            pass
-        self._lines.put(None)
-
-
-# -- mailbox folder ----------------------------------------------------------
-class MailboxAnswers:
-    """Questions and answers as files in a folder the service shares with the run.
-
-    ``questions/<id>.json`` is an open question ({id, question, options, asked_at,
-    timeout_s}); the other side answers with ``answers/<id>.json`` ({"text": ...}).
-    ``inbox/`` holds unsolicited messages (consumed when read); ``interrupt.json``
-    is the interrupt slot. Every write is temp + rename, so no reader ever sees
-    half a file; polling costs one stat per interval.
-    """
-
-    def __init__(self, folder: str | Path, *, poll_s: float = 0.1,
-                 on_error: Callable[[str], None] | None = None) -> None:
-        self.folder = Path(folder)
-        self.poll_s = poll_s
-        self.on_error = on_error
-        self._suspect: dict[Path, tuple[int, int]] = {}
-
-    # -- the run's side ----------------------------------------------------
-    async def get(self, question: str, options: list[str] | None, timeout: float | None) -> str | None:
-        qid = _new_id()
-        qfile = self.folder / "questions" / f"{qid}.json"
-        afile = self.folder / "answers" / f"{qid}.json"
-        _write_json(qfile, {"id": qid, "question": question, "options": list(options or []),
-                            "asked_at": _iso(), "timeout_s": timeout})
-        try:
-            while True:
-                text = self._read_answer(afile)
-                if text is not None:
-                    return text
-                await asyncio.sleep(self.poll_s)
-        finally:
-            qfile.unlink(missing_ok=True)
-            afile.unlink(missing_ok=True)
-            self._suspect.pop(afile, None)
-
-    def inbox(self) -> list[str]:
-        box = self.folder / "inbox"
-        if not box.is_dir():
-            return []
-        out: list[str] = []
-        for path in sorted(p for p in box.iterdir() if not p.name.startswith(".") and p.suffix in (".json", ".txt", ".md")):
-            raw = _claim(path)
-            if raw is None:
-                continue  # another reader took it
-            if path.suffix != ".json":
-                out.append(raw.strip())
-                continue
-            try:
-                data = json.loads(raw)
-                if not isinstance(data, dict) or not isinstance(data.get("text"), str):
-                    raise ValueError('需要 {"text": "..."}')
-            except ValueError as e:
-                _write_text(path.with_name(path.name + ".bad"), raw)
-                self._error(f"主动消息文件 {path} 格式不对({e}),已改名为 {path.name}.bad,未送达")
-                continue
-            out.append(data["text"].strip())
-        return out
-
-    def take_interrupt(self) -> str | None:
-        raw = _claim(self.folder / "interrupt.json")
-        if raw is None:
-            return None
-        try:
-            data = json.loads(raw)
-            if isinstance(data, dict) and isinstance(data.get("words"), str):
-                return data["words"]
-            if isinstance(data, str):
-                return data
-        except ValueError:
-            pass
-        self._error(f"打断文件 {self.folder / 'interrupt.json'} 不是 {{\"words\": ...}},按原文当作打断的话")
-        return raw.strip()
-
-    # -- the other side (service, tests) -----------------------------------
-    @staticmethod
-    def post(folder: str | Path, text: str) -> Path:
-        """Leave an unsolicited message for the agent's inbox."""
-        path = Path(folder) / "inbox" / f"{_new_id()}.json"
-        _write_json(path, {"text": text, "sent_at": _iso()})
-        return path
-
-    @staticmethod
-    def answer(folder: str | Path, qid: str, text: str) -> bool:
-        """Answer question ``qid``; False if that question is no longer open (answer written anyway)."""
-        if not re.fullmatch(r"[\w.-]+", qid):
-            raise ValueError(f"not a question id: {qid!r}")
-        open_ = (Path(folder) / "questions" / f"{qid}.json").exists()
-        _write_json(Path(folder) / "answers" / f"{qid}.json", {"text": text, "answered_at": _iso()})
-        return open_
-
-    @staticmethod
-    def interrupt(folder: str | Path, words: str) -> Path:
-        """Ask the run to stop and continue with these words (the runtime polls the slot)."""
-        path = Path(folder) / "interrupt.json"
-        _write_json(path, {"words": words, "at": _iso()})
-        return path
-
-    @staticmethod
-    def pending(folder: str | Path) -> list[dict[str, Any]]:
-        """Open questions, oldest first (unreadable files are skipped)."""
-        qdir = Path(folder) / "questions"
-        out = []
-        for path in sorted(qdir.glob("*.json")) if qdir.is_dir() else []:
-            if path.name.startswith("."):
-                continue
-            try:
-                out.append(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, ValueError):
-                continue
-        return out
-
-    # -- internals ---------------------------------------------------------
-    def _read_answer(self, afile: Path) -> str | None:
-        try:
-            st = afile.stat()
-            raw = afile.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeDecodeError) as e:
-            raw, st = f"<unreadable: {e}>", None  # type: ignore[assignment]
-        try:
-            data = json.loads(raw)
-            if not isinstance(data, dict) or not isinstance(data.get("text"), str):
-                raise ValueError('需要 {"text": "..."}')
-            return data["text"]
-        except ValueError as e:
-            # A writer that does not rename may be mid-write: only a file that stays bad is bad.
-            sig = (st.st_size, st.st_mtime_ns) if st else (-1, -1)
-            if self._suspect.get(afile) != sig:
-                self._suspect[afile] = sig
-                return None
-            self._suspect.pop(afile, None)
-            bad = afile.with_name(afile.name + ".bad")
-            try:
-                afile.replace(bad)
-            except OSError:
-                pass
-            self._error(f"答案文件 {afile} 格式不对({e}),按未回答处理,已改名为 {bad.name};"
-                        '请重新写成 {"text": "你的回答"}')
-            return None
-
-    def _error(self, text: str) -> None:
-        if self.on_error is not None:
-            self.on_error(text)
-        else:
-            _log.warning("channel.mailbox_error", text=text)
-
-
 # -- helpers -----------------------------------------------------------------
 def _now(*, minutes: bool = False) -> str:
     return datetime.now().strftime("%Y-%m-%d %H:%M" if minutes else "%Y-%m-%d %H:%M:%S")
 
 
-def _iso() -> str:
-    return datetime.now().astimezone().isoformat(timespec="seconds")
-
-
-def _new_id() -> str:
-    """Sortable by time, unique across processes."""
-    return f"{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 1_000_000_000:09d}-{uuid.uuid4().hex[:6]}"
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "无限期"
-    if seconds >= 3600 and seconds % 3600 == 0:
-        return f"{int(seconds // 3600)} 小时"
-    if seconds >= 60 and seconds % 60 == 0:
-        return f"{int(seconds // 60)} 分钟"
-    return f"{seconds:g} 秒"
-
-
 def _quote(text: str) -> str:
     return "\n".join(f"> {line}" if line else ">" for line in text.strip().splitlines())
-
-
-def _write_text(path: Path, text: str) -> None:
-    """Temp + rename in the same folder: readers see the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _write_json(path: Path, data: Any) -> None:
-    _write_text(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
-
-
-def _claim(path: Path) -> str | None:
-    """Take a file exactly once: rename it away first, so two readers never both get it."""
-    taken = path.with_name(f".{path.name}.taken-{os.getpid()}-{uuid.uuid4().hex[:6]}")
-    try:
-        os.rename(path, taken)
-    except FileNotFoundError:
-        return None
-    try:
-        return taken.read_text(encoding="utf-8", errors="replace")
-    finally:
-        taken.unlink(missing_ok=True)

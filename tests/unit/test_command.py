@@ -13,6 +13,9 @@ from pathlib import Path
 import pytest
 
 from flower import cli
+from flower.cli.go import _handoff_policy
+from flower.cli.oracle import _tail_events
+from flower.cli.screen import _gist
 from flower.core.channel import HumanChannel
 from flower.core.events import Event
 
@@ -67,10 +70,10 @@ def test_every_go_flag_reaches_starter_flow():
     assert cli.starter_kwargs(cli.parse(["x", "--timeout", "inf"]))["timeout_s"] is None  # wait forever
     args = cli.parse(["x", "--window", "200000", "--no-trim", "--new"])
     assert args.window == 200000 and args.no_trim and args.new
-    policy = cli._handoff_policy(args)
+    policy = _handoff_policy(args)
     assert policy.window == 200000 and policy.at == 150000
-    assert cli._handoff_policy(cli.parse(["x", "--no-handoff"])) is False
-    assert cli._handoff_policy(cli.parse(["x"])) is True
+    assert _handoff_policy(cli.parse(["x", "--no-handoff"])) is False
+    assert _handoff_policy(cli.parse(["x"])) is True
 
 
 # -- mistakes: one line -------------------------------------------------------------------------
@@ -193,7 +196,7 @@ def test_the_screen_keeps_an_event_log_the_oracle_reads_back(tmp_path):
     screen.event(Event("tool_call", "写 hello.py", tool="Agent", payload={"input": {}}))
     screen.event(Event("text", "x" * 500))
     screen.close()
-    lines = cli._tail_events(tmp_path / "runs")
+    lines = _tail_events(tmp_path / "runs")
     assert lines[:2] == ["[-] step: 工作", "[工作] tool_call: [Agent] 写 hello.py"]
     assert len(lines) == 3 and len(lines[2]) < 260, "each event is cut to 200 characters"
     assert list(screen.recent) == lines
@@ -336,5 +339,5 @@ def test_status_json_is_plain_json(tmp_path, monkeypatch, capsys):
 
 def test_clean_and_gist():
     assert cli.clean("a\x1b[31mb\x1b]0;title\x07c\rd\x00") == "abc\nd"
-    assert cli._gist("[Subagent hand-back] x\n## 结论\n写好了\n## 证据\n…") == "写好了"
-    assert cli._gist("<tools>Write</tools>\n做完了") == "做完了"
+    assert _gist("[Subagent hand-back] x\n## 结论\n写好了\n## 证据\n…") == "写好了"
+    assert _gist("<tools>Write</tools>\n做完了") == "做完了"

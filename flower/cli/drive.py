@@ -1,0 +1,118 @@
+"""Running a workflow in front of a person: the runtime announced on the screen, the console, the signals."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import signal
+import sys
+from typing import Any
+
+from .console import Console
+from .credentials import NO_CREDS
+from .errors import Exit
+from .oracle import aside
+from .screen import Screen
+from .terminal import isatty, one_line
+
+
+def shown_runtime(screen: Screen, **kw: Any) -> Any:
+    """A Runtime whose every ``run`` (steps, rounds, verdicts) is announced and summed up on the screen."""
+    from ..core.runtime import Runtime
+
+    class ShownRuntime(Runtime):
+        async def run(self, spec: Any, prompt: str, *, step_name: str | None = None, **more: Any) -> Any:
+            screen.attempt(step_name or spec.name)
+            r = await super().run(spec, prompt, step_name=step_name, **more)
+            screen.attempt_done(r, self.total_cost())
+            return r
+
+    try:
+        return ShownRuntime(**kw)
+    except RuntimeError as e:
+        if "credential" in str(e).lower():
+            raise Exit(1, NO_CREDS) from None
+        raise
+
+
+def install_signals(loop: asyncio.AbstractEventLoop, runtime: Any, screen: Screen, console: Console | None) -> None:
+    """SIGTERM/SIGHUP: the step in flight goes into the manifest, then the default action (the process ends)."""
+
+    def die(sig: signal.Signals) -> None:
+        try:
+            runtime.rescue()
+        finally:
+            if console is not None:
+                console.stop()
+            screen.say(f"! 收到 {sig.name}:在途的步骤已记进 {runtime.manifest_path}", err=True)
+            screen.close()
+            try:
+                loop.remove_signal_handler(sig)
+            except (RuntimeError, ValueError):
+                pass
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        sig = getattr(signal, name, None)
+        if sig is None:
+            continue
+        try:
+            loop.add_signal_handler(sig, die, sig)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass  # not the main thread, or no signals here
+    if console is not None and console.tty:
+        try:
+            loop.add_signal_handler(signal.SIGINT, console.ctrl_c)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+
+
+async def drive(wf: Any, runtime: Any, screen: Screen, args: argparse.Namespace, *, listen: bool,
+                oracle_ctx: dict[str, Any]) -> Any:
+    """Run a workflow with the screen, the stdin console, the oracle and the signal handlers around it."""
+    loop = asyncio.get_running_loop()
+    channel = getattr(wf, "channel", None)
+    if channel is not None and hasattr(channel, "on_event"):
+        previous = channel.on_event
+
+        def both(ev: Any) -> None:
+            screen.event(ev)
+            if previous is not None:
+                previous(ev)
+
+        channel.on_event = both
+    console = None
+    if listen:
+        async def ask_aside(question: str) -> None:
+            await aside(question, screen, live=True, **oracle_ctx)
+
+        console = Console(screen, channel, runtime, loop, tty=isatty(sys.stdin) and screen.tty, oracle=ask_aside)
+        console.main = asyncio.current_task()
+        console.start()
+    install_signals(loop, runtime, screen, console)
+    try:
+        return await wf.run(runtime, on_event=screen.event)
+    except asyncio.CancelledError:
+        if console is not None and console.quitting:
+            raise Exit(130, "已退出(在途的步骤已记进清单)") from None
+        raise
+    finally:
+        if console is not None:
+            console.stop()
+            await console.drain()
+
+
+def finish(ctx: dict[str, Any], runtime: Any, screen: Screen) -> int:
+    """The total; 0 when the workflow got through, else why it stopped, as one line (with a hint for credentials)."""
+    screen.say(f"\n总花费 ${runtime.total_cost():.4f} · 清单 {runtime.manifest_path}")
+    stopped = ctx.get("_failed_at") or ctx.get("_stopped")
+    if not stopped:
+        return 0
+    r = (ctx.get("_results") or {}).get(stopped)
+    why = ctx.get("_aborted") or (r.error if r is not None and r.error else "") or "没通过检查"
+    if re.search(r"\b401\b|invalid.{0,8}(api.?key|token)|authentication|unauthori[sz]ed", str(why), re.I):
+        why += "(看起来是凭证不对:跑 `flower setup` 重配,或者检查 ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL)"
+    raise Exit(1, f"在步骤 '{stopped}' 中止:{one_line(why, 300)}")

@@ -1,0 +1,108 @@
+"""The oracle: a side question answered by a fresh session that never enters the run's context."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from pathlib import Path
+
+from . import credentials
+from .errors import Exit
+from .screen import EVENT_TEXT_MAX, EVENTS_FILE, ORACLE_WINDOW, Screen
+from .state import read_state, snapshot
+from .terminal import clean, one_line, tilde
+
+
+def _tail_events(run_dir: Path, n: int = ORACLE_WINDOW) -> list[str]:
+    path = run_dir / EVENTS_FILE
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 256 * 1024))
+            raw = f.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    out = []
+    for line in raw.splitlines()[-n:]:
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        state = f"/{e['state']}" if e.get("state") else ""
+        sub = " (subagent)" if e.get("subagent") else ""
+        out.append(f"[{e.get('step') or '-'}]{sub} {e.get('kind')}{state}: {e.get('text', '')}")
+    return out
+
+
+ORACLE_PROMPT = """\
+有人在旁边问了一句。这次运行也许还在跑,也许刚停下;你只回答,不插手,答完即弃。
+
+问题:{question}
+
+这次运行的快照:
+{snapshot}
+
+最近的事件(旧 → 新,最多 {window} 条,每条截到 {cut} 字):
+{events}
+
+工作区 `{workspace}`;工作台 `{workbench}`:需求 `{brief}`、目标 `{goal}`、问答记录 `{log}`,\
+长产物在 artifacts/,交接书在 notes/。先看再答;看不到的就直说看不到。回答要简短。"""
+
+
+async def aside(question: str, screen: Screen, *, workspace: Path, run_dir: Path, isolate: bool,
+                live: bool) -> float:
+    """Ask the oracle: a separate Runtime under <run_dir>/aside, a fresh session, never the run's context."""
+    from ..core.roles import oracle
+    from ..core.workbench import Workbench
+    from ..workflow import starter_paths
+
+    try:
+        paths = starter_paths(workspace, run_dir=run_dir, isolate=isolate)
+        try:
+            state = read_state(workspace, run_dir, isolate=isolate)
+        except (RuntimeError, OSError) as e:
+            state = {}
+            screen.say(f"! 读不了运行状态:{one_line(e, 120)}")
+        events = list(screen.recent) if live else _tail_events(run_dir)
+        prompt = ORACLE_PROMPT.format(
+            question=question, snapshot="\n".join(f"- {x}" for x in snapshot(state)) or "- (什么都没有)",
+            window=ORACLE_WINDOW, cut=EVENT_TEXT_MAX, events="\n".join(events) or "(没有事件记录)",
+            workspace=paths.workspace, workbench=paths.workbench, brief=paths.brief, goal=paths.goal, log=paths.log)
+        wb = Workbench(paths.workspace, home=paths.workbench) if paths.workbench.is_dir() else False
+        from ..core.runtime import Runtime
+
+        rt = Runtime(workspace=paths.workspace, run_dir=run_dir / "aside", workbench=wb, handoff=False)
+        try:
+            r = await rt.run(oracle(), prompt, step_name="旁路问答")
+        finally:
+            rt.close()
+    except Exit:
+        raise
+    except Exception as e:  # noqa: BLE001 - the oracle never disturbs the run
+        screen.say(f"x 旁路问答失败:{type(e).__name__}: {one_line(e, 200)}")
+        return 0.0
+    if not r.ok:
+        screen.say(f"x 旁路问答失败:{one_line(r.error or '没有回答', 200)}")
+        return r.cost_usd
+    screen.say("# 旁路")
+    for line in clean(r.text).strip().splitlines() or ["(空)"]:
+        screen.say(f"  {line}".rstrip())
+    tail = "没有打扰正在跑的运行" if live else "没有进入那次运行的上下文"
+    screen.say(f"  (${r.cost_usd:.4f},{tail})")
+    return r.cost_usd
+
+
+def ask_once(question: str, args: argparse.Namespace, ws: Path, rd: Path) -> int:
+    """``flower ask`` (and ``flower "?…"``): one answer about a folder's run, from outside any run."""
+    if not question:
+        raise Exit(2, "要问点什么,例如 flower ask \"到哪一步了?\"")
+    if not rd.is_dir():
+        raise Exit(1, f"{tilde(ws)} 这里还没跑过 flower(没有 {tilde(rd)}):没什么可问的")
+    screen = Screen(verbose=args.verbose)
+    credentials.require(args, screen)
+    asyncio.run(aside(question, screen, workspace=ws, run_dir=rd, isolate=getattr(args, "isolate", False),
+                      live=False))
+    return 0
