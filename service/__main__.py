@@ -1,0 +1,71 @@
+"""``python -m service``: serve the API under uvicorn; ``python -m service hash-token`` for the tenants file.
+
+    python -m service [--config FILE] [--host HOST] [--port PORT]
+    python -m service hash-token [TOKEN]     # prints the sha256 to put in token_sha256 (TOKEN or stdin)
+
+Config comes from ``--config`` or ``$FLOWER_SERVICE_CONFIG``, then ``FLOWER_SERVICE_*`` variables,
+then the flags. ``--port 0`` picks a free port; the log line ``service.listening`` names it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .config import ConfigError, load_config
+from .tenants import TenantError, hash_token
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["hash-token"]:
+        token = argv[1] if len(argv) > 1 else sys.stdin.readline().strip()
+        if not token:
+            print("flower-service: give the token as an argument or on stdin", file=sys.stderr)
+            return 2
+        print(hash_token(token))
+        return 0
+    p = argparse.ArgumentParser(prog="python -m service", description="flower service: runs asks in sandboxes")
+    p.add_argument("--config", help="TOML/JSON config file (default: $FLOWER_SERVICE_CONFIG)")
+    p.add_argument("--host", help="address to listen on (default from config: 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to listen on; 0 picks a free one")
+    p.add_argument("--log-format", choices=["json", "console", "auto"])
+    args = p.parse_args(argv)
+    try:
+        config = load_config(args.config, host=args.host, port=args.port, log_format=args.log_format)
+    except ConfigError as e:
+        print(f"flower-service: {e}", file=sys.stderr)
+        return 2
+
+    import uvicorn
+
+    from .app import create_app
+    from .logging import configure_logging, get_logger
+
+    configure_logging(config.log_format, level=config.log_level)
+    try:
+        app = create_app(config)
+    except (TenantError, ValueError, RuntimeError, OSError) as e:
+        get_logger("flower.service").error("service.cannot_start", error=str(e))
+        print(f"flower-service: {e}", file=sys.stderr)
+        return 2
+
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_config=None,
+                                           access_log=False, timeout_graceful_shutdown=3, lifespan="on"))
+    original = server.startup
+
+    async def startup(sockets: list | None = None) -> None:
+        await original(sockets)
+        for srv in getattr(server, "servers", []) or []:
+            for sock in srv.sockets:
+                host, port = sock.getsockname()[:2]
+                get_logger("flower.service").info("service.listening", host=host, port=port,
+                                                  url=f"http://{host}:{port}")
+
+    server.startup = startup  # type: ignore[method-assign]
+    server.run()
+    return 0 if server.started else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,425 @@
+"""The REST API: tenants submit asks, follow their runs, answer questions, read the results.
+
+Every ``/v1`` route needs ``Authorization: Bearer <tenant token>`` (401 otherwise) and only
+ever sees the caller's own runs (another tenant's run is a 404, indistinguishable from none).
+Errors are JSON ``{"status_code", "error", ...}`` with one sentence in ``error``; a malformed
+body is a 400 naming the field, never a 500, and nothing is created or lost on bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Litestar, Request, Response, Router, get, post
+from litestar.connection import ASGIConnection
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.exceptions import (
+    ClientException,
+    HTTPException,
+    NotAuthorizedException,
+    NotFoundException,
+    SerializationException,
+    ValidationException,
+)
+from litestar.handlers import BaseRouteHandler
+from litestar.params import Parameter
+from litestar.response import ServerSentEvent, ServerSentEventMessage
+from litestar.status_codes import HTTP_409_CONFLICT, HTTP_422_UNPROCESSABLE_ENTITY
+
+from flower.core.channel import MailboxAnswers
+from sandbox.layout import RunLayout
+from sandbox.spec import RunSpec
+
+from .config import ServiceConfig
+from .events import read_new
+from .logging import get_logger
+from .registry import ACTIVE, STATUSES, Registry, Run
+from .scheduler import END, Scheduler, branch_of
+from .tenants import Tenant, TenantNotReady, Tenants
+
+__all__ = ["create_app", "make_backend", "SubmitBody", "AnswerBody", "TextBody"]
+
+log = get_logger("flower.service.api")
+
+MAX_ASK = 100_000
+MAX_TEXT = 20_000
+KEEPALIVE_S = 15.0
+QID_RE = r"^[\w.-]{1,200}$"
+
+
+# -- wire types ------------------------------------------------------------------------------
+class SubmitBody(msgspec.Struct, forbid_unknown_fields=True):
+    ask: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ASK)]
+    options: dict[str, Any] = {}
+
+
+class AnswerBody(msgspec.Struct, forbid_unknown_fields=True):
+    question_id: Annotated[str, msgspec.Meta(pattern=QID_RE)]
+    text: Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+
+
+class TextBody(msgspec.Struct, forbid_unknown_fields=True):
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
+
+
+class Conflict(ClientException):
+    status_code = HTTP_409_CONFLICT
+
+
+class Unprocessable(ClientException):
+    status_code = HTTP_422_UNPROCESSABLE_ENTITY
+
+
+# -- auth ------------------------------------------------------------------------------------
+def _bearer(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    header = connection.headers.get("authorization", "")
+    scheme, _sep, token = header.partition(" ")
+    challenge = {"WWW-Authenticate": 'Bearer realm="flower"'}
+    if scheme.lower() != "bearer" or not token.strip():
+        raise NotAuthorizedException("missing bearer token: send `Authorization: Bearer <your tenant token>`",
+                                     headers=challenge)
+    tenant = connection.app.state.tenants.authenticate(token.strip())
+    if tenant is None:
+        raise NotAuthorizedException("this token belongs to no tenant: check it, or ask the operator for yours",
+                                     headers=challenge)
+    connection.state.tenant = tenant
+
+
+async def _tenant(request: Request[Any, Any, Any]) -> Tenant:
+    return request.state.tenant
+
+
+# -- helpers ---------------------------------------------------------------------------------
+def _app_state(request: Request[Any, Any, Any]) -> tuple[Registry, Scheduler]:
+    return request.app.state.registry, request.app.state.scheduler
+
+
+def _own(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> Run:
+    run = request.app.state.registry.get(run_id, tenant=tenant.name)
+    if run is None:
+        raise NotFoundException(f"run {run_id} not found")
+    return run
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
+
+
+def _sse(seq: int, ev: dict[str, Any]) -> ServerSentEventMessage:
+    data = json.dumps({"seq": seq, **ev}, ensure_ascii=False, default=str)
+    kind = ev.get("kind")
+    event = kind if isinstance(kind, str) and re.fullmatch(r"[\w.-]{1,64}", kind) else "event"
+    return ServerSentEventMessage(data=data, event=event, id=seq)
+
+
+# -- runs ------------------------------------------------------------------------------------
+@post("/runs", status_code=201)
+async def submit(request: Request[Any, Any, Any], tenant: Tenant, data: SubmitBody) -> Response[dict[str, Any]]:
+    registry, scheduler = _app_state(request)
+    ask = data.ask.strip()
+    if not ask:
+        raise ValidationException("`ask` is blank: say what you want done")
+    try:
+        tenant.check_options(data.options)
+    except TenantNotReady as e:
+        raise ValidationException(str(e)) from None
+    run_id = new_run_id()
+    try:
+        spec = RunSpec(run_id=run_id, tenant=tenant.name, ask=ask, options=dict(data.options), env={})
+    except (ValueError, TypeError, msgspec.ValidationError) as e:
+        raise ValidationException(f"invalid options: {e}") from None
+    try:
+        RunLayout(scheduler.config.runs_root, run_id, Path(tenant.repo).name)
+        await asyncio.to_thread(tenant.check_ready)
+    except TenantNotReady as e:
+        raise Unprocessable(str(e)) from None
+    except ValueError as e:
+        raise Unprocessable(f"tenant {tenant.name} cannot run here: {e}") from None
+    run = registry.create(id=run_id, tenant=tenant.name, ask=ask, options=spec.options, repo=tenant.repo)
+    log.info("run.submitted", tenant=tenant.name, run=run.id, options=sorted(data.options))
+    scheduler.wake()
+    return Response({"id": run.id, "status": run.status, "branch": branch_of(run.id)}, status_code=201,
+                    headers={"Location": f"/v1/runs/{run.id}"})
+
+
+@get("/runs")
+async def list_runs(request: Request[Any, Any, Any], tenant: Tenant,
+                    status: str | None = None,
+                    limit: Annotated[int, Parameter(ge=1, le=1000)] = 100) -> dict[str, Any]:
+    statuses = None
+    if status:
+        statuses = [s.strip() for s in status.split(",") if s.strip()]
+        bad = [s for s in statuses if s not in STATUSES]
+        if bad:
+            raise ValidationException(f"unknown status {', '.join(bad)} (known: {', '.join(STATUSES)})")
+    runs = request.app.state.registry.list(tenant=tenant.name, statuses=statuses, limit=limit)
+    return {"runs": [r.public() for r in runs]}
+
+
+@get("/runs/{run_id:str}")
+async def get_run(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> dict[str, Any]:
+    return _own(request, tenant, run_id).public()
+
+
+@get("/runs/{run_id:str}/events")
+async def events(request: Request[Any, Any, Any], tenant: Tenant, run_id: str,
+                 after: Annotated[int | None, Parameter(ge=0)] = None) -> ServerSentEvent:
+    """Server-sent events: every event line from ``after`` (or Last-Event-ID) on, then live; ``end`` last."""
+    run = _own(request, tenant, run_id)
+    if after is None:
+        last = request.headers.get("last-event-id", "").strip()
+        after = int(last) if last.isdigit() else 0
+    registry, scheduler = _app_state(request)
+    path = scheduler.layout(run).events
+    queue = scheduler.subscribe(run.id)  # before the replay: nothing falls between the two
+
+    async def stream() -> AsyncIterator[ServerSentEventMessage]:
+        sent = after
+        offset, read = 0, 0  # how far this stream has read the file: bytes, events
+
+        async def from_file() -> list[tuple[int, dict[str, Any]]]:
+            """Everything in the file past ``sent`` (the file is the truth; the queue only says "more")."""
+            nonlocal offset, read
+            out: list[tuple[int, dict[str, Any]]] = []
+            while True:
+                evs, new_offset, read = await asyncio.to_thread(read_new, path, offset, read)
+                out += [(n, e) for n, e in evs if n > sent]
+                if new_offset == offset:
+                    return out
+                offset = new_offset
+
+        try:
+            while True:
+                for seq, ev in await from_file():
+                    yield _sse(seq, ev)
+                    sent = seq
+                current = registry.get(run.id)
+                if current is None or current.terminal:
+                    break
+                item: Any = None
+                while True:
+                    try:
+                        item = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
+                    except TimeoutError:
+                        yield ServerSentEventMessage(comment="keep-alive")
+                        continue
+                    if item is END:
+                        break
+                    seq, ev = item
+                    if seq <= sent:
+                        continue
+                    if seq > sent + 1:  # missed some (a slow client's queue overflowed): back to the file
+                        break
+                    yield _sse(seq, ev)
+                    sent = seq
+                if item is END:  # the run ended, or the service is stopping: the rest is in the file
+                    break
+            for seq, ev in await from_file():
+                yield _sse(seq, ev)
+                sent = seq
+            final = registry.get(run.id)
+            status = final.status if final is not None else "unknown"
+            yield ServerSentEventMessage(data=json.dumps({"status": status, "events": sent}), event="end")
+        finally:
+            scheduler.unsubscribe(run.id, queue)
+
+    return ServerSentEvent(stream(), headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+@get("/runs/{run_id:str}/questions")
+async def questions(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> dict[str, Any]:
+    run = _own(request, tenant, run_id)
+    if run.status not in ACTIVE:
+        return {"questions": []}
+    box = request.app.state.scheduler.layout(run).mailbox
+    return {"questions": MailboxAnswers.pending(box)}
+
+
+def _need_active(run: Run, what: str) -> None:
+    if run.status not in ACTIVE:
+        hint = "it has not started yet" if run.status == "queued" else "it has ended"
+        raise Conflict(f"run {run.id} is {run.status} ({hint}); {what} only reach a running run")
+
+
+@post("/runs/{run_id:str}/answers", status_code=200)
+async def answer(request: Request[Any, Any, Any], tenant: Tenant, run_id: str, data: AnswerBody) -> dict[str, Any]:
+    run = _own(request, tenant, run_id)
+    _need_active(run, "answers")
+    box = request.app.state.scheduler.layout(run).mailbox
+    if not (box / "questions" / f"{data.question_id}.json").is_file():
+        raise NotFoundException(f"question {data.question_id} is not open on run {run.id} "
+                                "(answered, timed out or never asked); GET its questions to see the open ones")
+    MailboxAnswers.answer(box, data.question_id, data.text)
+    log.info("run.answered", tenant=tenant.name, run=run.id, question=data.question_id)
+    return {"question_id": data.question_id, "accepted": True}
+
+
+@post("/runs/{run_id:str}/messages", status_code=202)
+async def message(request: Request[Any, Any, Any], tenant: Tenant, run_id: str, data: TextBody) -> dict[str, Any]:
+    run = _own(request, tenant, run_id)
+    _need_active(run, "messages")
+    path = MailboxAnswers.post(request.app.state.scheduler.layout(run).mailbox, data.text)
+    log.info("run.message", tenant=tenant.name, run=run.id, chars=len(data.text))
+    return {"id": path.stem, "accepted": True}
+
+
+@post("/runs/{run_id:str}/interrupt", status_code=202)
+async def interrupt(request: Request[Any, Any, Any], tenant: Tenant, run_id: str, data: TextBody) -> dict[str, Any]:
+    run = _own(request, tenant, run_id)
+    _need_active(run, "interrupts")
+    MailboxAnswers.interrupt(request.app.state.scheduler.layout(run).mailbox, data.text)
+    log.info("run.interrupt", tenant=tenant.name, run=run.id, chars=len(data.text))
+    return {"accepted": True}
+
+
+@post("/runs/{run_id:str}/cancel", status_code=200)
+async def cancel(request: Request[Any, Any, Any], tenant: Tenant, run_id: str,
+                 wait: Annotated[float, Parameter(ge=0, le=120)] = 30.0) -> Response[dict[str, Any]]:
+    """Queued: cancelled at once. Running: stopped; waits up to ``wait`` seconds for it to end (else 202)."""
+    run = _own(request, tenant, run_id)
+    if run.terminal:
+        raise Conflict(f"run {run.id} has already ended ({run.status})")
+    registry, scheduler = _app_state(request)
+    scheduler.request_cancel(run.id)
+    log.info("run.cancel_requested", tenant=tenant.name, run=run.id)
+    deadline = time.monotonic() + wait
+    while True:
+        current = registry.get(run.id)
+        assert current is not None
+        if current.terminal or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(min(0.1, request.app.state.config.poll_s))
+    return Response(current.public(), status_code=200 if current.terminal else 202)
+
+
+@get("/runs/{run_id:str}/diff")
+async def get_diff(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> Response[str]:
+    """``git diff`` of the run's branch against its base; while it runs, its uncommitted work is included."""
+    from sandbox.worktree import diff
+
+    run = _own(request, tenant, run_id)
+    if not run.base:
+        raise Conflict(f"run {run.id} never started ({run.status}), so it has no diff")
+    try:
+        text = await asyncio.to_thread(diff, run.repo, branch_of(run.id), base=run.base)
+    except Exception as e:  # noqa: BLE001
+        log.warning("run.diff_failed", tenant=tenant.name, run=run.id, error=str(e)[:300])
+        raise NotFoundException(f"the diff of run {run.id} cannot be read: branch {branch_of(run.id)} "
+                                "or its base is gone from the repository") from None
+    return Response(text, media_type="text/x-diff; charset=utf-8",
+                    headers={"X-Flower-Branch": branch_of(run.id), "X-Flower-Base": run.base,
+                             "X-Flower-Status": run.status})
+
+
+@get("/runs/{run_id:str}/manifest")
+async def manifest(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> dict[str, Any]:
+    run = _own(request, tenant, run_id)
+    layout = request.app.state.scheduler.layout(run)
+
+    def load(path: Path) -> Any:
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            raise Conflict(f"{path.name} of run {run.id} is unreadable right now; try again") from None
+
+    steps = load(layout.run_dir / "manifest.json") or []
+    return {"id": run.id, "status": run.status, "steps": steps, "exit": load(layout.exit_file)}
+
+
+@get("/healthz")
+async def healthz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
+    registry: Registry = request.app.state.registry
+    scheduler: Scheduler = request.app.state.scheduler
+    task = scheduler._task
+    ok = task is not None and not task.done()
+    body = {"status": "ok" if ok else "scheduler stopped", "backend": request.app.state.config.backend,
+            "running": registry.count(statuses=ACTIVE), "queued": registry.count(statuses=["queued"]),
+            "ticks": scheduler.ticks}
+    return Response(body, status_code=200 if ok else 503)
+
+
+# -- errors ----------------------------------------------------------------------------------
+def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
+    body: dict[str, Any] = {"status_code": exc.status_code, "error": exc.detail}
+    if isinstance(exc.__cause__, SerializationException):
+        body["error"] = f"the request body is not valid JSON ({exc.detail}): send a JSON object"
+    if isinstance(exc, ValidationException) and exc.extra:
+        extra = exc.extra if isinstance(exc.extra, list) else [exc.extra]
+        msgs = []
+        for item in extra:
+            if isinstance(item, dict):
+                where = item.get("key") or item.get("source") or ""
+                where = "body" if where == "data" else where
+                msg = str(item.get("message", "")).strip()
+                msgs.append(f"{where}: {msg}" if where and where not in msg else msg)
+        if msgs:
+            body["error"] = "invalid request: " + "; ".join(m for m in msgs if m)
+        body["extra"] = extra
+    return Response(body, status_code=exc.status_code, headers=exc.headers)
+
+
+def _crash(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    log.exception("api.unhandled", path=request.url.path, method=request.method)
+    return Response({"status_code": 500, "error": "internal error in the service; the operator's log has details"},
+                    status_code=500)
+
+
+# -- assembly --------------------------------------------------------------------------------
+def make_backend(config: ServiceConfig) -> Any:
+    """The configured backend, scoped to this service's runs: a restarted service adopts its own runs only."""
+    if config.backend == "local":
+        from sandbox.backends import LocalBackend
+
+        return LocalBackend(root=config.runs_root)
+    from sandbox.backends import DockerBackend
+
+    scope = hashlib.sha256(str(config.runs_root).encode()).hexdigest()[:16]
+    return DockerBackend(config.image, network_mode=config.network_mode, labels={"flower.service": scope})
+
+
+def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
+    """The app; the scheduler starts with it and stops with it (runs themselves keep running)."""
+    state_log = get_logger("flower.service")
+    tenants = Tenants(config.tenants, on_reload_error=lambda why: state_log.error("tenants.reload_failed",
+                                                                                   error=why))
+    registry = Registry(config.db_path)
+    config.runs_root.mkdir(parents=True, exist_ok=True)
+    scheduler = Scheduler(config, registry, tenants, backend if backend is not None else make_backend(config))
+
+    @asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        await scheduler.start()
+        state_log.info("service.started", backend=config.backend, data_dir=config.data_dir,
+                       tenants=len(tenants.all()), max_running=config.max_running)
+        try:
+            yield
+        finally:
+            await scheduler.stop()
+            registry.close()
+            state_log.info("service.stopped")
+
+    v1 = Router(path="/v1", route_handlers=[submit, list_runs, get_run, events, questions, answer, message,
+                                           interrupt, cancel, get_diff, manifest],
+                guards=[_bearer], dependencies={"tenant": Provide(_tenant)})
+    return Litestar(
+        route_handlers=[v1, healthz],
+        lifespan=[lifespan],
+        state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants}),
+        exception_handlers={HTTPException: _http_error, Exception: _crash},
+        request_max_body_size=1024 * 1024,
+        logging_config=None,
+        openapi_config=None,
+    )

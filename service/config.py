@@ -1,0 +1,112 @@
+"""ServiceConfig: where the service keeps its data, who its tenants are, how runs are sandboxed.
+
+Read from a TOML or JSON file (``$FLOWER_SERVICE_CONFIG`` or an explicit path), then
+overridden field by field by ``FLOWER_SERVICE_<FIELD>`` environment variables (e.g.
+``FLOWER_SERVICE_MAX_RUNNING=8``). Relative paths in the file are relative to the file.
+Anything wrong raises ``ConfigError`` with one sentence saying what and where.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+__all__ = ["ServiceConfig", "ConfigError", "load_config", "CONFIG_ENV", "ENV_PREFIX"]
+
+CONFIG_ENV = "FLOWER_SERVICE_CONFIG"
+ENV_PREFIX = "FLOWER_SERVICE_"
+
+
+class ConfigError(ValueError):
+    """The service configuration is unusable; the message says what to fix."""
+
+
+class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    data_dir: str
+    """Registry database, run folders (worktrees, workbenches, run dirs, mailboxes) live here."""
+    tenants: str
+    """Path of the tenants file (TOML or JSON)."""
+    backend: Literal["local", "docker"] = "docker"
+    image: str = "flower-sandbox:latest"
+    network_mode: str | None = None
+    max_running: Annotated[int, msgspec.Meta(ge=1)] = 4
+    """Runs executing at once across all tenants; each tenant's quota applies on top."""
+    poll_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 0.25
+    """How often the scheduler looks at queued runs, events and exits."""
+    host: str = "127.0.0.1"
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
+    log_format: Literal["json", "console", "auto"] = "json"
+    log_level: str = "INFO"
+    remove_worktree: bool = True
+    """Remove a finished run's worktree (its branch ``flower/<run>`` stays with the committed work)."""
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir)
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_path / "registry.sqlite3"
+
+    @property
+    def runs_root(self) -> Path:
+        return self.data_path / "runs"
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"service config {path} does not exist: create it or point {CONFIG_ENV} at the right file") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read service config {path}: {e.strerror or e}") from None
+    try:
+        data = json.loads(raw) if path.suffix == ".json" else tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        kind = "JSON" if path.suffix == ".json" else "TOML"
+        raise ConfigError(f"service config {path} is not valid {kind}: {e}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"service config {path} must hold a table/object of settings")
+    data = dict(data.get("service", data)) if isinstance(data.get("service"), dict) else data
+    for key in ("data_dir", "tenants"):  # paths in the file are relative to the file
+        value = data.get(key)
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            data[key] = str((path.parent / value).resolve())
+    return data
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str, str] | None = None,
+                **overrides: Any) -> ServiceConfig:
+    """File (``path`` or ``$FLOWER_SERVICE_CONFIG``, optional) ← ``FLOWER_SERVICE_*`` env ← ``overrides``."""
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    where = "the environment"
+    chosen = path if path is not None else env.get(CONFIG_ENV) or None
+    if chosen:
+        p = Path(chosen).expanduser()
+        data = _read_file(p)
+        where = str(p)
+    for name in ServiceConfig.__struct_fields__:
+        value = env.get(ENV_PREFIX + name.upper())
+        if value is not None and value != "":
+            data[name] = value
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        cfg = msgspec.convert(data, ServiceConfig, strict=False)
+    except msgspec.ValidationError as e:
+        raise ConfigError(f"service config from {where} is invalid: {e} "
+                          f"(fields: {', '.join(ServiceConfig.__struct_fields__)})") from None
+    for name in ("data_dir", "tenants"):
+        setattr(cfg, name, str(Path(getattr(cfg, name)).expanduser().resolve()))
+    if not Path(cfg.tenants).is_file():
+        raise ConfigError(f"tenants file {cfg.tenants} does not exist: create it (see service/tenants.py) "
+                          f"or set `tenants` in {where}")
+    if cfg.backend == "docker" and not cfg.image:
+        raise ConfigError("backend 'docker' needs an `image` to run: build the sandbox image and name it")
+    return cfg

@@ -1,0 +1,211 @@
+"""The runs registry: one SQLite file (WAL) under data_dir; every state a run goes through.
+
+    queued → starting → running → succeeded | failed | aborted | killed | cancelled
+    queued → cancelled;  starting → failed (preparation failed)
+
+Transitions are guarded in SQL (``WHERE status IN (...)``) so two writers never both win.
+The service may stop at any point: the row says where a run was, and the scheduler picks
+it up from there (``event_offset`` / ``event_seq``: how far its events.jsonl was read).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+import msgspec
+
+__all__ = ["Registry", "Run", "ACTIVE", "TERMINAL", "STATUSES"]
+
+STATUSES = ("queued", "starting", "running", "succeeded", "failed", "aborted", "cancelled", "killed")
+ACTIVE = ("starting", "running")
+TERMINAL = ("succeeded", "failed", "aborted", "cancelled", "killed")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id              TEXT PRIMARY KEY,
+    tenant          TEXT NOT NULL,
+    ask             TEXT NOT NULL,
+    options         TEXT NOT NULL DEFAULT '{}',
+    status          TEXT NOT NULL,
+    repo            TEXT NOT NULL DEFAULT '',
+    handle          TEXT,
+    branch          TEXT,
+    base            TEXT,
+    commit_sha      TEXT,
+    created         REAL NOT NULL,
+    started         REAL,
+    ended           REAL,
+    cost_usd        REAL NOT NULL DEFAULT 0,
+    error           TEXT,
+    step            TEXT,
+    diffstat        TEXT,
+    event_offset    INTEGER NOT NULL DEFAULT 0,
+    event_seq       INTEGER NOT NULL DEFAULT 0,
+    cancel_requested INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS runs_tenant ON runs (tenant, created);
+CREATE INDEX IF NOT EXISTS runs_status ON runs (status, created);
+"""
+_VERSION = 1
+
+
+class Run(msgspec.Struct, kw_only=True):
+    id: str
+    tenant: str
+    ask: str
+    options: dict[str, Any]
+    status: str
+    repo: str = ""
+    handle: str | None = None
+    branch: str | None = None
+    base: str | None = None
+    commit_sha: str | None = None
+    created: float
+    started: float | None = None
+    ended: float | None = None
+    cost_usd: float = 0.0
+    error: str | None = None
+    step: str | None = None
+    diffstat: dict[str, Any] | None = None
+    event_offset: int = 0
+    event_seq: int = 0
+    cancel_requested: bool = False
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    def public(self) -> dict[str, Any]:
+        """What a tenant sees: no host paths, no handle."""
+        return {
+            "id": self.id, "status": self.status, "ask": self.ask, "options": self.options,
+            "branch": self.branch, "base": self.base, "commit": self.commit_sha,
+            "created": _iso(self.created), "started": _iso(self.started), "ended": _iso(self.ended),
+            "cost_usd": round(self.cost_usd, 6), "error": self.error, "step": self.step,
+            "diffstat": self.diffstat, "events": self.event_seq, "cancel_requested": self.cancel_requested,
+        }
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+
+
+_COLUMNS = Run.__struct_fields__
+
+
+def _row(r: sqlite3.Row) -> Run:
+    d = dict(r)
+    d["options"] = json.loads(d["options"] or "{}")
+    d["diffstat"] = json.loads(d["diffstat"]) if d["diffstat"] else None
+    d["cancel_requested"] = bool(d["cancel_requested"])
+    return msgspec.convert(d, Run)
+
+
+class Registry:
+    """Thread-safe (one connection, one lock); every call is one short transaction."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        with self._lock:
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > _VERSION:
+                raise RuntimeError(f"registry {self.path} was written by a newer service (schema {version}); "
+                                   "upgrade the service or point data_dir elsewhere")
+            self._db.executescript(_SCHEMA)
+            self._db.execute(f"PRAGMA user_version={_VERSION}")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- reads -----------------------------------------------------------------------------
+    def get(self, run_id: str, *, tenant: str | None = None) -> Run | None:
+        sql, args = "SELECT * FROM runs WHERE id = ?", [run_id]
+        if tenant is not None:
+            sql += " AND tenant = ?"
+            args.append(tenant)
+        with self._lock:
+            r = self._db.execute(sql, args).fetchone()
+        return _row(r) if r else None
+
+    def list(self, *, tenant: str | None = None, statuses: Iterable[str] | None = None,
+             limit: int | None = None, oldest_first: bool = False) -> list[Run]:
+        where, args = [], []  # type: list[str], list[Any]
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(tenant)
+        if statuses is not None:
+            st = list(statuses)
+            where.append(f"status IN ({','.join('?' * len(st))})")
+            args.extend(st)
+        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += f" ORDER BY created {'ASC' if oldest_first else 'DESC'}, rowid {'ASC' if oldest_first else 'DESC'}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [_row(r) for r in rows]
+
+    def count(self, *, statuses: Iterable[str], tenant: str | None = None) -> int:
+        st = list(statuses)
+        sql = f"SELECT COUNT(*) FROM runs WHERE status IN ({','.join('?' * len(st))})"
+        args: list[Any] = st
+        if tenant is not None:
+            sql += " AND tenant = ?"
+            args = [*st, tenant]
+        with self._lock:
+            return int(self._db.execute(sql, args).fetchone()[0])
+
+    # -- writes ----------------------------------------------------------------------------
+    def create(self, *, id: str, tenant: str, ask: str, options: dict[str, Any], repo: str) -> Run:
+        now = time.time()
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO runs (id, tenant, ask, options, status, repo, created) VALUES (?,?,?,?,?,?,?)",
+                (id, tenant, ask, json.dumps(options, ensure_ascii=False), "queued", repo, now))
+        run = self.get(id)
+        assert run is not None
+        return run
+
+    def update(self, run_id: str, *, only_if: Iterable[str] | None = None, **fields: Any) -> bool:
+        """Set fields; with ``only_if`` only when the status is one of those. True when a row changed."""
+        bad = set(fields) - set(_COLUMNS)
+        if bad:
+            raise KeyError(f"unknown run fields: {sorted(bad)}")
+        sets, args = [], []  # type: list[str], list[Any]
+        for k, v in fields.items():
+            if k in ("options", "diffstat") and v is not None:
+                v = json.dumps(v, ensure_ascii=False)
+            elif k == "cancel_requested":
+                v = int(bool(v))
+            sets.append(f"{k} = ?")
+            args.append(v)
+        sql = f"UPDATE runs SET {', '.join(sets)} WHERE id = ?"
+        args.append(run_id)
+        if only_if is not None:
+            st = list(only_if)
+            sql += f" AND status IN ({','.join('?' * len(st))})"
+            args.extend(st)
+        with self._lock:
+            cur = self._db.execute(sql, args)
+            return cur.rowcount > 0
+
+    def transition(self, run_id: str, to: str, *, frm: Iterable[str], **fields: Any) -> bool:
+        if to not in STATUSES:
+            raise ValueError(f"unknown status {to!r}")
+        return self.update(run_id, only_if=frm, status=to, **fields)

@@ -1,0 +1,430 @@
+"""The scheduler: queued runs become sandboxes, sandboxes' events become registry rows and SSE.
+
+One background task, one pass every ``poll_s`` (or at once when woken by a submit/cancel):
+
+1. follow every running run — read the new lines of its events.jsonl from the stored byte
+   offset, fold status/step/cost into the registry, fan the events out to SSE subscribers,
+   log every audit line (guard denial, spill, isolation) as structured JSON with tenant
+   and run; when the sandbox has exited: read exit.json, commit the worktree on
+   ``flower/<run>``, store the diff stat, release the sandbox;
+2. start queued runs, oldest first, within the global ``max_running`` and each tenant's
+   quota: layout → worktree on ``flower/<run>`` from the repo's HEAD → env file from the
+   tenant's credentials (0600) → spec → ``backend.start``. A failure on the way removes
+   what was made and fails the run with the reason.
+
+On startup it re-attaches to the backend's live runs (by label) and resumes tailing where
+the registry says it stopped; a run whose sandbox is gone is finished from its exit.json
+if it wrote one, else marked failed with a sentence saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from sandbox.layout import RunLayout
+from sandbox.spec import RunSpec, write_spec
+
+from .config import ServiceConfig
+from .events import read_new
+from .logging import get_logger
+from .registry import ACTIVE, Registry, Run
+from .tenants import Tenant, TenantNotReady, Tenants
+
+__all__ = ["Scheduler", "END", "diffstat", "EXIT_STATUSES"]
+
+EXIT_STATUSES = ("succeeded", "failed", "aborted", "killed")
+END = object()  # what a subscriber's queue gets when its run has ended (or the service stops)
+_RESERVED = {"event", "level", "timestamp", "logger", "tenant", "run"}
+_SUB_QUEUE = 10_000
+
+log = get_logger("flower.service.scheduler")
+audit_log = get_logger("flower.audit")
+
+
+def branch_of(run_id: str) -> str:
+    return f"flower/{run_id}"
+
+
+def diffstat(text: str) -> dict[str, Any]:
+    """``git diff`` text → {files: [{path, insertions, deletions}], insertions, deletions}."""
+    files: list[dict[str, Any]] = []
+    cur: dict[str, Any] | None = None
+    for line in text.splitlines():
+        if line.startswith("diff --git "):
+            parts = line.split(" b/", 1)
+            cur = {"path": parts[1] if len(parts) == 2 else line[11:], "insertions": 0, "deletions": 0}
+            files.append(cur)
+        elif cur is None or line.startswith(("+++ ", "--- ")):
+            continue
+        elif line.startswith("+"):
+            cur["insertions"] += 1
+        elif line.startswith("-"):
+            cur["deletions"] += 1
+    return {"files": files, "insertions": sum(f["insertions"] for f in files),
+            "deletions": sum(f["deletions"] for f in files)}
+
+
+def _one_line(text: Any, limit: int = 400) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+class Scheduler:
+    def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Any) -> None:
+        self.config = config
+        self.registry = registry
+        self.tenants = tenants
+        self.backend = backend
+        self.handles: dict[str, Any] = {}
+        self._stopping: dict[str, asyncio.Task[None]] = {}
+        self._subs: dict[str, set[asyncio.Queue[Any]]] = defaultdict(set)
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.ticks = 0
+
+    # -- paths -------------------------------------------------------------------------------
+    def layout(self, run: Run) -> RunLayout:
+        return RunLayout(self.config.runs_root, run.id, Path(run.repo).name)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._wake = asyncio.Event()
+        await self.recover()
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="flower-scheduler")
+
+    async def stop(self) -> None:
+        """Stop following; the runs themselves keep running (a restarted service re-attaches)."""
+        tasks = [t for t in [self._task, *self._stopping.values()] if t is not None]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
+        self._stopping.clear()
+        for run_id in list(self._subs):
+            self._publish_end(run_id)
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _loop(self) -> None:
+        assert self._wake is not None
+        while True:
+            try:
+                await self.tick()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - one bad pass must not stop the service
+                log.exception("scheduler.tick_failed")
+            try:
+                await asyncio.wait_for(self._wake.wait(), self.config.poll_s)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+
+    async def tick(self) -> None:
+        for run in self.registry.list(statuses=["running"], oldest_first=True):
+            try:
+                await self._follow(run)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001
+                log.exception("scheduler.follow_failed", tenant=run.tenant, run=run.id)
+        await self._start_queued()
+        self.ticks += 1
+
+    # -- re-attach ---------------------------------------------------------------------------
+    async def recover(self) -> None:
+        live = await asyncio.to_thread(self.backend.live)
+        for run in self.registry.list(statuses=ACTIVE, oldest_first=True):
+            if run.id in live:
+                self.handles[run.id] = live[run.id]
+                if run.status == "starting":
+                    self.registry.transition(run.id, "running", frm=["starting"], handle=str(live[run.id]),
+                                             branch=branch_of(run.id))
+                log.info("run.reattached", tenant=run.tenant, run=run.id, events=run.event_seq)
+                continue
+            if run.status == "starting":
+                await asyncio.to_thread(self._discard_worktree, run, keep_branch=False)
+                self._fail(run, "the service stopped while preparing this run; submit the ask again")
+                continue
+            if self.layout(run).exit_file.exists():
+                log.info("run.ended_while_away", tenant=run.tenant, run=run.id)
+                await self._finish(run, "exited")
+                continue
+            await self._finish(run, "missing", why=(
+                f"the service restarted and the {self.config.backend} backend no longer has this run's sandbox "
+                "(it ended without writing exit.json); its work so far is committed on its branch, "
+                "submit the ask again to continue"))
+        for run_id in set(live) - set(self.handles):
+            row = self.registry.get(run_id)
+            log.warning("run.orphan_sandbox", run=run_id, status=row.status if row else None,
+                        hint="a sandbox labelled as a flower run that this registry does not follow")
+
+    # -- starting ----------------------------------------------------------------------------
+    async def _start_queued(self) -> None:
+        total = self.registry.count(statuses=ACTIVE)
+        if total >= self.config.max_running:
+            return
+        busy: dict[str, int] = defaultdict(int)
+        for r in self.registry.list(statuses=ACTIVE):
+            busy[r.tenant] += 1
+        for run in self.registry.list(statuses=["queued"], oldest_first=True):
+            if total >= self.config.max_running:
+                return
+            tenant = self.tenants.get(run.tenant)
+            if tenant is None:
+                self.registry.transition(run.id, "failed", frm=["queued"], ended=time.time(),
+                                         error=f"tenant {run.tenant} no longer exists in the tenants file")
+                continue
+            if busy[run.tenant] >= tenant.quota:
+                continue
+            if not self.registry.transition(run.id, "starting", frm=["queued"], started=time.time()):
+                continue  # cancelled in the meantime
+            total += 1
+            busy[run.tenant] += 1
+            await self._launch(run, tenant)
+
+    async def _launch(self, run: Run, tenant: Tenant) -> None:
+        log.info("run.starting", tenant=run.tenant, run=run.id)
+        try:
+            handle, base = await asyncio.to_thread(self._prepare_and_start, run, tenant)
+        except Exception as e:  # noqa: BLE001 - every failure fails this run, never the scheduler
+            why = str(e) if isinstance(e, TenantNotReady) else f"{type(e).__name__}: {_one_line(e)}"
+            self._fail(run, f"could not start the run: {why}", frm=["starting"])
+            return
+        self.handles[run.id] = handle
+        if not self.registry.transition(run.id, "running", frm=["starting"], handle=str(handle),
+                                        branch=branch_of(run.id), base=base):
+            log.warning("run.vanished_while_starting", tenant=run.tenant, run=run.id)
+        log.info("run.started", tenant=run.tenant, run=run.id, branch=branch_of(run.id), base=base,
+                 handle=str(handle))
+
+    def _prepare_and_start(self, run: Run, tenant: Tenant) -> tuple[Any, str]:
+        """Blocking: everything a run needs on disk, then the sandbox. Undoes what it made if a step fails."""
+        import git
+        from sandbox.envfile import write_env_file
+        from sandbox.worktree import add_worktree
+
+        layout = self.layout(run)
+        values = tenant.check_ready()  # the repo or the credentials may have changed since the submit
+        made_dir = not layout.dir.exists()
+        worktree = False
+        try:
+            layout.ensure()
+            with git.Repo(run.repo) as repo:
+                base = repo.head.commit.hexsha
+            add_worktree(run.repo, layout.workspace, branch_of(run.id), base=base)
+            worktree = True
+            self.registry.update(run.id, branch=branch_of(run.id), base=base)  # known even if we stop right here
+            write_env_file(layout.env_file, values)
+            spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={})
+            write_spec(layout, spec)
+            return self.backend.start(layout, spec), base
+        except BaseException:
+            if worktree:
+                self._discard_worktree(run, keep_branch=False)
+                self.registry.update(run.id, branch=None, base=None)
+            if made_dir:
+                shutil.rmtree(layout.dir, ignore_errors=True)
+            raise
+
+    # -- following ---------------------------------------------------------------------------
+    async def _follow(self, run: Run) -> None:
+        run = self._tail(run)
+        handle = self.handles.get(run.id)
+        if handle is None:
+            await self._finish(run, "missing")
+            return
+        if run.cancel_requested and run.id not in self._stopping:
+            self._stopping[run.id] = asyncio.get_running_loop().create_task(self._stop(run, handle))
+        state = await asyncio.to_thread(self.backend.state, handle)
+        if state == "running":
+            return
+        await self._finish(run, state)
+
+    async def _stop(self, run: Run, handle: Any) -> None:
+        """In the background: a stop waits for the run to end, and other runs must not wait with it."""
+        log.info("run.cancelling", tenant=run.tenant, run=run.id)
+        try:
+            await asyncio.to_thread(self.backend.stop, handle)
+        except Exception as e:  # noqa: BLE001 - the next pass sees the state either way
+            log.warning("run.stop_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
+        self.wake()
+
+    def _tail(self, run: Run) -> Run:
+        """Read what the run wrote since the last pass; fold, log, fan out; store the offset."""
+        events, offset, seq = read_new(self.layout(run).events, run.event_offset, run.event_seq)
+        if offset == run.event_offset:
+            return run
+        cost, step = run.cost_usd, run.step
+        for n, ev in events:
+            kind = ev.get("kind")
+            if kind == "audit":
+                self._audit(run, ev)
+            elif kind == "step" and ev.get("text"):
+                step = str(ev["text"])
+            elif kind == "result":
+                payload = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
+                try:
+                    cost += float(payload.get("cost_usd") or 0.0)
+                except (TypeError, ValueError):
+                    pass
+            self._publish(run.id, n, ev)
+        self.registry.update(run.id, event_offset=offset, event_seq=seq, cost_usd=cost, step=step)
+        run.event_offset, run.event_seq, run.cost_usd, run.step = offset, seq, cost, step
+        return run
+
+    def _audit(self, run: Run, ev: dict[str, Any]) -> None:
+        """An audit line ({"kind": "audit", "text": <deny|spill|spill_failed|isolate>, "payload": {...}})
+        → one structured log line ``audit.<kind>`` with the tenant, the run and every audit field."""
+        payload = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
+        action = str(payload.get("audit") or ev.get("text") or "event")
+        fields = {(f"audit_{k}" if k in _RESERVED else k): v for k, v in payload.items() if k != "audit"}
+        if ev.get("step"):
+            fields.setdefault("step", ev["step"])
+        level = "warning" if action in ("deny", "spill_failed") else "info"
+        getattr(audit_log, level)(f"audit.{action}", tenant=run.tenant, run=run.id, **fields)
+
+    # -- finishing ---------------------------------------------------------------------------
+    def _read_exit(self, layout: RunLayout) -> dict[str, Any] | None:
+        try:
+            data = json.loads(layout.exit_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    async def _finish(self, run: Run, state: str, *, why: str | None = None) -> None:
+        while True:  # everything it wrote before exiting, however much
+            before = run.event_offset
+            run = self._tail(run)
+            if run.event_offset == before:
+                break
+        layout = self.layout(run)
+        handle = self.handles.get(run.id)
+        exit_data = self._read_exit(layout)
+        cost = run.cost_usd
+        error: str | None = None
+        if exit_data is not None:
+            try:
+                cost = float(exit_data.get("cost_usd") or cost)
+            except (TypeError, ValueError):
+                pass
+        if run.cancel_requested:
+            status, error = "cancelled", "cancelled on request"
+        elif exit_data is not None and exit_data.get("status") in EXIT_STATUSES:
+            status = str(exit_data["status"])
+            error = _one_line(exit_data["error"], 2000) if exit_data.get("error") else None
+        elif exit_data is not None:
+            status, error = "failed", f"the run wrote an exit.json with an unknown status {exit_data.get('status')!r}"
+        elif state == "missing":
+            status, error = "failed", why or "the run's sandbox disappeared without writing exit.json"
+        else:
+            code = None
+            if handle is not None:
+                try:
+                    code = await asyncio.to_thread(self.backend.exit_code, handle)
+                except Exception:  # noqa: BLE001
+                    code = None
+            status = "failed"
+            error = f"the run exited with code {code} without writing exit.json (it crashed before finishing)"
+        commit, stat, notes = await asyncio.to_thread(self._collect, run, layout)
+        if notes:
+            error = "; ".join([e for e in [error, *notes] if e])
+        if handle is not None:
+            try:
+                await asyncio.to_thread(self.backend.remove, handle)
+            except Exception as e:  # noqa: BLE001
+                log.warning("run.remove_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
+        self.handles.pop(run.id, None)
+        self._stopping.pop(run.id, None)
+        self.registry.transition(run.id, status, frm=ACTIVE, ended=time.time(), cost_usd=cost, error=error,
+                                 commit_sha=commit, diffstat=stat)
+        log.info("run.finished", tenant=run.tenant, run=run.id, status=status, cost_usd=round(cost, 6),
+                 commit=commit, files=len(stat["files"]) if stat else None, error=error)
+        self._publish_end(run.id)
+
+    def _collect(self, run: Run, layout: RunLayout) -> tuple[str | None, dict[str, Any] | None, list[str]]:
+        """Blocking: commit the worktree, measure the diff, remove the worktree (the branch stays)."""
+        from sandbox.worktree import commit_all, diff
+
+        notes: list[str] = []
+        commit: str | None = None
+        committed = False
+        if layout.workspace.exists():
+            try:
+                commit = commit_all(layout.workspace, f"flower run {run.id}: {_one_line(run.ask, 60)}", repo=run.repo)
+                committed = True
+            except Exception as e:  # noqa: BLE001
+                notes.append(f"committing the worktree failed ({type(e).__name__}: {_one_line(e, 200)}); "
+                             f"the work is still in {layout.workspace}")
+        stat = None
+        if run.base:
+            try:
+                stat = diffstat(diff(run.repo, branch_of(run.id), base=run.base))
+            except Exception as e:  # noqa: BLE001
+                notes.append(f"reading the diff failed ({type(e).__name__}: {_one_line(e, 200)})")
+        if committed and self.config.remove_worktree:
+            self._discard_worktree(run, keep_branch=True)
+        return commit, stat, notes
+
+    def _discard_worktree(self, run: Run, *, keep_branch: bool) -> None:
+        from sandbox.worktree import remove_worktree
+
+        path = self.layout(run).workspace
+        try:
+            remove_worktree(run.repo, path, keep_branch=keep_branch)
+        except Exception as e:  # noqa: BLE001
+            log.warning("run.worktree_remove_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
+
+    def _fail(self, run: Run, error: str, *, frm: Any = ACTIVE) -> None:
+        self.registry.transition(run.id, "failed", frm=frm, ended=time.time(), error=error)
+        log.warning("run.failed", tenant=run.tenant, run=run.id, error=error)
+        self._publish_end(run.id)
+
+    # -- cancelling --------------------------------------------------------------------------
+    def request_cancel(self, run_id: str) -> None:
+        """Queued runs end at once; starting/running ones are stopped on the next pass."""
+        if self.registry.transition(run_id, "cancelled", frm=["queued"], ended=time.time(),
+                                    error="cancelled on request", cancel_requested=True):
+            self._publish_end(run_id)
+        else:
+            self.registry.update(run_id, only_if=ACTIVE, cancel_requested=True)
+        self.wake()
+
+    # -- fan-out -----------------------------------------------------------------------------
+    def subscribe(self, run_id: str) -> asyncio.Queue[Any]:
+        q: asyncio.Queue[Any] = asyncio.Queue(maxsize=_SUB_QUEUE)
+        self._subs[run_id].add(q)
+        return q
+
+    def unsubscribe(self, run_id: str, q: asyncio.Queue[Any]) -> None:
+        subs = self._subs.get(run_id)
+        if subs is not None:
+            subs.discard(q)
+            if not subs:
+                self._subs.pop(run_id, None)
+
+    def _publish(self, run_id: str, seq: int, ev: dict[str, Any]) -> None:
+        for q in list(self._subs.get(run_id, ())):
+            try:
+                q.put_nowait((seq, ev))
+            except asyncio.QueueFull:  # a stalled client: it re-reads from the file when it catches up
+                pass
+
+    def _publish_end(self, run_id: str) -> None:
+        for q in list(self._subs.get(run_id, ())):
+            try:
+                q.put_nowait(END)
+            except asyncio.QueueFull:
+                try:
+                    q.get_nowait()
+                    q.put_nowait(END)
+                except (asyncio.QueueEmpty, asyncio.QueueFull):
+                    pass

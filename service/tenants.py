@@ -1,0 +1,207 @@
+"""Tenants: who may submit runs, with which token, against which repository and credentials.
+
+The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` or a list)::
+
+    [[tenant]]
+    name = "acme"
+    token_sha256 = "9f86d081…"              # sha256 hex of the bearer token (python -m service hash-token)
+    repo = "/srv/repos/acme"                 # the team's git repository on this machine
+    credentials = "/etc/flower/acme.env"     # ANTHROPIC_* values; mounted into each run, never logged
+    quota = 2                                # runs of this tenant executing at once
+    allowed_options = ["rounds", "max_asks", "timeout_s"]
+
+``token = "..."`` (plain text) is accepted for local setups and hashed at once; only the
+hash is kept in memory. Tokens are compared in constant time. The file is re-read when it
+changes; a broken edit keeps the last good tenants and logs why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+from flower.core.credentials import TOKEN_KEYS
+
+__all__ = ["Tenant", "Tenants", "TenantError", "TenantNotReady", "hash_token", "CREDENTIAL_KEYS"]
+
+NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+CREDENTIAL_KEYS = TOKEN_KEYS  # any one of them lets the CLI authenticate
+
+
+class TenantError(ValueError):
+    """The tenants file is unusable; the message says what to fix."""
+
+
+class TenantNotReady(ValueError):
+    """A tenant's repository or credentials cannot serve a run right now (one sentence, safe to show them)."""
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: Annotated[str, msgspec.Meta(pattern=NAME_RE)]
+    repo: str
+    credentials: str
+    token_sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")] | None = None
+    token: Annotated[str, msgspec.Meta(min_length=16)] | None = None
+    quota: Annotated[int, msgspec.Meta(ge=1)] = 1
+    allowed_options: list[str] = []
+
+
+class Tenant(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    token_hash: str
+    repo: str
+    credentials: str
+    quota: int
+    allowed_options: frozenset[str]
+
+    def __repr__(self) -> str:  # the hash is not secret, but keep reprs short and boring
+        return f"Tenant({self.name!r}, repo={self.repo!r}, quota={self.quota})"
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        """Raise TenantNotReady naming every option this tenant may not set."""
+        bad = sorted(set(options) - self.allowed_options)
+        if bad:
+            allowed = ", ".join(sorted(self.allowed_options)) or "none"
+            raise TenantNotReady(f"option(s) {', '.join(bad)} are not allowed for tenant {self.name} "
+                                 f"(allowed: {allowed})")
+
+    def check_ready(self) -> dict[str, str]:
+        """The repository is a git repository with a commit and the credentials file reads: return its values."""
+        from sandbox.envfile import read_env_file
+
+        cred = Path(self.credentials)
+        if not cred.is_file():
+            raise TenantNotReady(f"the credentials file of tenant {self.name} is missing ({cred}); "
+                                 "ask the operator to create it")
+        try:
+            values = read_env_file(cred)
+        except (OSError, ValueError) as e:
+            raise TenantNotReady(f"the credentials file of tenant {self.name} ({cred}) cannot be read "
+                                 f"({type(e).__name__}); ask the operator to fix it") from None
+        if not any(values.get(k) for k in CREDENTIAL_KEYS):
+            raise TenantNotReady(f"the credentials file of tenant {self.name} ({cred}) has none of "
+                                 f"{', '.join(CREDENTIAL_KEYS)}; ask the operator to add one")
+        check_git_repo(self.repo, self.name)
+        return values
+
+
+def check_git_repo(repo: str, tenant: str) -> None:
+    """A run needs a git repository (not a subfolder of one) whose HEAD names a commit."""
+    import git
+
+    path = Path(repo)
+    if not path.is_dir():
+        raise TenantNotReady(f"the repository of tenant {tenant} ({path}) does not exist; "
+                             "ask the operator to fix `repo` in the tenants file")
+    try:
+        r = git.Repo(path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise TenantNotReady(f"the repository of tenant {tenant} ({path}) is not a git repository; "
+                             "run `git init` and commit there, or fix `repo` in the tenants file") from None
+    try:
+        if r.bare:
+            raise TenantNotReady(f"the repository of tenant {tenant} ({path}) is bare; it needs a work tree")
+        if Path(r.working_tree_dir or "").resolve() != path.resolve():
+            raise TenantNotReady(f"{path} (tenant {tenant}) is inside the git repository {r.working_tree_dir}, "
+                                 "not its top; point `repo` at the top of the repository")
+        try:
+            r.head.commit
+        except ValueError:
+            raise TenantNotReady(f"the repository of tenant {tenant} ({path}) has no commit yet; "
+                                 "commit something first (runs branch from HEAD)") from None
+    finally:
+        r.close()
+
+
+def _parse(path: Path) -> list[Tenant]:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise TenantError(f"cannot read tenants file {path}: {e.strerror or e}") from None
+    try:
+        data: Any = json.loads(raw) if path.suffix == ".json" else tomllib.loads(raw.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise TenantError(f"tenants file {path} is not valid {'JSON' if path.suffix == '.json' else 'TOML'}: {e}")
+    entries = data.get("tenant", data.get("tenants")) if isinstance(data, dict) else data
+    if not isinstance(entries, list):
+        raise TenantError(f"tenants file {path} must hold a list of tenants ([[tenant]] tables in TOML)")
+    out: list[Tenant] = []
+    names: set[str] = set()
+    hashes: set[str] = set()
+    for i, item in enumerate(entries, 1):
+        try:
+            e = msgspec.convert(item, _TenantEntry)
+        except msgspec.ValidationError as err:
+            raise TenantError(f"tenant #{i} in {path} is invalid: {err}") from None
+        if (e.token is None) == (e.token_sha256 is None):
+            raise TenantError(f"tenant {e.name} in {path} needs exactly one of `token_sha256` or `token`")
+        digest = e.token_sha256 or hash_token(e.token or "")
+        if e.name in names:
+            raise TenantError(f"tenant {e.name} appears twice in {path}")
+        if digest in hashes:
+            raise TenantError(f"tenant {e.name} in {path} shares its token with another tenant; give each its own")
+        names.add(e.name)
+        hashes.add(digest)
+        base = path.parent
+        repo = str((base / Path(e.repo).expanduser()).resolve())
+        cred = str((base / Path(e.credentials).expanduser()).resolve())
+        out.append(Tenant(name=e.name, token_hash=digest, repo=repo, credentials=cred, quota=e.quota,
+                          allowed_options=frozenset(e.allowed_options)))
+    return out
+
+
+class Tenants:
+    """The tenants file, re-read when its modification time changes."""
+
+    def __init__(self, path: str | Path, *, on_reload_error: Any = None) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._on_error = on_reload_error
+        self._stamp = self._mtime()
+        self._tenants = _parse(self.path)
+
+    def _mtime(self) -> tuple[int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return (st.st_mtime_ns, st.st_size)
+
+    def _fresh(self) -> list[Tenant]:
+        stamp = self._mtime()
+        if stamp != self._stamp:
+            with self._lock:
+                if stamp != self._stamp:
+                    try:
+                        self._tenants = _parse(self.path)
+                    except TenantError as e:
+                        if self._on_error is not None:
+                            self._on_error(str(e))
+                    self._stamp = stamp
+        return self._tenants
+
+    def all(self) -> list[Tenant]:
+        return list(self._fresh())
+
+    def get(self, name: str) -> Tenant | None:
+        return next((t for t in self._fresh() if t.name == name), None)
+
+    def authenticate(self, token: str) -> Tenant | None:
+        """The tenant whose token this is; every tenant is compared, in constant time each."""
+        digest = hash_token(token)
+        found = None
+        for t in self._fresh():
+            if hmac.compare_digest(t.token_hash, digest):
+                found = t
+        return found

@@ -1,0 +1,200 @@
+"""Helpers for the service tests — the service as an operator runs it: ``python -m service`` on 127.0.0.1, a real SQLite registry,
+real git repositories, the LocalBackend, and tenants whose credentials file points the run's CLI at
+the scripted model — exactly how a real tenant's file points it at the real API."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKENS = {"acme": "acme-token-0123456789abcdef", "beta": "beta-token-0123456789abcdef"}
+ALL_OPTIONS = ["rounds", "max_asks", "timeout_s", "clarify_only", "goal", "judge_can_run", "instructions"]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=repo, check=True, capture_output=True, text=True).stdout
+
+
+def make_repo(path: Path) -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.email", "team@flower.invalid")
+    git(path, "config", "user.name", "team")
+    (path / "README.md").write_text("the team's project\n")
+    git(path, "add", ".")
+    git(path, "commit", "-qm", "init")
+    return path
+
+
+class Deployment:
+    """Config, tenants file, repositories and credentials of one service installation."""
+
+    def __init__(self, root: Path, *, quota: int = 1, max_running: int = 4, env: dict[str, str] | None = None) -> None:
+        self.root = root
+        self.data = root / "data"
+        self.repos = {name: make_repo(root / "repos" / name) for name in TOKENS}
+        self.creds = {name: root / "secrets" / f"{name}.env" for name in TOKENS}
+        self.set_credentials(env or {"ANTHROPIC_API_KEY": "sk-not-used"})
+        self.quota = quota
+        self.write_tenants()
+        self.config = root / "service.toml"
+        self.config.write_text(f'data_dir = "data"\ntenants = "tenants.toml"\nbackend = "local"\n'
+                               f"max_running = {max_running}\npoll_s = 0.1\n")
+
+    def set_credentials(self, env: dict[str, str]) -> None:
+        for path in self.creds.values():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+            path.chmod(0o600)
+
+    def write_tenants(self, **override: dict[str, Any]) -> None:
+        lines = []
+        for name, token in TOKENS.items():
+            t = {"name": name, "token": token, "repo": str(self.repos[name]), "credentials": str(self.creds[name]),
+                 "quota": self.quota, "allowed_options": ALL_OPTIONS, **override.get(name, {})}
+            lines.append("[[tenant]]")
+            lines += [f"{k} = {json.dumps(v)}" for k, v in t.items()]
+            lines.append("")
+        (self.root / "tenants.toml").write_text("\n".join(lines))
+
+
+class Service:
+    """``python -m service`` in a subprocess; its JSON log lines are kept in a file."""
+
+    def __init__(self, deployment: Deployment, name: str = "service") -> None:
+        self.deployment = deployment
+        self.log_path = deployment.root / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def start(self, timeout: float = 30) -> "Service":
+        env = {**os.environ, "FLOWER_SERVICE_CONFIG": str(self.deployment.config), "PYTHONUNBUFFERED": "1"}
+        self._log = open(self.log_path, "ab")
+        self._mark = self.log_path.stat().st_size
+        self.proc = subprocess.Popen([sys.executable, "-m", "service", "--port", "0", "--log-format", "json"],
+                                     cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.lines(since_start=True):
+                if line.get("event") == "service.listening":
+                    self.url = line["url"]
+                    return self
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the service exited: {self.log_path.read_text()[-3000:]}")
+            time.sleep(0.05)
+        raise AssertionError(f"the service did not start: {self.log_path.read_text()[-3000:]}")
+
+    def lines(self, *, since_start: bool = False) -> list[dict[str, Any]]:
+        raw = self.log_path.read_bytes()
+        if since_start:
+            raw = raw[self._mark:]
+        out = []
+        for line in raw.decode("utf-8", "replace").splitlines():
+            try:
+                item = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(item, dict):
+                out.append(item)
+        return out
+
+    def client(self, tenant: str | None = "acme", token: str | None = None) -> httpx.Client:
+        headers = {}
+        if token is not None or tenant is not None:
+            headers["Authorization"] = f"Bearer {token if token is not None else TOKENS[tenant]}"  # type: ignore[index]
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        self.proc = None
+        self._log.close()
+
+
+def wait_for(fn: Any, timeout: float = 60, every: float = 0.1, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(every)
+    raise AssertionError(f"timed out waiting for {what or fn}: last {last!r}")
+
+
+def run_status(client: httpx.Client, run_id: str) -> dict[str, Any]:
+    r = client.get(f"/v1/runs/{run_id}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def wait_status(client: httpx.Client, run_id: str, statuses: tuple[str, ...], timeout: float = 120) -> dict[str, Any]:
+    return wait_for(lambda: (lambda r: r if r["status"] in statuses else None)(run_status(client, run_id)),
+                    timeout, what=f"run {run_id} to become {statuses}")
+
+
+def wait_question(client: httpx.Client, run_id: str, timeout: float = 90) -> dict[str, Any]:
+    def one() -> Any:
+        r = client.get(f"/v1/runs/{run_id}/questions")
+        assert r.status_code == 200, r.text
+        qs = r.json()["questions"]
+        if not qs:
+            assert run_status(client, run_id)["status"] in ("queued", "starting", "running"), run_status(client, run_id)
+        return qs[0] if qs else None
+
+    return wait_for(one, timeout, every=0.1, what=f"a question from run {run_id}")
+
+
+def sse(client: httpx.Client, run_id: str, *, after: int | None = None, last_event_id: str | None = None,
+        timeout: float = 120) -> list[dict[str, Any]]:
+    """Read the run's event stream to its `end` event: [{"event", "id", "data"}]."""
+    params = {"after": after} if after is not None else {}
+    headers = {"Last-Event-ID": last_event_id} if last_event_id is not None else {}
+    out: list[dict[str, Any]] = []
+    cur: dict[str, Any] = {}
+    with client.stream("GET", f"/v1/runs/{run_id}/events", params=params, headers=headers, timeout=timeout) as r:
+        assert r.status_code == 200, r.read()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if not line:
+                if cur:
+                    out.append(cur)
+                    if cur.get("event") == "end":
+                        return out
+                cur = {}
+                continue
+            if line.startswith(":"):
+                continue
+            key, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if key == "data":
+                cur["data"] = json.loads(value)
+            elif key in ("event", "id"):
+                cur[key] = value
+    return out
+
+
+def end_leftover_runs(root: Path) -> None:
+    from sandbox.backends import LocalBackend
+
+    backend = LocalBackend(root=root)
+    for handle in backend.live().values():
+        backend.stop(handle, timeout=1)
+        backend.remove(handle)

@@ -1,0 +1,175 @@
+"""The API's edges over a real HTTP server: auth, tenants never seeing each other, bad input that
+creates nothing, a tenant whose repository or credentials are wrong, health."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from _service_helpers import TOKENS, Deployment, Service, end_leftover_runs, git, run_status, wait_question
+from flower.core.channel import HumanChannel
+from flower.testing import Rule, ScriptedModel, tool
+
+ASK = HumanChannel.tool_name
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, Deployment]]:
+    """One service for the module; its one run waits on a question the whole time."""
+    rules = [Rule(tool(ASK, {"question": "等着"}), system="你是需求确认者", repeat=True)]
+    with ScriptedModel(rules) as model:
+        dep = Deployment(tmp_path_factory.mktemp("api"), env=model.env)
+        service = Service(dep).start()
+        try:
+            yield service, dep
+        finally:
+            service.stop()
+            end_leftover_runs(dep.data / "runs")
+
+
+@pytest.fixture(scope="module")
+def waiting_run(svc: tuple[Service, Deployment]) -> str:
+    service, _ = svc
+    acme = service.client("acme")
+    r = acme.post("/v1/runs", json={"ask": "一个会一直等的活", "options": {"clarify_only": True}})
+    assert r.status_code == 201, r.text
+    wait_question(acme, r.json()["id"])
+    return r.json()["id"]
+
+
+def _runs_on_disk(dep: Deployment) -> set[str]:
+    root = dep.data / "runs"
+    return {p.name for p in root.iterdir()} if root.is_dir() else set()
+
+
+# -- auth --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer nope-nope-nope-nope"},
+                                     {"Authorization": f"Basic {TOKENS['acme']}"}, {"Authorization": "Bearer"}])
+def test_no_or_bad_token_is_401(svc: tuple[Service, Deployment], headers: dict[str, str]):
+    service, _ = svc
+    with httpx.Client(base_url=service.url, headers=headers) as c:
+        for method, path in [("GET", "/v1/runs"), ("POST", "/v1/runs"), ("GET", "/v1/runs/x/events"),
+                             ("POST", "/v1/runs/x/cancel")]:
+            r = c.request(method, path, json={"ask": "x"} if method == "POST" else None)
+            assert r.status_code == 401, (method, path, r.text)
+            assert r.headers["www-authenticate"].startswith("Bearer") and r.json()["error"]
+
+
+def test_a_tenant_never_sees_another_tenants_runs(svc: tuple[Service, Deployment], waiting_run: str):
+    service, _ = svc
+    beta, acme = service.client("beta"), service.client("acme")
+    assert run_status(acme, waiting_run)["status"] == "running"
+    for method, path, body in [
+        ("GET", "", None), ("GET", "/events", None), ("GET", "/questions", None), ("GET", "/diff", None),
+        ("GET", "/manifest", None), ("POST", "/answers", {"question_id": "q1", "text": "x"}),
+        ("POST", "/messages", {"text": "x"}), ("POST", "/interrupt", {"text": "x"}), ("POST", "/cancel", None),
+    ]:
+        r = beta.request(method, f"/v1/runs/{waiting_run}{path}", json=body)
+        assert r.status_code == 404, (method, path, r.text)
+        assert r.json()["error"] == f"run {waiting_run} not found"
+    assert beta.get("/v1/runs").json() == {"runs": []}
+    assert run_status(acme, waiting_run)["status"] == "running", "beta's cancel did nothing"
+    assert acme.get(f"/v1/runs/{waiting_run}/questions").json()["questions"], "nor did it answer"
+
+
+def test_messages_interrupts_and_a_live_diff_reach_a_running_run(svc: tuple[Service, Deployment], waiting_run: str):
+    service, dep = svc
+    acme = service.client("acme")
+    box = dep.data / "runs" / waiting_run / "mailbox"
+    r = acme.post(f"/v1/runs/{waiting_run}/messages", json={"text": "用 Python 3.11"})
+    assert r.status_code == 202
+    assert any("用 Python 3.11" in p.read_text() for p in (box / "inbox").glob("*.json"))
+    assert acme.post(f"/v1/runs/{waiting_run}/interrupt", json={"text": ""}).status_code == 400
+    r = acme.get(f"/v1/runs/{waiting_run}/diff")
+    assert r.status_code == 200 and r.text == "" and r.headers["x-flower-status"] == "running"
+    (dep.data / "runs" / waiting_run / dep.repos["acme"].name / "draft.txt").write_text("wip\n")
+    assert "+wip" in acme.get(f"/v1/runs/{waiting_run}/diff").text, "uncommitted work shows while it runs"
+    m = acme.get(f"/v1/runs/{waiting_run}/manifest").json()
+    assert m["status"] == "running" and m["exit"] is None
+
+
+# -- bad input creates nothing -------------------------------------------------------------------------
+BAD_BODIES: list[tuple[Any, str]] = [
+    (b"{", "not valid JSON"),
+    (b"", "body"),
+    (b"[]", "Expected `object`, got `array`"),
+    (b'{"ask": 3}', "ask: Expected `str`, got `int`"),
+    (b"{}", "missing required field `ask`"),
+    (b'{"ask": "x", "optionz": {}}', "unknown field `optionz`"),
+    (b'{"ask": "   "}', "`ask` is blank"),
+    (b'{"ask": "x", "options": []}', "options: Expected `object`"),
+    (b'{"ask": "x", "options": {"rounds": "two"}}', "option 'rounds': Expected `int`"),
+    (b'{"ask": "x", "options": {"rounds": 0}}', "'rounds' must be at least 1"),
+    (b'{"ask": "x", "options": {"workspace": "/etc"}}', "not allowed for tenant acme"),
+    (b'{"ask": "x", "options": {"new": true}}', "not allowed for tenant acme"),
+]
+
+
+@pytest.mark.parametrize("body, fragment", BAD_BODIES, ids=[b.decode()[:30] or "empty" for b, _ in BAD_BODIES])
+def test_malformed_submissions_are_400_and_create_nothing(svc: tuple[Service, Deployment], body: bytes, fragment: str):
+    service, dep = svc
+    acme = service.client("acme")
+    before, on_disk = acme.get("/v1/runs").json()["runs"], _runs_on_disk(dep)
+    r = acme.post("/v1/runs", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 400, r.text
+    assert fragment in r.json()["error"], r.json()
+    assert acme.get("/v1/runs").json()["runs"] == before and _runs_on_disk(dep) == on_disk
+
+
+def test_other_malformed_requests_are_4xx_never_500(svc: tuple[Service, Deployment], waiting_run: str):
+    service, _ = svc
+    acme = service.client("acme")
+    cases = [
+        ("POST", f"/v1/runs/{waiting_run}/answers", b'{"question_id": "../../etc", "text": "x"}', 400),
+        ("POST", f"/v1/runs/{waiting_run}/answers", b'{"question_id": "q"}', 400),
+        ("POST", f"/v1/runs/{waiting_run}/answers", b"nope", 400),
+        ("POST", f"/v1/runs/{waiting_run}/messages", b'{"text": 5}', 400),
+        ("GET", "/v1/runs?limit=0", None, 400),
+        ("GET", "/v1/runs?status=exploded", None, 400),
+        ("GET", f"/v1/runs/{waiting_run}/events?after=-1", None, 400),
+        ("POST", "/v1/runs", b'{"ask": "' + b"x" * 1_100_000 + b'"}', 413),
+        ("DELETE", "/v1/runs", None, 405),
+    ]
+    for method, path, body, code in cases:
+        r = acme.request(method, path, content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == code, (method, path, r.status_code, r.text[:300])
+        assert r.json()["error"], r.text
+    assert run_status(acme, waiting_run)["status"] == "running"
+
+
+# -- a tenant that cannot run ----------------------------------------------------------------------------
+def test_a_repo_that_is_not_git_or_missing_credentials_is_422_with_nothing_created(
+        svc: tuple[Service, Deployment], tmp_path: Path):
+    service, dep = svc
+    plain = tmp_path / "not-a-repo"
+    plain.mkdir()
+    (plain / "file.txt").write_text("untouched\n")
+    beta = service.client("beta")
+    before, on_disk = beta.get("/v1/runs").json()["runs"], _runs_on_disk(dep)
+    try:
+        for override, fragment in [({"repo": str(plain)}, "is not a git repository"),
+                                   ({"credentials": str(tmp_path / "absent.env")}, "credentials file of tenant beta "
+                                                                                 "is missing")]:
+            dep.write_tenants(beta=override)
+            os.utime(dep.root / "tenants.toml", ns=(hash(fragment) % 10**9, hash(fragment) % 10**9))
+            r = beta.post("/v1/runs", json={"ask": "做点什么"})
+            assert r.status_code == 422, r.text
+            assert fragment in r.json()["error"] and r.json()["error"].count(". ") == 0
+            assert beta.get("/v1/runs").json()["runs"] == before and _runs_on_disk(dep) == on_disk
+        assert sorted(p.name for p in plain.iterdir()) == ["file.txt"]
+        assert "flower/" not in git(dep.repos["beta"], "branch", "--list")
+    finally:
+        dep.write_tenants()
+        os.utime(dep.root / "tenants.toml")
+
+
+def test_healthz(svc: tuple[Service, Deployment]):
+    service, _ = svc
+    r = httpx.get(f"{service.url}/healthz")
+    assert r.status_code == 200 and r.json()["status"] == "ok" and r.json()["backend"] == "local"
+    assert r.json()["ticks"] > 0

@@ -1,0 +1,272 @@
+"""The service's parts on their own: config, tenants, registry, event numbering, diff stat, logging."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from service.config import ConfigError, load_config
+from service.events import read_new
+from service.logging import configure_logging, get_logger
+from service.registry import Registry
+from service.scheduler import diffstat
+from service.tenants import TenantError, TenantNotReady, Tenants, hash_token
+
+from _service_helpers import ROOT, make_repo
+
+
+# -- config ----------------------------------------------------------------------------------------
+def _tenants_file(tmp_path: Path) -> Path:
+    p = tmp_path / "tenants.toml"
+    p.write_text("")
+    return p
+
+
+def test_config_from_toml_with_env_overrides_and_relative_paths(tmp_path: Path):
+    _tenants_file(tmp_path)
+    cfg_file = tmp_path / "svc.toml"
+    cfg_file.write_text('data_dir = "data"\ntenants = "tenants.toml"\nbackend = "local"\nmax_running = 2\n')
+    cfg = load_config(cfg_file, env={"FLOWER_SERVICE_MAX_RUNNING": "7", "FLOWER_SERVICE_POLL_S": "0.5"})
+    assert cfg.data_dir == str(tmp_path / "data") and cfg.tenants == str(tmp_path / "tenants.toml")
+    assert cfg.max_running == 7 and cfg.poll_s == 0.5 and cfg.backend == "local"
+    assert cfg.db_path == tmp_path / "data" / "registry.sqlite3"
+
+
+def test_config_from_json_named_by_the_environment(tmp_path: Path):
+    _tenants_file(tmp_path)
+    (tmp_path / "svc.json").write_text(json.dumps({"data_dir": str(tmp_path / "d"), "tenants": "tenants.toml",
+                                                   "backend": "docker", "image": "flower:test"}))
+    cfg = load_config(env={"FLOWER_SERVICE_CONFIG": str(tmp_path / "svc.json")})
+    assert cfg.backend == "docker" and cfg.image == "flower:test"
+
+
+@pytest.mark.parametrize("body, env, fragment", [
+    ('data_dir = "d"\ntenants = "tenants.toml"\nbackend = "podman"\n', {}, "backend"),
+    ('data_dir = "d"\ntenants = "tenants.toml"\nmax_running = 0\n', {}, "max_running"),
+    ('data_dir = "d"\ntenants = "tenants.toml"\nmax_runing = 3\n', {}, "max_runing"),
+    ('data_dir = "d"\n', {}, "tenants"),
+    ('data_dir = "d"\ntenants = "nope.toml"\n', {}, "does not exist"),
+    ('data_dir = "d"\ntenants = "tenants.toml"\n', {"FLOWER_SERVICE_PORT": "eighty"}, "port"),
+    ('data_dir = "d" tenants', {}, "not valid TOML"),
+])
+def test_bad_config_is_one_clear_error(tmp_path: Path, body: str, env: dict[str, str], fragment: str):
+    _tenants_file(tmp_path)
+    (tmp_path / "svc.toml").write_text(body)
+    with pytest.raises(ConfigError) as e:
+        load_config(tmp_path / "svc.toml", env=env)
+    assert fragment in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_missing_config_file_and_the_command_line_say_so(tmp_path: Path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "absent.toml", env={})
+    out = subprocess.run([sys.executable, "-m", "service", "--config", str(tmp_path / "absent.toml")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "absent.toml does not exist" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_command_line_hashes_tokens_and_refuses_a_broken_tenants_file(tmp_path: Path):
+    out = subprocess.run([sys.executable, "-m", "service", "hash-token", "acme-secret-token-0123"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == hash_token("acme-secret-token-0123")
+    (tmp_path / "tenants.toml").write_text('[[tenant]]\nname = "a"\nrepo = "r"\ncredentials = "c"\n')
+    (tmp_path / "svc.toml").write_text('data_dir = "data"\ntenants = "tenants.toml"\nbackend = "local"\n')
+    out = subprocess.run([sys.executable, "-m", "service", "--config", str(tmp_path / "svc.toml"), "--port", "0"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "needs exactly one of `token_sha256` or `token`" in out.stderr
+    assert "Traceback" not in out.stderr + out.stdout
+
+
+# -- tenants ---------------------------------------------------------------------------------------
+def _write_tenants(path: Path, body: str) -> Path:
+    path.write_text(body)
+    return path
+
+
+def test_tenants_keep_only_a_hash_and_authenticate_by_it(tmp_path: Path):
+    digest = hash_token("beta-secret-token-0123")
+    p = _write_tenants(tmp_path / "t.toml", f"""
+[[tenant]]
+name = "acme"
+token = "acme-secret-token-0123"
+repo = "repos/acme"
+credentials = "acme.env"
+quota = 2
+allowed_options = ["rounds"]
+
+[[tenant]]
+name = "beta"
+token_sha256 = "{digest}"
+repo = "/srv/beta"
+credentials = "/etc/beta.env"
+""")
+    tenants = Tenants(p)
+    acme = tenants.authenticate("acme-secret-token-0123")
+    assert acme is not None and acme.name == "acme" and acme.quota == 2
+    assert acme.repo == str(tmp_path / "repos" / "acme") and acme.allowed_options == {"rounds"}
+    assert "acme-secret-token-0123" not in repr(acme) and not hasattr(acme, "token")
+    assert tenants.authenticate("beta-secret-token-0123").name == "beta"
+    assert tenants.authenticate("acme-secret-token-0124") is None and tenants.authenticate("") is None
+
+
+@pytest.mark.parametrize("body, fragment", [
+    ('[[tenant]]\nname = "Bad Name"\ntoken = "0123456789abcdef"\nrepo = "r"\ncredentials = "c"\n', "name"),
+    ('[[tenant]]\nname = "a"\nrepo = "r"\ncredentials = "c"\n', "exactly one of"),
+    ('[[tenant]]\nname = "a"\ntoken = "short"\nrepo = "r"\ncredentials = "c"\n', "token"),
+    ('[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\nrepo = "r"\ncredentials = "c"\n'
+     '[[tenant]]\nname = "b"\ntoken = "0123456789abcdef"\nrepo = "r"\ncredentials = "c"\n', "shares its token"),
+    ('[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\nrepo = "r"\ncredentials = "c"\n'
+     '[[tenant]]\nname = "a"\ntoken = "0123456789abcdeg"\nrepo = "r"\ncredentials = "c"\n', "appears twice"),
+    ('[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\nrepo = "r"\ncredentials = "c"\nquota = 0\n', "quota"),
+    ('tenant = 3\n', "list of tenants"),
+])
+def test_bad_tenants_file_is_one_clear_error(tmp_path: Path, body: str, fragment: str):
+    with pytest.raises(TenantError) as e:
+        Tenants(_write_tenants(tmp_path / "t.toml", body))
+    assert fragment in str(e.value)
+
+
+def test_tenants_file_is_reread_on_change_and_a_broken_edit_keeps_the_last_good(tmp_path: Path):
+    p = _write_tenants(tmp_path / "t.toml", '[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\nrepo = "r"\n'
+                                            'credentials = "c"\n')
+    errors: list[str] = []
+    tenants = Tenants(p, on_reload_error=errors.append)
+    assert tenants.authenticate("0123456789abcdef").name == "a"
+    p.write_text('[[tenant]]\nname = "b"\ntoken = "0123456789abcdeX"\nrepo = "r"\ncredentials = "c"\n')
+    os.utime(p, ns=(1, 1))
+    assert tenants.authenticate("0123456789abcdef") is None and tenants.get("b") is not None
+    p.write_text("[[tenant]\n")
+    os.utime(p, ns=(2, 2))
+    assert tenants.get("b") is not None and errors and "not valid TOML" in errors[0]
+
+
+def test_check_ready_names_what_is_missing(tmp_path: Path):
+    repo = make_repo(tmp_path / "repo")
+    cred = tmp_path / "c.env"
+    p = _write_tenants(tmp_path / "t.toml", f'[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\n'
+                                            f'repo = "{repo}"\ncredentials = "{cred}"\n')
+    t = Tenants(p).get("a")
+    with pytest.raises(TenantNotReady, match="credentials file of tenant a is missing"):
+        t.check_ready()
+    cred.write_text("ANTHROPIC_BASE_URL=http://127.0.0.1:9\n")
+    with pytest.raises(TenantNotReady, match="has none of ANTHROPIC_API_KEY"):
+        t.check_ready()
+    cred.write_text("ANTHROPIC_API_KEY='k$ey'\n")
+    assert t.check_ready() == {"ANTHROPIC_API_KEY": "k$ey"}
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (repo / "sub").mkdir()
+    empty = tmp_path / "empty"
+    subprocess.run(["git", "init", "-q", str(empty)], check=True)
+    for path, fragment in [(plain, "is not a git repository"), (repo / "sub", "not its top"),
+                           (empty, "has no commit yet"), (tmp_path / "gone", "does not exist")]:
+        p.write_text(f'[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\nrepo = "{path}"\ncredentials = "{cred}"\n')
+        os.utime(p, ns=(hash(str(path)) % 10**9, 0))
+        with pytest.raises(TenantNotReady, match=fragment):
+            Tenants(p).get("a").check_ready()
+
+
+# -- registry --------------------------------------------------------------------------------------
+def test_registry_is_a_wal_sqlite_file_that_survives_reopening(tmp_path: Path):
+    db = tmp_path / "data" / "registry.sqlite3"
+    reg = Registry(db)
+    run = reg.create(id="r1", tenant="acme", ask="做一个 hello", options={"rounds": 2}, repo="/r")
+    assert run.status == "queued" and run.options == {"rounds": 2}
+    assert reg.transition("r1", "starting", frm=["queued"])
+    assert not reg.transition("r1", "starting", frm=["queued"]), "a guarded transition wins once"
+    assert reg.transition("r1", "running", frm=["starting"], handle="pid:1", branch="flower/r1", base="abc")
+    reg.update("r1", event_offset=120, event_seq=3, cost_usd=0.25, diffstat={"files": []})
+    reg.close()
+
+    reg = Registry(db)
+    run = reg.get("r1")
+    assert (run.status, run.event_offset, run.event_seq, run.cost_usd, run.branch) == \
+        ("running", 120, 3, 0.25, "flower/r1")
+    assert reg.get("r1", tenant="beta") is None and reg.list(tenant="beta") == []
+    assert reg.count(statuses=["running"], tenant="acme") == 1
+    assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    with pytest.raises(ValueError):
+        reg.transition("r1", "exploded", frm=["running"])
+
+
+# -- events ----------------------------------------------------------------------------------------
+def test_events_are_numbered_by_complete_lines_whoever_reads(tmp_path: Path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"kind": "step", "text": "a"}\n\nnot json\n{"kind": "text", "te')
+    got, offset, seq = read_new(path, 0, 0)
+    assert [(n, e["kind"]) for n, e in got] == [(1, "step"), (3, "unparsed")] and seq == 3
+    with open(path, "ab") as f:
+        f.write(b'xt": "b"}\n')
+    more, offset2, seq2 = read_new(path, offset, seq)
+    assert [(n, e["text"]) for n, e in more] == [(4, "b")] and seq2 == 4 and offset2 == path.stat().st_size
+    # small reads give the same numbers as one big read
+    seen, off, n = [], 0, 0
+    while True:
+        evs, new_off, n = read_new(path, off, n, limit=8)
+        seen += [k for k, _ in evs]
+        if new_off == off:
+            break
+        off = new_off
+    assert seen == [1, 3, 4] and off == path.stat().st_size
+    assert read_new(tmp_path / "absent", 0, 0) == ([], 0, 0)
+
+
+def test_a_huge_event_line_is_skipped_not_stalled_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import service.events as events
+
+    monkeypatch.setattr(events, "MAX_LINE", 100)
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"kind": "text", "text": "' + b"x" * 300 + b'"}\n{"kind": "step", "text": "b"}\n')
+    got, offset, seq = events.read_new(path, 0, 0, limit=64)
+    assert got[0][1]["kind"] == "unparsed" and seq == 1
+    got, offset, seq = events.read_new(path, offset, seq, limit=64)
+    assert got == [(2, {"kind": "step", "text": "b"})] and offset == path.stat().st_size
+
+
+def test_diffstat_counts_files_and_lines():
+    text = ("diff --git a/hello.py b/hello.py\nnew file mode 100644\n--- /dev/null\n+++ b/hello.py\n"
+            "@@ -0,0 +1,2 @@\n+print('hello')\n+print('bye')\n"
+            "diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-old\n+new\n")
+    assert diffstat(text) == {"files": [{"path": "hello.py", "insertions": 2, "deletions": 0},
+                                        {"path": "README.md", "insertions": 1, "deletions": 1}],
+                              "insertions": 3, "deletions": 1}
+
+
+# -- logging ---------------------------------------------------------------------------------------
+@pytest.fixture
+def restore_logging():
+    """configure_logging changes process-wide state: put it back for the tests that follow."""
+    import logging
+
+    import structlog
+
+    saved, root = structlog.get_config(), logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    structlog.configure(**saved)
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def test_logging_is_json_for_a_pipe_and_key_value_for_a_terminal(restore_logging):
+    buf = io.StringIO()
+    configure_logging("json", stream=buf)
+    get_logger("t").info("hello", tenant="acme", n=1)
+    line = json.loads(buf.getvalue().strip().splitlines()[-1])
+    assert line["event"] == "hello" and line["tenant"] == "acme" and line["level"] == "info" and line["timestamp"]
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    tty = Tty()
+    configure_logging("auto", stream=tty)
+    get_logger("t").warning("hello", tenant="acme")
+    assert "event='hello'" in tty.getvalue() and "tenant='acme'" in tty.getvalue()
