@@ -260,13 +260,22 @@ class Runtime:
         options = self.options(spec, resume=resume, fork=fork, resume_at=resume_at)
         stderr: list[str] = []
         options.stderr = lambda line: stderr.append(line) if len(stderr) < 200 else None
-        cause: str | None = None  # why we stopped the CLI ourselves
+        stop: dict[str, str] = {}  # why we stopped the CLI ourselves, if we did
         self._interrupt.clear()
         client = ClaudeSDKClient(options)
         texts: list[str] = []
+
+        async def on_person() -> None:
+            # Acts at once, not at the next message: a turn blocked on a question sends none.
+            await self._watch_interrupts()
+            if not stop:
+                stop["cause"] = self.INTERRUPTED
+                self._drop_open_questions()
+                await client.interrupt()
+
         try:
             await client.connect()
-            watcher = asyncio.create_task(self._watch_interrupts())
+            watcher = asyncio.create_task(on_person())
             try:
                 await client.query(prompt)
                 async for msg in client.receive_response():
@@ -286,14 +295,9 @@ class Runtime:
                     for ev in normalize(msg):
                         full = self._observe(ev, name, texts, r, on_event) or full
                     # The handoff turn itself runs above the line by definition: never cut it.
-                    if cause is None and full and not handing_off:
-                        cause = self.HANDOFF_DUE
+                    if not stop and full and not handing_off:
+                        stop["cause"] = self.HANDOFF_DUE
                         await client.interrupt()
-                    if cause is None and watcher.done():
-                        cause = self.INTERRUPTED
-                        await client.interrupt()
-                if cause is None and watcher.done():
-                    cause = self.INTERRUPTED
             finally:
                 watcher.cancel()
         except Exception as e:  # the CLI died or the SDK raised on an error result
@@ -306,8 +310,8 @@ class Runtime:
                 await client.disconnect()
             except Exception:
                 pass
-        if cause:
-            r.ok, r.error = False, cause
+        if stop:
+            r.ok, r.error = False, stop["cause"]
         if not r.text and texts:
             r.text = texts[-1]
         return r
@@ -333,6 +337,12 @@ class Runtime:
         if on_event:
             on_event(ev)
         return full
+
+    def _drop_open_questions(self) -> None:
+        """Questions the interrupted turn was waiting on will never be read: settle them."""
+        channel = self.channel
+        for a in list(getattr(channel, "pending", lambda: [])()):
+            channel.decline(a.id, "interrupted")
 
     async def _watch_interrupts(self) -> None:
         """Returns when the person interrupts: through `interrupt()` or the channel's mailbox."""

@@ -165,3 +165,26 @@ async def test_an_interrupt_through_the_channel_mailbox_resumes_the_same_session
     resumed = [x for x in model.conversation if "go with plan C" in x.user]
     assert resumed and resumed[0].session == model.conversation[0].session == r.session_id
     assert not (mailbox / "interrupt.json").exists(), "the words are taken once"
+
+
+async def test_an_interrupt_lands_while_the_turn_waits_on_a_question(workspace, tmp_path, scripted):
+    """A turn blocked on `ask` sends no message for as long as nobody answers: the interrupt must not wait for one."""
+    from flower.core.channel import HumanChannel
+
+    ch = HumanChannel(timeout_s=None)  # nobody answers, ever
+    rules = [Rule(tool(ch.tool_name, {"question": "which database?"}), prompt="pick a db"),
+             Rule(say("going with sqlite as told"), user="use sqlite")]
+    with scripted(rules) as model:
+        rt = _runtime(workspace, tmp_path)
+        rt.channel = ch
+        spec = AgentSpec("工人", "", allowed_tools=ch.tool_names, mcp_servers=ch.mcp_servers(), workbench=False)
+
+        def on_event(e: Event) -> None:
+            if e.kind == "tool_call":
+                asyncio.get_running_loop().call_later(0.5, rt.interrupt, "use sqlite")
+
+        r = await asyncio.wait_for(rt.run(spec, "pick a db", on_event=on_event), 60)
+    assert r.ok and r.text == "going with sqlite as told" and r.attempts == 1
+    resumed = [x for x in model.conversation if "use sqlite" in x.user]
+    assert resumed and resumed[0].session == r.session_id == model.conversation[0].session
+    assert ch.pending() == [] and [a.state for a in ch.asks] == ["declined"]
