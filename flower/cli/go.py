@@ -92,11 +92,11 @@ def starter_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_go(args: argparse.Namespace) -> int:
     from ..workflow import starter_flow, starter_paths
-    from ..workflow.starter import _is_git  # the flow's own check, made before the ask is read
+    from ..workflow.starter import is_git_repo  # the flow's own check, made before the ask is read
 
     ws = places.workspace(args)
     rd = places.run_dir(args, ws, create=False)
-    if args.isolate and not _is_git(ws):
+    if args.isolate and not is_git_repo(ws):
         raise Exit(1, f"--isolate 要求 {ws} 是 git 仓库(每个 subagent 要分一份 worktree)。先 git init,或者去掉 --isolate。")
     paths = starter_paths(ws, run_dir=rd, isolate=args.isolate)
     screen = Screen(verbose=args.verbose, brief_path=paths.brief)

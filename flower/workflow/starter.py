@@ -90,7 +90,7 @@ def starter_paths(
     return StarterPaths(ws, Path(run_dir).resolve(), bench, notes / brief_name, notes / goal_name, notes / log_name)
 
 
-def _is_git(path: Path) -> bool:
+def is_git_repo(path: Path) -> bool:
     try:
         out = subprocess.run(["git", "-C", str(path), "rev-parse", "--is-inside-work-tree"],
                              capture_output=True, text=True, timeout=30)
@@ -133,7 +133,7 @@ def starter_flow(
     """
     paths = starter_paths(workspace, run_dir=run_dir, isolate=isolate, brief_name=brief_name,
                           goal_name=goal_name, log_name=log_name)
-    if isolate and not _is_git(paths.workspace):
+    if isolate and not is_git_repo(paths.workspace):
         raise ValueError(f"isolate=True needs a git repository, and {paths.workspace} is not one: "
                          "run `git init` there (and commit), or drop isolation")
     said = (ask or "").strip()
