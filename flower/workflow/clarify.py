@@ -70,7 +70,14 @@ def clarify_step(
         if not brief.complete():
             ctx[MISSING_KEY] = brief.missing()
             return False
+        # Words the person typed while the questions were still going were appended to a
+        # file that held no brief yet: keep them below the frozen brief instead of losing them.
+        earlier = Brief.load(path)
+        added = path.read_text(encoding="utf-8") if earlier is not None and not earlier.complete() else ""
         brief.write(path)
+        if added.strip():
+            with open(path, "a", encoding="utf-8") as f:
+                f.write("\n" + added.strip() + "\n")
         inject(ctx, brief)
         return True
 

@@ -723,3 +723,22 @@ def test_verdict_feedback_is_what_goes_back(tmp_path):
     inner = with_goal(replace(Step("w", SPEC, "p"), on_reject=lambda r, c: "inner"), HumanChannel(timeout_s=0),
                       goal_path=tmp_path / "g.md")
     assert inner.on_reject(StepResult("w", ok=True), {}) == "inner"
+
+
+def test_words_added_during_clarification_survive_the_frozen_brief(tmp_path):
+    """The person types while the clarifier is still asking: amend() creates the file first."""
+    from flower.core.channel import HumanChannel
+    from flower.core.runtime import StepResult
+    from flower.docs import Brief
+    from flower.workflow import clarify_step
+
+    brief_path = tmp_path / "notes" / "需求.md"
+    ch = HumanChannel(amend_path=brief_path, timeout_s=0)
+    assert ch.amend("顺便支持深色模式")
+    step = clarify_step(ch, brief_path=brief_path, prompt="做一个待办应用")
+    reply = "## 目标\n待办应用\n## 验收标准\n能增删\n## 边界\n只做网页\n## 未知与假设\n无"
+    ctx: dict = {}
+    assert step.gate(StepResult(step="确认需求", ok=True, text=reply), ctx) is True
+    frozen = brief_path.read_text(encoding="utf-8")
+    assert "顺便支持深色模式" in frozen and Brief.load(brief_path).complete()
+    assert Brief.load(brief_path).goal == "待办应用"
