@@ -1,0 +1,331 @@
+"""``python -m sandbox.entrypoint SPEC_FILE``: what runs inside a run's container (and the local backend).
+
+1. Reads the spec; the layout is where the spec file sits (``<root>/<run_id>/spec.json``).
+2. Credentials come from the file ``$FLOWER_ENV`` names, through flower's ``load_dotenv``; HOME and the
+   working folder are the run's own, so no host file is read (and the CLI runs with setting_sources=[]).
+3. Builds ``starter_flow(ask, workspace=<worktree>, run_dir=<run/>, isolate=True, **options)``: the
+   workbench is ``<run>/.flower-<repo>`` (outside the worktree). Workers are *not* given CLI worktrees of
+   their own: the run's worktree already isolates the run, and the bundled CLI puts a linked worktree's
+   subagent worktrees under the *main* checkout (``<repo>/.claude/worktrees``), on branches nothing merges.
+4. The human channel is the mailbox folder; ``mailbox/interrupt.json`` interrupts the step in flight.
+5. Every ``flower.Event`` and every audit event (guard denials, spills, isolation injections) becomes one
+   JSON line of ``events.jsonl``: ``{kind, text, tool, payload, step, at}``; audit lines have
+   ``kind="audit"``, ``text=<audit kind>`` and the audit fields in ``payload`` (``payload.audit`` too).
+6. ``exit.json`` at the end: ``{status, error, cost_usd, steps, exit_code, ...}``.
+
+Exit codes: 0 succeeded, 1 failed, 2 the run could not start (spec, credentials, workspace),
+3 aborted (a step gave up on purpose, e.g. nobody answered), 143 killed (SIGTERM/SIGINT/SIGHUP).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .layout import RunLayout
+from .spec import RunSpec, SpecError, read_spec
+
+__all__ = ["main", "EventLog", "write_exit", "jsonable", "EXIT_CODES", "STATUSES"]
+
+STATUSES = ("succeeded", "failed", "aborted", "killed")
+EXIT_CODES = {"succeeded": 0, "failed": 1, "aborted": 3, "killed": 143}
+CONFIG_ERROR = 2
+
+
+class _Stop(Exception):
+    """The run cannot start: exit.json says why, in one line, and the exit code is 2."""
+
+
+# -- events.jsonl --------------------------------------------------------------------------------
+def jsonable(value: Any, _depth: int = 0) -> Any:
+    """``value`` with everything JSON cannot carry dropped (dict keys made strings, NaN → None)."""
+    if _depth > 20:
+        return None
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if not isinstance(k, (str, int, float, bool)) or not _keep(v):
+                continue
+            out[str(k)] = jsonable(v, _depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v, _depth + 1) for v in value if _keep(v)]
+    if isinstance(value, Path):
+        return str(value)
+    return None
+
+
+def _keep(v: Any) -> bool:
+    return v is None or isinstance(v, (bool, int, float, str, dict, list, tuple, Path))
+
+
+class EventLog:
+    """Appends one JSON line per event; safe from any thread (audit listeners run in hook callbacks)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._f = open(path, "a", encoding="utf-8", buffering=1)
+        self.step = ""  # the runtime step in flight, for events that do not name one
+        self.count = 0
+
+    def write(self, kind: str, text: str = "", tool: str = "", payload: dict[str, Any] | None = None,
+              step: str = "", at: float | None = None) -> None:
+        line = {"kind": kind, "text": text, "tool": tool, "payload": jsonable(payload or {}),
+                "step": step or self.step, "at": at if at is not None else time.time()}
+        data = json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n"
+        with self._lock:
+            if self._f.closed:
+                return
+            self._f.write(data)
+            self._f.flush()
+            self.count += 1
+
+    def event(self, ev: Any) -> None:
+        """A ``flower.Event``: kind, text, tool, payload (its JSON part), step, at — never ``raw``."""
+        if ev.kind == "step":
+            self.step = ev.text
+        self.write(str(ev.kind), ev.text, ev.tool, ev.payload, ev.step, ev.at)
+
+    def audit(self, ev: Any) -> None:
+        """A ``flower.core.audit.AuditEvent``: deny, spill, spill_failed, isolate."""
+        fields = dict(ev.fields)
+        self.write("audit", ev.kind, str(fields.get("tool") or ""), {"audit": ev.kind, **fields}, at=ev.at)
+
+    def close(self) -> None:
+        with self._lock:
+            self._f.close()
+
+
+# -- exit.json -----------------------------------------------------------------------------------
+def _steps(run_dir: Path, runtime_run: str | None) -> list[dict[str, Any]]:
+    """This run's manifest rows, summed up (one per step attempt the runtime recorded)."""
+    from flower.core import manifest
+
+    try:
+        rows = manifest.read_rows(run_dir / "manifest.json")
+    except RuntimeError:
+        return []
+    keep = ("step", "ok", "error", "cost_usd", "num_turns", "attempts", "session_id", "resumed", "context")
+    out = []
+    for r in rows:
+        if runtime_run is not None and r.get("run") != runtime_run:
+            continue
+        row = {k: r.get(k) for k in keep}
+        started, ended = r.get("started_at") or 0, r.get("ended_at") or 0
+        row["duration_s"] = round(ended - started, 2) if ended and started else 0.0
+        out.append(row)
+    return out
+
+
+def write_exit(path: Path, status: str, *, error: str | None = None, cost_usd: float = 0.0,
+               steps: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
+    """exit.json, written whole (temp + rename): a reader sees no file or the final one."""
+    assert status in STATUSES, status
+    data = {"status": status, "error": _one_line(error) if error else None, "cost_usd": round(cost_usd, 4),
+            "steps": steps or [], "exit_code": extra.pop("exit_code", EXIT_CODES[status]), **extra}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(jsonable(data), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return data
+
+
+def _one_line(text: Any, limit: int = 1000) -> str:
+    s = " ".join(str(text).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+# -- the run ---------------------------------------------------------------------------------------
+def _layout(spec_file: Path, spec: RunSpec) -> RunLayout:
+    name = spec.repo_name
+    if not name:  # a spec written by hand: the one folder beside it that is a git worktree
+        found = [p.name for p in spec_file.parent.iterdir() if (p / ".git").exists() and not p.name.startswith(".")]
+        if len(found) != 1:
+            raise _Stop(f"cannot tell which folder beside {spec_file} is the run's worktree ({found or 'none'}): "
+                        "write the spec with sandbox.spec.write_spec")
+        name = found[0]
+    try:
+        return RunLayout.of_spec_file(spec_file, spec.run_id, name)
+    except ValueError as e:
+        raise _Stop(str(e)) from None
+
+
+def _credentials(layout: RunLayout) -> None:
+    """Only the file $FLOWER_ENV names: HOME and the working folder are the run's, so nothing else is there."""
+    from flower.core.credentials import check_credentials, load_dotenv
+
+    env_file = os.environ.get("FLOWER_ENV", "")
+    if not env_file or not Path(env_file).is_file():
+        raise _Stop(f"no credentials: FLOWER_ENV must name the run's env file, and {env_file or 'it is not set'}"
+                    f"{' is not a readable file' if env_file else ''}")
+    load_dotenv(cwd=layout.dir, home=layout.home)
+    try:
+        check_credentials(cwd=layout.dir, home=layout.home)
+    except RuntimeError:
+        raise _Stop(f"no credentials in the run's env file {env_file}: it must set ANTHROPIC_API_KEY "
+                    "(or ANTHROPIC_AUTH_TOKEN / CLAUDE_CODE_OAUTH_TOKEN)") from None
+
+
+def _workflow(spec: RunSpec, layout: RunLayout) -> Any:
+    from flower.core.guard import isolated
+    from flower.workflow import starter_flow, starter_paths
+
+    options = {k: v for k, v in spec.options.items() if k != "isolate"}
+    if not layout.workspace.is_dir():
+        raise _Stop(f"the run's worktree {layout.workspace} does not exist: add it before starting the run")
+    try:
+        wf = starter_flow(spec.ask, workspace=layout.workspace, run_dir=layout.run_dir, isolate=True, **options)
+    except ValueError as e:
+        raise _Stop(str(e)) from None
+    paths = starter_paths(layout.workspace, run_dir=layout.run_dir, isolate=True)
+    if paths.workbench != layout.workbench:  # one rule for both; a mismatch would lose the notes
+        raise _Stop(f"the workbench would be {paths.workbench}, but the run's layout says {layout.workbench}")
+    for step in wf.steps:  # the run's worktree is the isolation (see the module doc)
+        for agent in (getattr(step.spec, "agents", None) or {}).values():
+            isolated(agent, False)
+    return wf
+
+
+class _Run:
+    """One run of the entrypoint: the pieces the signal handler needs to reach."""
+
+    def __init__(self, spec: RunSpec, layout: RunLayout, log: EventLog) -> None:
+        self.spec, self.layout, self.log = spec, layout, log
+        self.runtime: Any = None
+        self.started = time.time()
+        self.killed: str | None = None
+        self.exit: dict[str, Any] | None = None
+
+    def finish(self, status: str, error: str | None = None, **extra: Any) -> dict[str, Any]:
+        rt = self.runtime
+        self.exit = write_exit(
+            self.layout.exit_file, status, error=error, cost_usd=rt.total_cost() if rt else 0.0,
+            steps=_steps(self.layout.run_dir, rt.run_id if rt else None), run_id=self.spec.run_id,
+            tenant=self.spec.tenant, runtime_run=rt.run_id if rt else None, started_at=self.started,
+            ended_at=time.time(), **extra)
+        return self.exit
+
+    def kill(self, sig: signal.Signals) -> None:
+        """SIGTERM & co, as flower's own CLI does: the step in flight goes into the manifest, exit.json says
+        killed, and the process ends at once. When it leads its process group (the local backend starts it
+        so) the rest of the group — the CLI and what it runs — gets SIGTERM first; in a container the
+        container's end takes them. The session store is SQLite, safe at any point: a re-submitted run
+        continues."""
+        if self.killed:
+            return
+        self.killed = sig.name
+        try:
+            if self.runtime is not None:
+                self.runtime.rescue()
+            self.finish("killed", f"stopped by {sig.name}")
+            self.log.write("system", f"killed by {sig.name}", payload={"subtype": "killed", "signal": sig.name})
+            self.log.close()
+            if os.getpgrp() == os.getpid():
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                os.killpg(os.getpid(), signal.SIGTERM)
+        finally:
+            os._exit(EXIT_CODES["killed"])
+
+    async def go(self) -> int:
+        from flower.core import audit
+        from flower.core.channel import MailboxAnswers
+        from flower.core.runtime import Runtime
+
+        loop = asyncio.get_running_loop()
+        for name in ("SIGTERM", "SIGINT", "SIGHUP"):
+            sig = getattr(signal, name)
+            loop.add_signal_handler(sig, self.kill, sig)
+
+        layout, log = self.layout, self.log
+        wf = _workflow(self.spec, layout)
+        wf.channel.answers = MailboxAnswers(
+            layout.mailbox, poll_s=0.2,
+            on_error=lambda text: log.write("system", text, payload={"subtype": "mailbox_error"}))
+
+        class _Runtime(Runtime):  # names the step in flight for events that do not carry one
+            async def run(self, spec: Any, prompt: str, *, step_name: str | None = None, **kw: Any) -> Any:
+                log.step = step_name or spec.name
+                return await super().run(spec, prompt, step_name=step_name, **kw)
+
+        try:
+            self.runtime = _Runtime(workspace=layout.workspace, run_dir=layout.run_dir, trim=True, handoff=True)
+        except RuntimeError as e:
+            raise _Stop(str(e)) from None
+        log.write("system", "sandbox started", payload={
+            "subtype": "sandbox", "run_id": self.spec.run_id, "tenant": self.spec.tenant,
+            "workspace": str(layout.workspace), "workbench": str(layout.workbench), "pid": os.getpid(),
+            "runtime_run": self.runtime.run_id})
+        try:
+            with audit.listen(log.audit):
+                ctx = await wf.run(self.runtime, on_event=log.event)
+        finally:
+            self.runtime.close()
+        failed = ctx.get("_failed_at")
+        if not failed:
+            self.finish("succeeded")
+            return 0
+        result = (ctx.get("_results") or {}).get(failed)
+        if ctx.get("_aborted"):
+            self.finish("aborted", f"step {failed!r} gave up: {ctx['_aborted']}", failed_at=failed)
+            return EXIT_CODES["aborted"]
+        why = (result.error if result is not None and result.error else "") or "it did not pass its check"
+        self.finish("failed", f"step {failed!r} failed: {why}", failed_at=failed)
+        return EXIT_CODES["failed"]
+
+
+def run(spec_file: str | Path) -> int:
+    """Run the spec in ``spec_file``; returns the exit code (exit.json is written in every case)."""
+    spec_file = Path(spec_file).expanduser().resolve()
+    exit_file = spec_file.parent / "exit.json"
+    try:
+        spec = read_spec(spec_file)
+        layout = _layout(spec_file, spec)
+    except (SpecError, _Stop) as e:
+        write_exit(exit_file, "failed", error=str(e), exit_code=CONFIG_ERROR)
+        print(f"flower sandbox: {_one_line(e)}", file=sys.stderr)
+        return CONFIG_ERROR
+    layout.exit_file.unlink(missing_ok=True)
+    layout.ensure()
+    os.chdir(layout.dir)  # ./.env of the run's folder, never the caller's
+    log = EventLog(layout.events)
+    state = _Run(spec, layout, log)
+    try:
+        try:
+            _credentials(layout)
+            return asyncio.run(state.go())
+        except _Stop as e:
+            state.finish("failed", str(e), exit_code=CONFIG_ERROR)
+            print(f"flower sandbox: {_one_line(e)}", file=sys.stderr)
+            return CONFIG_ERROR
+        except BaseException as e:  # noqa: BLE001 - exit.json must say what happened, whatever it was
+            traceback.print_exc(file=sys.stderr)
+            state.finish("failed", f"{type(e).__name__}: {e}")
+            return EXIT_CODES["failed"]
+    finally:
+        log.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or args[0] in ("-h", "--help"):
+        print("usage: python -m sandbox.entrypoint SPEC_FILE   (the run's spec.json; see sandbox/spec.py)",
+              file=sys.stderr)
+        return CONFIG_ERROR
+    return run(args[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

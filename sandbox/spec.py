@@ -1,0 +1,155 @@
+"""RunSpec: what one run is asked to do, as the service hands it to the sandbox (``spec.json``).
+
+``options`` are ``starter_flow`` keyword arguments a client may set; their names and types are checked
+against ``starter_flow``'s own signature, so a new parameter there is accepted here without a change.
+The workspace and the run dir are the sandbox's to choose, never the client's.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import os
+import re
+import tempfile
+import typing
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from flower.core.credentials import SETTINGS_KEYS, TOKEN_KEYS
+from flower.workflow.starter import starter_flow
+
+from .envfile import EnvFileError, check_env
+from .layout import RunLayout, check_run_id
+
+__all__ = ["RunSpec", "SpecError", "write_spec", "read_spec", "check_options", "allowed_options"]
+
+# Decided by the sandbox from the run's layout: a client setting them is an error, not a preference.
+SET_BY_SANDBOX = {
+    "ask": "the ask is the spec's own `ask` field",
+    "workspace": "the workspace is the run's git worktree",
+    "run_dir": "the run dir is the run's `run/` folder",
+}
+# Environment names a client may not set through `env`.
+RESERVED_ENV = {"FLOWER_ENV", "HOME", "PATH", "PYTHONPATH", "FLOWER_RUN_ID", "FLOWER_TENANT"}
+CREDENTIAL_ENV = set(SETTINGS_KEYS) | set(TOKEN_KEYS) | {"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"}
+_FILE_NAME = re.compile(r"[^/\\\0]{1,120}")
+_NAMES = ("brief_name", "goal_name", "log_name")
+
+
+class SpecError(ValueError):
+    """A run spec that cannot run: the message says which field and what to do."""
+
+
+@functools.cache
+def allowed_options() -> dict[str, Any]:
+    """``{name: type}`` of every ``starter_flow`` keyword a client may set."""
+    hints = typing.get_type_hints(starter_flow)
+    params = inspect.signature(starter_flow).parameters
+    return {name: hints.get(name, Any) for name, p in params.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in SET_BY_SANDBOX}
+
+
+def check_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options converted to the types ``starter_flow`` takes; SpecError for anything else."""
+    if not isinstance(options, dict):
+        raise SpecError("options must be an object of starter_flow keyword arguments")
+    allowed = allowed_options()
+    out: dict[str, Any] = {}
+    for name, value in options.items():
+        if name in SET_BY_SANDBOX:
+            raise SpecError(f"option {name!r} cannot be set by a client: {SET_BY_SANDBOX[name]}")
+        if name not in allowed:
+            raise SpecError(f"unknown option {name!r}: allowed are {', '.join(sorted(allowed))}")
+        try:
+            out[name] = msgspec.convert(value, allowed[name])
+        except msgspec.ValidationError as e:
+            raise SpecError(f"option {name!r}: {e}") from None
+    if out.get("isolate") is False:
+        raise SpecError("option 'isolate' cannot be false for a service run: the run's git worktree is its "
+                        "isolation and the workbench always lives outside it; leave the option out")
+    if "rounds" in out and out["rounds"] < 1:
+        raise SpecError("option 'rounds' must be at least 1")
+    if out.get("max_asks") is not None and out["max_asks"] < 0:
+        raise SpecError("option 'max_asks' must be 0 or more (or null for no limit)")
+    if out.get("timeout_s") is not None and out["timeout_s"] < 0:
+        raise SpecError("option 'timeout_s' must be 0 or more seconds (or null to wait forever)")
+    for name in _NAMES:
+        if name in out and (not _FILE_NAME.fullmatch(out[name]) or out[name] in (".", "..")):
+            raise SpecError(f"option {name!r} must be a plain file name (no '/')")
+    return out
+
+
+def check_env_extras(env: dict[str, str]) -> None:
+    try:
+        check_env(env)
+    except EnvFileError as e:
+        raise SpecError(str(e)) from None
+    for key in env:
+        if key in CREDENTIAL_ENV:
+            raise SpecError(f"env key {key} is a credential: credentials go in the run's env file, "
+                            "never in the spec (the spec is not secret)")
+        if key in RESERVED_ENV:
+            raise SpecError(f"env key {key} is set by the sandbox and cannot be given in the spec")
+
+
+class RunSpec(msgspec.Struct):
+    """One run: who asks (``tenant``), what (``ask``), how (``options``), non-secret ``env`` extras.
+
+    ``repo_name`` (added by ``write_spec`` from the layout) names the worktree folder, so the
+    entrypoint finds its layout from the spec file alone.
+    """
+
+    run_id: str
+    tenant: str
+    ask: str
+    options: dict[str, Any] = {}
+    env: dict[str, str] = {}
+    repo_name: str = ""
+
+    def __post_init__(self) -> None:
+        try:
+            check_run_id(self.run_id)
+        except ValueError as e:
+            raise SpecError(str(e)) from None
+        if not self.tenant or len(self.tenant) > 128 or any(ord(c) < 32 for c in self.tenant):
+            raise SpecError("tenant must be a non-empty name of at most 128 printable characters")
+        self.options = check_options(self.options)
+        check_env_extras(self.env)
+
+
+def write_spec(layout: RunLayout, spec: RunSpec) -> Path:
+    """Write ``layout.spec_file`` (temp + rename); the spec's run id must be the layout's."""
+    if spec.run_id != layout.run_id:
+        raise SpecError(f"the spec is for run {spec.run_id!r} but the layout is run {layout.run_id!r}")
+    if spec.repo_name and spec.repo_name != layout.repo_name:
+        raise SpecError(f"the spec names repository {spec.repo_name!r} but the layout's is {layout.repo_name!r}")
+    spec = msgspec.structs.replace(spec, repo_name=layout.repo_name)
+    path = layout.spec_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".spec.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(msgspec.json.format(msgspec.json.encode(spec), indent=2) + b"\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_spec(path: str | Path) -> RunSpec:
+    """The spec in ``path``; SpecError (one sentence) when it is missing or not a valid spec."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise SpecError(f"cannot read the run spec {path}: {e.strerror or e}") from None
+    try:
+        return msgspec.json.decode(raw, type=RunSpec)
+    except msgspec.ValidationError as e:
+        raise SpecError(f"the run spec {path} is not valid: {e}") from None
+    except msgspec.DecodeError as e:
+        raise SpecError(f"the run spec {path} is not JSON: {e}") from None

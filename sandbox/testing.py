@@ -1,0 +1,113 @@
+"""Drive a sandboxed run offline: a scripted starter flow for ``flower.testing.ScriptedModel``, the env
+file values that point a run at it, and a person who answers the run's questions through its mailbox.
+
+Used by the sandbox's own tests (local and Docker) and meant for the service's: one scripted run,
+end to end, through the real CLI, with no key and no network beyond 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from flower.core.channel import HumanChannel, MailboxAnswers
+from flower.testing import Rule, ScriptedModel, say, tool
+
+__all__ = ["starter_rules", "waiting_rules", "credentials", "Person", "prepare", "GIT_CHECKED",
+           "CLARIFIER", "JUDGE", "LEAD", "BRIEF", "GOAL", "ACHIEVED", "REPORT", "QUESTION", "ANSWER"]
+
+ASK = HumanChannel.tool_name
+CLARIFIER, JUDGE, LEAD = "你是需求确认者", "你是判定者", "你是协调者"
+QUESTION, ANSWER = "用什么语言?", "Python"
+BRIEF = "## 目标\n做一个 hello.py\n## 验收标准\n运行打印 hello\n## 边界\n只用标准库\n## 未知与假设\n用 Python 3"
+GOAL = "## 目标\nhello.py 打印问候\n## 检查清单\n1. python hello.py 输出 hello"
+ACHIEVED = "## 结论\n达成\n## 理由\n检查过了\n## 未通过\n无"
+REPORT = "## 结论\n写好了 hello.py\n## 证据\n跑过了\n## 交付物\nhello.py\n## 未验证\n无"
+WORKER_TASK = "WORKER-TASK 写 hello.py"
+GIT_CHECKED = "GIT-CHECKED"
+
+
+def starter_rules(workspace: str | Path, *, ask: str = "帮我做一个 hello", file: str = "hello.py",
+                  content: str = "print('hello')\n", bash: str | None = None) -> list[Rule]:
+    """clarify (one question through the mailbox) → goal → the coordinator tries to Write itself (denied:
+    an audit line) → dispatches the coder, who writes ``<workspace>/<file>`` (then runs ``bash``, if given,
+    and the report waits for ``GIT_CHECKED`` in its output) → the judge says 达成."""
+    ws = Path(workspace)
+    worker = [Rule(say(REPORT), agent=True, prompt=WORKER_TASK, result=file)]
+    if bash is not None:
+        worker = [Rule(tool("Bash", {"command": bash, "description": "check"}), agent=True, prompt=WORKER_TASK,
+                       result=file),
+                  Rule(say(REPORT), agent=True, prompt=WORKER_TASK, result=GIT_CHECKED)]
+    return [
+        Rule(tool(ASK, {"question": QUESTION, "options": [ANSWER, "Go"]}), system=CLARIFIER, prompt=ask),
+        Rule(say(BRIEF), system=CLARIFIER, result=ANSWER),
+        Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标"),
+        Rule(tool("Write", {"file_path": str(ws / "boss.txt"), "content": "the coordinator's own hands\n"}),
+             system=LEAD, agent=False, prompt="把上面的需求做成"),
+        Rule(tool("Agent", {"description": "实现 hello.py", "prompt": WORKER_TASK, "subagent_type": "coder",
+                            "run_in_background": False}), system=LEAD, agent=False, result="Agent 工具"),
+        Rule(tool("Write", {"file_path": str(ws / file), "content": content}), agent=True, prompt=WORKER_TASK),
+        *worker,
+        Rule(say("完成:hello.py 写好了"), system=LEAD, agent=False, result="写好了 hello.py"),
+        Rule(say(ACHIEVED), system=JUDGE, prompt="第 1 轮工作结束了"),
+    ]
+
+
+def waiting_rules(*, ask: str = "帮我做一个 hello") -> list[Rule]:
+    """A run that asks one question and waits for the answer (for tests of live(), stop(), interrupts)."""
+    return [Rule(tool(ASK, {"question": QUESTION, "options": [ANSWER, "Go"]}), system=CLARIFIER, prompt=ask)]
+
+
+def prepare(repo: str | Path, root: str | Path, run_id: str, model: ScriptedModel, *, ask: str = "帮我做一个 hello 程序",
+            tenant: str = "team-a", options: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """What the service does before a backend starts a run: layout, worktree on ``flower/<run_id>``, spec,
+    env file pointing at ``model``. Returns ``(layout, spec)``."""
+    from .envfile import write_env_file
+    from .layout import RunLayout
+    from .spec import RunSpec, write_spec
+    from .worktree import add_worktree
+
+    repo = Path(repo).resolve()
+    layout = RunLayout(Path(root), run_id, repo.name).ensure()
+    add_worktree(repo, layout.workspace, layout.branch)
+    spec = RunSpec(run_id, tenant, ask, options=dict(options or {}))
+    write_spec(layout, spec)
+    write_env_file(layout.env_file, credentials(model))
+    return layout, spec
+
+
+def credentials(model: ScriptedModel) -> dict[str, str]:
+    """What a run's env file needs to reach ``model``: its base URL, dummy key and quiet-CLI settings.
+
+    The model's CLAUDE_CONFIG_DIR is left out: a run keeps its CLI state under its own HOME.
+    """
+    return {k: v for k, v in model.env.items() if k != "CLAUDE_CONFIG_DIR"}
+
+
+class Person:
+    """Answers each question that appears in ``mailbox`` with the next of ``answers`` (a thread; ``with``)."""
+
+    def __init__(self, mailbox: str | Path, answers: list[str], *, poll_s: float = 0.05) -> None:
+        self.mailbox, self.answers, self.poll_s = Path(mailbox), list(answers), poll_s
+        self.asked: list[dict[str, Any]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="sandbox-person", daemon=True)
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            for q in MailboxAnswers.pending(self.mailbox):
+                if any(q.get("id") == a.get("id") for a in self.asked):
+                    continue
+                self.asked.append(q)
+                if self.answers:
+                    MailboxAnswers.answer(self.mailbox, q["id"], self.answers.pop(0))
+            self._stop.wait(self.poll_s)
+
+    def __enter__(self) -> "Person":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
