@@ -74,7 +74,8 @@ def load_dotenv(*, cwd: Path | None = None, home: Path | None = None, code_root:
     for label, path in _places(cwd, home, code_root):
         if path is None or not path.is_file():
             continue
-        values = _settings_env(path) if label == "settings.json env" else dotenv_values(path)
+        # No ${VAR} expansion: a secret that happens to contain "${" must arrive unchanged.
+        values = _settings_env(path) if label == "settings.json env" else dotenv_values(path, interpolate=False)
         for key, value in values.items():
             if value is not None and value != "" and not os.environ.get(key):
                 os.environ[key] = value

@@ -177,7 +177,8 @@ class Runtime:
             out.context = self._ctx
             out.ended_at = time.time()
             self._current = None
-            self.results.append(out)
+            if out not in self.results:  # rescue() may have filed it already
+                self.results.append(out)
             self._record()
         return out
 

@@ -188,3 +188,21 @@ async def test_an_interrupt_lands_while_the_turn_waits_on_a_question(workspace, 
     resumed = [x for x in model.conversation if "use sqlite" in x.user]
     assert resumed and resumed[0].session == r.session_id == model.conversation[0].session
     assert ch.pending() == [] and [a.state for a in ch.asks] == ["declined"]
+
+
+async def test_rescue_files_the_step_in_flight_once(workspace, tmp_path, scripted):
+    rules = [Rule(tool("Bash", {"command": "echo hi", "description": "x"}), prompt="job"),
+             Rule(say("done"), result="hi")]
+    with scripted(rules):
+        rt = _runtime(workspace, tmp_path)
+        rescued: list[list[dict]] = []
+
+        def on_event(e: Event) -> None:
+            if e.kind == "tool_call":  # as a SIGTERM handler would, mid-step
+                rt.rescue()
+                rescued.append(json.loads(rt.manifest_path.read_text()))
+
+        r = await rt.run(SPEC, "job", step_name="工作", on_event=on_event)
+    assert rescued and [row["error"] for row in rescued[0]] == ["killed-by-signal"]
+    rows = json.loads(rt.manifest_path.read_text())
+    assert len(rows) == 1 and rows[0]["step"] == "工作" and r in rt.results and len(rt.results) == 1

@@ -89,3 +89,10 @@ def test_a_broken_settings_file_is_not_fatal(places):
     (places["home"] / ".claude").mkdir()
     (places["home"] / ".claude" / "settings.json").write_text("{not json")
     assert _load(places) == {}
+
+
+def test_a_secret_with_a_dollar_brace_arrives_unchanged(places, monkeypatch):
+    monkeypatch.setenv("HOME_SECRET_PART", "expanded")
+    (places["cwd"] / ".env").write_text("ANTHROPIC_API_KEY='sk-${HOME_SECRET_PART}-x'\n")
+    _load(places)
+    assert os.environ["ANTHROPIC_API_KEY"] == "sk-${HOME_SECRET_PART}-x"
