@@ -20,9 +20,7 @@ from claude_agent_sdk import (
     HookMatcher,
     ResultMessage,
     TaskNotificationMessage,
-    create_sdk_mcp_server,
 )
-from claude_agent_sdk import tool as mcp_tool
 
 from flower.core import audit
 from flower.core.agent import AgentSpec, build_options
@@ -34,6 +32,7 @@ from flower.core.guard import (
     whitelist_guard,
     workbench_hooks,
 )
+from flower.core.channel import HumanChannel
 from flower.core.roles import clarify, coordinator, judge, worker
 from flower.core.workbench import Workbench
 from flower.testing import Request, Rule, ScriptedModel, call, calls, say, tool
@@ -44,20 +43,9 @@ pytestmark = pytest.mark.cli
 UNAPPROVED = ("haven't granted", "requires approval", "requested permission")
 
 
-class Channel:
-    """A duck-typed human channel over a real in-process SDK MCP server."""
-
-    tool_name = "mcp__human"
-
-    def __init__(self) -> None:
-        @mcp_tool("ask", "问人一个问题", {"question": str})
-        async def ask(args: dict[str, Any]) -> dict[str, Any]:
-            return {"content": [{"type": "text", "text": "人答:按你的判断来"}]}
-
-        self._server = create_sdk_mcp_server("human", tools=[ask])
-
-    def mcp_servers(self) -> dict[str, Any]:
-        return {"human": self._server}
+def Channel() -> HumanChannel:
+    """The real channel; nobody answers (timeout_s=0), so an ask never blocks a test."""
+    return HumanChannel(timeout_s=0)
 
 
 def mount(spec: AgentSpec, ws: Path, wb: Workbench | None = None, **kw: Any) -> Any:
@@ -172,7 +160,7 @@ async def test_read_only_roles(workspace: Path, make, can_bash: bool, events):
     with ScriptedModel(rules) as model:
         await model.collect("开始", mount(spec, ws))
     ask, write, bash = tool_results(model)
-    assert not ask["is_error"] and "人答" in ask["text"]
+    assert not ask["is_error"] and "没有人回答" in ask["text"]  # the real channel, nobody on duty
     assert write["is_error"] and f"{spec.name}没有 Write" in write["text"] and "不是配置遗漏" in write["text"]
     assert not (ws / "w.txt").exists()
     if can_bash:

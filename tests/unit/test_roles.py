@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
-from claude_agent_sdk import AgentDefinition, create_sdk_mcp_server
-from claude_agent_sdk import tool as mcp_tool
+from claude_agent_sdk import AgentDefinition
 
 from flower.core.agent import AgentSpec, build_options
 from flower.core.guard import wants_isolation, whitelist_guard
+from flower.core.channel import HumanChannel
 from flower.core.roles import (
     CLARIFIER_RULES,
     COORDINATOR_RULES,
@@ -27,20 +26,9 @@ from flower.core.roles import (
 )
 
 
-class Channel:
-    """The duck-typed channel: a real in-process SDK MCP server with one `ask` tool."""
-
-    tool_name = "mcp__human"
-
-    def __init__(self) -> None:
-        @mcp_tool("ask", "问人一个问题", {"question": str})
-        async def ask(args: dict[str, Any]) -> dict[str, Any]:
-            return {"content": [{"type": "text", "text": "人答:按你的判断来"}]}
-
-        self._server = create_sdk_mcp_server("human", tools=[ask])
-
-    def mcp_servers(self) -> dict[str, Any]:
-        return {"human": self._server}
+def Channel() -> HumanChannel:
+    """The real channel; nobody answers (timeout_s=0), so an ask never blocks a test."""
+    return HumanChannel(timeout_s=0)
 
 
 def test_tool_constants():
@@ -74,8 +62,8 @@ def test_coordinator_with_channel_and_passthrough():
     ch = Channel()
     spec = coordinator("c", "", {}, channel=ch, model="m", effort="high", max_turns=3, max_budget_usd=1.5,
                        permission_mode="default", hooks={"Stop": []}, env={"A": "1"}, compact=None)
-    assert "mcp__human" in spec.allowed_tools and "Bash" in spec.allowed_tools
-    assert spec.mcp_servers == ch.mcp_servers()
+    assert HumanChannel.tool_name in spec.allowed_tools and "Bash" in spec.allowed_tools
+    assert spec.mcp_servers.keys() == ch.mcp_servers().keys() == {"human"}
     assert (spec.model, spec.effort, spec.max_turns, spec.max_budget_usd) == ("m", "high", 3, 1.5)
     assert spec.permission_mode == "default" and spec.hooks == {"Stop": []} and spec.env == {"A": "1"}
     options = build_options(spec)
@@ -93,8 +81,11 @@ def test_coordinator_takes_every_tool_of_a_channel_that_lists_them():
 
 
 def test_coordinator_takes_ask_and_inbox_from_a_channel_that_names_them_separately():
-    class Named(Channel):
+    class Named:  # a channel without `tool_names`: the coordinator falls back to the two names
         tool_name, inbox_name = "mcp__human__ask", "mcp__human__inbox"
+
+        def mcp_servers(self) -> dict:
+            return {}
 
     spec = coordinator("c", "", {}, channel=Named())
     assert spec.allowed_tools[-2:] == ["mcp__human__ask", "mcp__human__inbox"]
@@ -118,22 +109,22 @@ def test_worker_definition():
 def test_clarify_has_no_hands():
     ch = Channel()
     spec = clarify("确认需求", ch, instructions="多问边界")
-    assert spec.allowed_tools == ["mcp__human", "Read", "Glob", "Grep", "WebFetch", "WebSearch"]
-    assert spec.mcp_servers == ch.mcp_servers()
+    assert spec.allowed_tools == [HumanChannel.tool_name, "Read", "Glob", "Grep", "WebFetch", "WebSearch"]
+    assert spec.mcp_servers.keys() == ch.mcp_servers().keys() == {"human"}
     assert not spec.workbench and not spec.delegate_only and spec.permission_mode == "default"
     assert spec.instructions == f"{CLARIFIER_RULES}\n多问边界"
-    assert clarify("c", ch, can_read=False).allowed_tools == ["mcp__human"]
+    assert clarify("c", ch, can_read=False).allowed_tools == [HumanChannel.tool_name]
     assert whitelist_guard(spec.allowed_tools, role=spec.name).matcher == "Bash|Write|Edit|NotebookEdit"
 
 
 def test_judge_tools_follow_can_run():
     ch = Channel()
     spec = judge("判定", ch)
-    assert spec.allowed_tools == ["mcp__human", "Read", "Glob", "Grep"]
-    assert not spec.workbench and spec.mcp_servers == ch.mcp_servers()
+    assert spec.allowed_tools == [HumanChannel.tool_name, "Read", "Glob", "Grep"]
+    assert not spec.workbench and spec.mcp_servers.keys() == ch.mcp_servers().keys() == {"human"}
     assert spec.instructions == JUDGE_RULES.strip()
     runs = judge("判定", ch, can_run=True, max_turns=4)
-    assert runs.allowed_tools == ["mcp__human", "Read", "Glob", "Grep", "Bash"] and runs.max_turns == 4
+    assert runs.allowed_tools == [HumanChannel.tool_name, "Read", "Glob", "Grep", "Bash"] and runs.max_turns == 4
     assert whitelist_guard(runs.allowed_tools).matcher == "Write|Edit|NotebookEdit"
 
 
