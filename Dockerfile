@@ -54,5 +54,5 @@ COPY --from=venv-service /opt/flower /opt/flower
 ENV PATH=/opt/flower/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/home/flower
 USER 10001:10001
 WORKDIR /home/flower
-EXPOSE 8000
+EXPOSE 8080
 CMD ["python", "-m", "service"]

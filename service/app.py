@@ -384,9 +384,14 @@ def make_backend(config: ServiceConfig) -> Any:
         from sandbox.backends import LocalBackend
 
         return LocalBackend(root=config.runs_root)
+    scope = hashlib.sha256(str(config.runs_root).encode()).hexdigest()[:16]
+    if config.backend == "kubernetes":  # in the cluster, as helm/ sets it up (FLOWER_K8S_* variables)
+        from sandbox.backends.kubernetes import KubernetesBackend
+
+        return KubernetesBackend.from_environment(config.image, data_dir=config.data_path,
+                                                  labels={"flower.service": scope})
     from sandbox.backends import DockerBackend
 
-    scope = hashlib.sha256(str(config.runs_root).encode()).hexdigest()[:16]
     return DockerBackend(config.image, network_mode=config.network_mode, labels={"flower.service": scope})
 
 

@@ -32,7 +32,7 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Registry database, run folders (worktrees, workbenches, run dirs, mailboxes) live here."""
     tenants: str
     """Path of the tenants file (TOML or JSON)."""
-    backend: Literal["local", "docker"] = "docker"
+    backend: Literal["local", "docker", "kubernetes"] = "docker"
     image: str = "flower-sandbox:latest"
     network_mode: str | None = None
     max_running: Annotated[int, msgspec.Meta(ge=1)] = 4

@@ -1,0 +1,42 @@
+"""Fixtures of the Kubernetes tests: a run prepared the way the service prepares one, on a 'data volume' folder."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from sandbox.envfile import write_env_file
+from sandbox.layout import RunLayout
+from sandbox.spec import RunSpec, write_spec
+from sandbox.worktree import add_worktree
+
+RUN_ID = "20250501-100000-abcd1234"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """What the claim is mounted at in the service's pod (``data_dir``): repos/ and runs/ live on it."""
+    d = tmp_path / "data"
+    repo = d / "repos" / "acme"
+    repo.mkdir(parents=True)
+    run = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731
+    run("init", "-q", "-b", "main")
+    run("config", "user.email", "test@flower.invalid")
+    run("config", "user.name", "flower test")
+    (repo / "README.md").write_text("acme\n")
+    run("add", ".")
+    run("commit", "-qm", "init")
+    return d
+
+
+@pytest.fixture
+def prepared(data_dir: Path) -> tuple[RunLayout, RunSpec]:
+    repo = data_dir / "repos" / "acme"
+    layout = RunLayout(data_dir / "runs", RUN_ID, repo.name).ensure()
+    add_worktree(repo, layout.workspace, layout.branch)
+    spec = RunSpec(RUN_ID, "acme", "make a hello program", options={"rounds": 2}, env={"FLOWER_EXTRA": "1"})
+    write_spec(layout, spec)
+    write_env_file(layout.env_file, {"ANTHROPIC_API_KEY": "sk-test-not-real", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"})
+    return layout, spec
