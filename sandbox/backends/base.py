@@ -14,13 +14,30 @@ from typing import Protocol, runtime_checkable
 from ..layout import RunLayout
 from ..spec import RunSpec
 
-__all__ = ["Backend", "BackendError", "STATES", "stopped_exit"]
+__all__ = ["Backend", "BackendError", "STATES", "stopped_exit", "check_prepared"]
 
 STATES = ("running", "exited", "missing")
 
 
 class BackendError(RuntimeError):
     """A backend could not do what it was asked; the message says why and what to do."""
+
+
+def check_prepared(layout: RunLayout, spec: RunSpec) -> Path:
+    """What a container backend needs before it starts a run; returns the repo's common git dir to mount."""
+    from ..worktree import WorktreeError, git_common_dir
+
+    if spec.run_id != layout.run_id:
+        raise BackendError(f"spec is for run {spec.run_id!r}, layout for {layout.run_id!r}")
+    for need, what in ((layout.spec_file, "write the spec (sandbox.spec.write_spec)"),
+                       (layout.env_file, "write the env file (sandbox.envfile.write_env_file)")):
+        if not need.is_file():
+            raise BackendError(f"{need} does not exist: {what} before starting the run")
+    try:
+        return git_common_dir(layout.workspace)
+    except WorktreeError as e:
+        raise BackendError(f"the run's workspace must be a git worktree (sandbox.worktree.add_worktree): {e}") \
+            from None
 
 
 @runtime_checkable

@@ -28,8 +28,7 @@ from typing import Any
 
 from ..layout import RunLayout
 from ..spec import RunSpec
-from ..worktree import WorktreeError, git_common_dir
-from .base import BackendError, stopped_exit
+from .base import BackendError, check_prepared, stopped_exit
 
 __all__ = ["DockerBackend", "ENV_IN_CONTAINER"]
 
@@ -63,17 +62,7 @@ class DockerBackend:
         import docker
         from docker.types import Mount
 
-        if spec.run_id != layout.run_id:
-            raise BackendError(f"spec is for run {spec.run_id!r}, layout for {layout.run_id!r}")
-        for need, what in ((layout.spec_file, "write the spec (sandbox.spec.write_spec)"),
-                           (layout.env_file, "write the env file (sandbox.envfile.write_env_file)")):
-            if not need.is_file():
-                raise BackendError(f"{need} does not exist: {what} before starting the run")
-        try:
-            common = git_common_dir(layout.workspace)
-        except WorktreeError as e:
-            raise BackendError(f"the run's workspace must be a git worktree (sandbox.worktree.add_worktree): {e}") \
-                from None
+        common = check_prepared(layout, spec)
         name = self.container_name(layout)
         try:
             old = self.client.containers.get(name)

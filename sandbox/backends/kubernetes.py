@@ -48,8 +48,7 @@ from typing import Any
 
 from ..layout import RunLayout
 from ..spec import RunSpec
-from ..worktree import WorktreeError, git_common_dir
-from .base import BackendError, read_exit, stopped_exit
+from .base import BackendError, check_prepared, read_exit, stopped_exit
 
 __all__ = ["KubernetesBackend", "KubeAPI", "job_manifest", "secret_manifest", "job_name", "label_value",
            "API_PERMISSIONS", "ENV_IN_CONTAINER", "SERVICE_ACCOUNT_DIR"]
@@ -334,17 +333,7 @@ class KubernetesBackend:
         if network is not None:
             raise BackendError("the Kubernetes backend does not take a network name: isolate runs with the "
                                "chart's NetworkPolicy, and pass network=None")
-        if spec.run_id != layout.run_id:
-            raise BackendError(f"spec is for run {spec.run_id!r}, layout for {layout.run_id!r}")
-        for need, what in ((layout.spec_file, "write the spec (sandbox.spec.write_spec)"),
-                           (layout.env_file, "write the env file (sandbox.envfile.write_env_file)")):
-            if not need.is_file():
-                raise BackendError(f"{need} does not exist: {what} before starting the run")
-        try:
-            common = git_common_dir(layout.workspace)
-        except WorktreeError as e:
-            raise BackendError(f"the run's workspace must be a git worktree (sandbox.worktree.add_worktree): {e}") \
-                from None
+        common = check_prepared(layout, spec)
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
         name = job_name(layout)

@@ -117,6 +117,7 @@ async def test_usage_crossing_warn_at_then_at_hands_off_without_any_error(worksp
         rt = _runtime(workspace, tmp_path, workbench=True, handoff=policy)
         r = await rt.run(SPEC, "big task", step_name="工作", on_event=events.append)
     assert r.ok and r.text == "done fresh" and len(r.retired) == 1 and r.attempts == 1
+    assert model.unmatched == []
     assert [e.payload["phase"] for e in events if e.kind == "handoff"] == ["near", "writing", "done"]
     assert r.context == 2_000  # the level restarted with the fresh session
     # a second handoff archives the first document
@@ -135,6 +136,7 @@ async def test_max_generations_ends_with_a_diagnostic_not_a_loop(workspace, tmp_
         rt = _runtime(workspace, tmp_path, handoff=HandoffPolicy(window=100_000, max_generations=2))
         r = await rt.run(SPEC, "task", step_name="工作")
     assert not r.ok and len(r.retired) == 2 and "max_generations=2" in (r.error or "")
+    assert len(model.sessions()) == 3  # the first session and two fresh ones, then it stops
 
 
 def test_no_credentials_fails_at_construction(workspace, tmp_path, monkeypatch):

@@ -3,7 +3,6 @@ the real bundled CLI inside each run, driven by the scripted model the tenant's 
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
