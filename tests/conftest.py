@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -32,16 +34,45 @@ def workspace(tmp_path: Path) -> Path:
     return ws
 
 
-@pytest.fixture
-def git_workspace(workspace: Path) -> Path:
-    run = lambda *a: subprocess.run(["git", *a], cwd=workspace, check=True, capture_output=True)  # noqa: E731
+def make_git_repo(path: Path, readme: str = "scratch repo\n") -> Path:
+    """A real repository with one commit, as a team's repo would be."""
+    path.mkdir(parents=True, exist_ok=True)
+    run = lambda *a: subprocess.run(["git", *a], cwd=path, check=True, capture_output=True)  # noqa: E731
     run("init", "-q", "-b", "main")
     run("config", "user.email", "test@flower.invalid")
     run("config", "user.name", "flower test")
-    (workspace / "README.md").write_text("scratch repo\n")
+    (path / "README.md").write_text(readme)
     run("add", ".")
     run("commit", "-qm", "init")
-    return workspace
+    return path
+
+
+@pytest.fixture
+def git_workspace(workspace: Path) -> Path:
+    return make_git_repo(workspace)
+
+
+@pytest.fixture
+def git_repo() -> Callable[..., Path]:
+    """`git_repo(path, readme)` makes a real repository with one commit."""
+    return make_git_repo
+
+
+def _tree_hash(*roots: Path) -> str:
+    h = hashlib.sha256()
+    for root in roots:
+        for p in sorted(root.rglob("*")):
+            st = p.lstat()
+            h.update(f"{p}|{st.st_mode}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+            if p.is_file():
+                h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture
+def tree_hash() -> Callable[..., str]:
+    """Hash of whole trees, modes, sizes and mtimes included: "writes nothing" made checkable."""
+    return _tree_hash
 
 
 @pytest.fixture(autouse=True)

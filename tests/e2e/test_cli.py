@@ -80,17 +80,6 @@ def _one_line_error(p: subprocess.CompletedProcess[str], code: int) -> str:
     return lines[0]
 
 
-def _tree(*roots: Path) -> str:
-    h = hashlib.sha256()
-    for root in roots:
-        for p in sorted(root.rglob("*")):
-            st = p.lstat()
-            h.update(f"{p}|{st.st_mode}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-            if p.is_file():
-                h.update(p.read_bytes())
-    return h.hexdigest()
-
-
 def _digest(*files: Path) -> dict[str, str]:
     return {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
@@ -136,13 +125,13 @@ def test_an_unattended_run_goes_clarify_goal_work_judge_and_says_so(done):
     assert done["took"] < 60
 
 
-def test_status_after_a_run_shows_the_wake_state_and_writes_nothing(done):
+def test_status_after_a_run_shows_the_wake_state_and_writes_nothing(done, tree_hash):
     ws, env = done["ws"], done["env"]
-    before = _tree(ws, done["home"])
+    before = tree_hash(ws, done["home"])
     p = flower("status", cwd=ws, env=env, script=True)
     j = flower("status", "--json", cwd=ws, env=env)
     elsewhere = flower("-w", str(ws), "status", cwd=done["home"], env=env)
-    assert _tree(ws, done["home"]) == before, "status changed something on disk"
+    assert tree_hash(ws, done["home"]) == before, "status changed something on disk"
     assert p.returncode == 0 and j.returncode == 0 and elsewhere.returncode == 0, p.stderr + j.stderr
     assert "接着上次(第 1 次唤醒)" in p.stdout and "需求已确认" in p.stdout and "目标 2 条检查" in p.stdout
     assert "+ 工作·判定#1" in p.stdout and "会话:" in p.stdout

@@ -4,7 +4,6 @@ the person's three options, continuity across a kill -9, waking with a new sente
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import signal
@@ -313,18 +312,7 @@ async def test_a_sentence_at_wake_up_lands_in_brief_goal_and_coordinator(workspa
 
 
 # -- 5. wake_state writes nothing ------------------------------------------------------------------------
-def _tree(*roots: Path) -> str:
-    h = hashlib.sha256()
-    for root in roots:
-        for p in sorted(root.rglob("*")):
-            st = p.lstat()
-            h.update(f"{p}|{st.st_mode}|{st.st_size}|{st.st_mtime_ns}\n".encode())
-            if p.is_file():
-                h.update(p.read_bytes())
-    return h.hexdigest()
-
-
-async def test_wake_state_on_a_busy_folder_changes_nothing(workspace, tmp_path, scripted, monkeypatch):
+async def test_wake_state_on_a_busy_folder_changes_nothing(workspace, tmp_path, scripted, monkeypatch, tree_hash):
     run_dir, box = tmp_path / "runs", tmp_path / "mailbox"
     _freeze(workspace)
     rules = [Rule(say("做完了"), system=LEAD, agent=False, prompt="把上面的需求做成"),
@@ -335,10 +323,10 @@ async def test_wake_state_on_a_busy_folder_changes_nothing(workspace, tmp_path, 
     notes = starter_paths(workspace, run_dir=run_dir).notes
     (notes / "交接-工作.md").write_text("## 正在做\nx\n## 下一步\ny\n")
     monkeypatch.chdir(tmp_path)
-    before = _tree(tmp_path)
+    before = tree_hash(tmp_path)
     state = wake_state(workspace, run_dir="runs")
     again = wake_state(workspace, run_dir="runs", isolate=True)  # a folder that does not exist: still nothing
-    assert _tree(tmp_path) == before
+    assert tree_hash(tmp_path) == before
     assert state == {"waking": True, "brief": notes / "需求.md", "goal": notes / "目标.md", "checks": 2, "woke": 1,
                      "steps": {"工作": ctx["_sessions"]["工作"]}}
     assert not again["waking"] and again["brief"] == tmp_path / ".flower-ws" / "notes" / "需求.md"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,18 +15,10 @@ RUN_ID = "20250501-100000-abcd1234"
 
 
 @pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
+def data_dir(tmp_path: Path, git_repo) -> Path:
     """What the claim is mounted at in the service's pod (``data_dir``): repos/ and runs/ live on it."""
     d = tmp_path / "data"
-    repo = d / "repos" / "acme"
-    repo.mkdir(parents=True)
-    run = lambda *a: subprocess.run(["git", *a], cwd=repo, check=True, capture_output=True)  # noqa: E731
-    run("init", "-q", "-b", "main")
-    run("config", "user.email", "test@flower.invalid")
-    run("config", "user.name", "flower test")
-    (repo / "README.md").write_text("acme\n")
-    run("add", ".")
-    run("commit", "-qm", "init")
+    git_repo(d / "repos" / "acme", "acme\n")
     return d
 
 
