@@ -392,7 +392,13 @@ def make_backend(config: ServiceConfig) -> Any:
                                                   labels={"flower.service": scope})
     from sandbox.backends import DockerBackend
 
-    return DockerBackend(config.image, network_mode=config.network_mode, labels={"flower.service": scope})
+    image = config.image
+    if not image:  # no registry needed: the image is made from this tree, and reused while the tree is unchanged
+        from sandbox.image import ensure_image
+
+        log.info("image.ensure", target="sandbox")
+        image = ensure_image("sandbox")
+    return DockerBackend(image, network_mode=config.network_mode, labels={"flower.service": scope})
 
 
 def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:

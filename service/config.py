@@ -33,7 +33,7 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     tenants: str
     """Path of the tenants file (TOML or JSON)."""
     backend: Literal["local", "docker", "kubernetes"] = "docker"
-    image: str = "flower-sandbox:latest"
+    image: str = ""  # docker: empty = build (or reuse) this tree's image locally; kubernetes: required
     network_mode: str | None = None
     max_running: Annotated[int, msgspec.Meta(ge=1)] = 4
     """Runs executing at once across all tenants; each tenant's quota applies on top."""
@@ -107,6 +107,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
     if not Path(cfg.tenants).is_file():
         raise ConfigError(f"tenants file {cfg.tenants} does not exist: create it (see service/tenants.py) "
                           f"or set `tenants` in {where}")
-    if cfg.backend == "docker" and not cfg.image:
-        raise ConfigError("backend 'docker' needs an `image` to run: build the sandbox image and name it")
+    if cfg.backend == "kubernetes" and not cfg.image:
+        raise ConfigError("backend 'kubernetes' needs an `image` the cluster can pull: push the Dockerfile's "
+                          "`sandbox` target and name it")
     return cfg

@@ -45,6 +45,8 @@ def test_config_from_json_named_by_the_environment(tmp_path: Path):
                                                    "backend": "docker", "image": "flower:test"}))
     cfg = load_config(env={"FLOWER_SERVICE_CONFIG": str(tmp_path / "svc.json")})
     assert cfg.backend == "docker" and cfg.image == "flower:test"
+    (tmp_path / "svc.json").write_text(json.dumps({"data_dir": "d", "tenants": "tenants.toml", "backend": "docker"}))
+    assert load_config(tmp_path / "svc.json", env={}).image == ""  # docker builds this tree's image itself
 
 
 @pytest.mark.parametrize("body, env, fragment", [
@@ -55,6 +57,7 @@ def test_config_from_json_named_by_the_environment(tmp_path: Path):
     ('data_dir = "d"\ntenants = "nope.toml"\n', {}, "does not exist"),
     ('data_dir = "d"\ntenants = "tenants.toml"\n', {"FLOWER_SERVICE_PORT": "eighty"}, "port"),
     ('data_dir = "d" tenants', {}, "not valid TOML"),
+    ('data_dir = "d"\ntenants = "tenants.toml"\nbackend = "kubernetes"\n', {}, "image"),
 ])
 def test_bad_config_is_one_clear_error(tmp_path: Path, body: str, env: dict[str, str], fragment: str):
     _tenants_file(tmp_path)
