@@ -177,7 +177,7 @@ class Runtime:
             out.context = self._ctx
             out.ended_at = time.time()
             self._current = None
-            if out not in self.results:  # rescue() may have filed it already
+            if not any(x is out for x in self.results):  # rescue() may have filed it already
                 self.results.append(out)
             self._record()
         return out
@@ -203,7 +203,7 @@ class Runtime:
         if cur is None:
             return
         cur.error, cur.ended_at = "killed-by-signal", time.time()
-        if cur not in self.results:
+        if not any(x is cur for x in self.results):
             self.results.append(cur)
         try:
             self._record()
