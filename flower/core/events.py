@@ -31,9 +31,6 @@ class Event:
 
     ``tool`` is set on ``tool_call`` only; ``raw`` is the SDK object, for digging.
     ``step`` and ``at`` are flower's additions (which step emitted it, when).
-
-    The older positional form ``Event(kind, payload, step)`` still works: a dict
-    in the second position is taken as the payload and the third as the step.
     """
 
     kind: EventKind | str
@@ -43,18 +40,6 @@ class Event:
     raw: Any = None
     step: str = field(default="", kw_only=True)
     at: float = field(default_factory=time.time, kw_only=True, compare=False)
-
-    def __post_init__(self) -> None:
-        if isinstance(self.text, dict):  # Event(kind, payload, step)
-            payload, step = self.text, self.tool
-            self.text, self.tool = "", ""
-            self.payload = {**payload, **self.payload}
-            if step and not self.step:
-                self.step = str(step)
-        self.text = "" if self.text is None else str(self.text)
-        self.tool = "" if self.tool is None else str(self.tool)
-        if self.payload is None:
-            self.payload = {}
 
     def __str__(self) -> str:
         if self.kind == "tool_call":

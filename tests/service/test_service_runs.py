@@ -187,24 +187,19 @@ def test_cancel_stops_a_running_run(deployment: Deployment, services: list[Servi
 
 
 def test_an_interrupt_over_the_api_redirects_the_step_in_flight(deployment: Deployment, services: list[Service]):
+    """The turn is blocked on an open question (no message flows): the interrupt still lands at once."""
     rules = [Rule(tool(ASK, {"question": "用什么语言?"}), system=CLARIFIER, prompt="打断我"),
-             Rule(say(BRIEF), system=CLARIFIER, user="别问了,用 Python"),
-             Rule(say("收到"), system=CLARIFIER, result="Go")]  # if the CLI asks once more before the interrupt lands
+             Rule(say(BRIEF), system=CLARIFIER, user="别问了,用 Python")]
     with ScriptedModel(rules) as model:
         deployment.set_credentials(model.env)
         service = Service(deployment).start()
         services.append(service)
         acme = service.client("acme")
         run_id = acme.post("/v1/runs", json={"ask": "打断我", "options": {"clarify_only": True}}).json()["id"]
-        q = wait_question(acme, run_id)
+        wait_question(acme, run_id)
         r = acme.post(f"/v1/runs/{run_id}/interrupt", json={"text": "别问了,用 Python"})
         assert r.status_code == 202, r.text
-        slot = deployment.data / "runs" / run_id / "mailbox" / "interrupt.json"
-        wait_for(lambda: not slot.exists(), 10, what="the run to take the interrupt")
-        # flower's runtime acts on a taken interrupt when the next message arrives; the open question blocks
-        # the stream, so answer it (see the report: an interrupt during a silent tool call waits for it)
-        acme.post(f"/v1/runs/{run_id}/answers", json={"question_id": q["id"], "text": "Go"})
-        final = wait_status(acme, run_id, ("succeeded", "failed", "aborted"))
+        final = wait_status(acme, run_id, ("succeeded", "failed", "aborted"))  # nobody answers the question
         events = sse(acme, run_id)
     assert final["status"] == "succeeded", final
     assert model.unmatched == []
