@@ -162,7 +162,7 @@ class Runtime:
                 if not res.enabled or attempt >= res.max_attempts or not res.should_retry(classify(r.error)):
                     break
                 delay = res.delay_for(attempt)
-                _emit(on_event, "retry", f"第 {attempt} 次失败,{delay:.0f}s 后重试", step=name, attempt=attempt,
+                _emit(on_event, "retry", f"第 {attempt} 次失败,{delay:.0f}s 后重试", name, attempt=attempt,
                       error=r.error, delay=round(delay, 2), session_id=last_session)
                 if not await res.wait_online():
                     out.error = f"{r.error} (offline for more than {res.max_offline_wait:.0f}s; gave up)"
@@ -264,7 +264,6 @@ class Runtime:
         stop: dict[str, str] = {}  # why we stopped the CLI ourselves, if we did
         self._interrupt.clear()
         client = ClaudeSDKClient(options)
-        texts: list[str] = []
 
         async def on_person() -> None:
             # Acts at once, not at the next message: a turn blocked on a question sends none.
@@ -294,7 +293,7 @@ class Runtime:
                             r.text = msg.result
                     full = False
                     for ev in normalize(msg):
-                        full = self._observe(ev, name, texts, r, on_event) or full
+                        full = self._observe(ev, name, r, on_event) or full
                     # The handoff turn itself runs above the line by definition: never cut it.
                     if not stop and full and not handing_off:
                         stop["cause"] = self.HANDOFF_DUE
@@ -313,12 +312,10 @@ class Runtime:
                 pass
         if stop:
             r.ok, r.error = False, stop["cause"]
-        if not r.text and texts:
-            r.text = texts[-1]
         return r
 
-    def _observe(self, ev: Event, name: str, texts: list[str], r: StepResult, on_event: OnEvent | None) -> bool:
-        """Track the context level from the main thread's usage, keep its text, pass the event on.
+    def _observe(self, ev: Event, name: str, r: StepResult, on_event: OnEvent | None) -> bool:
+        """Track the context level from the main thread's usage, keep its latest text, pass the event on.
 
         True when this event put the level at or over the handoff line.
         """
@@ -327,12 +324,12 @@ class Runtime:
         if ev.kind == "error":
             r.errors.append(ev.text)
         elif main and ev.kind == "text":
-            texts.append(ev.text)
+            r.text = ev.text  # the result's own text, arriving last, has the final word
         if main and ev.kind in ("text", "tool_call", "thinking") and ev.payload.get("context"):
             self._ctx = ev.payload["context"]
             if self.handoff.enabled and not self._warned and self._ctx >= self.handoff.warn_at:
                 self._warned = True
-                _emit(on_event, "handoff", f"上下文 {self._ctx} tokens,接近交接线 {self.handoff.at}", step=name,
+                _emit(on_event, "handoff", f"上下文 {self._ctx} tokens,接近交接线 {self.handoff.at}", name,
                       phase="near", used=self._ctx, at=self.handoff.at)
             full = self.handoff.enabled and self._ctx >= self.handoff.at
         if on_event:
@@ -363,24 +360,20 @@ class Runtime:
     async def _write_handoff(self, spec: AgentSpec, name: str, session_id: str, task: str, why: str,
                              on_event: OnEvent | None) -> Handoff:
         """The full session writes its own handoff; if it cannot, a mechanical one stands in."""
-        _emit(on_event, "handoff", "正在写交接书", step=name, phase="writing", session_id=session_id)
+        _emit(on_event, "handoff", "正在写交接书", name, phase="writing", session_id=session_id)
         ask = HANDOFF_PROMPT.format(used=self._ctx, window=self.handoff.window)
         # Tried even after an overflow: the CLI may still fit one turn; if not, the degraded doc stands in.
         saved = self._ctx
         r = await self._attempt(replace(spec, max_budget_usd=None), ask, name, resume=session_id, fork=False,
                                 resume_at=None, on_event=None, handing_off=True)
         self._ctx = saved
-        parsed = Handoff.parse(r.text) if r.ok and r.text else None
-        doc: Handoff | None = parsed if parsed and parsed.complete() else None
-        if doc is None:
-            why = r.error or f"handoff incomplete, missing {parsed.missing() if parsed else 'everything'}"
-        was_degraded = doc is None
-        if doc is None:
-            doc = degraded(name, task, why=why)
+        doc = Handoff.parse(r.text) if r.ok and r.text else None
+        if doc is None or not doc.complete():
+            doc = degraded(name, task, why=r.error or f"handoff incomplete, missing {doc.missing() if doc else 'everything'}")
         doc.step = name
         path = self._file_handoff(doc, name)
-        _emit(on_event, "handoff", "交接完成" + ("(降级)" if was_degraded else ""), step=name, phase="done",
-              degraded=was_degraded, path=str(path) if path else None,
+        _emit(on_event, "handoff", "交接完成" + ("(降级)" if doc.degraded else ""), name, phase="done",
+              degraded=doc.degraded, path=str(path) if path else None,
               sections=[k for k in ("doing", "decided", "deadends", "next", "scene") if getattr(doc, k).strip()],
               retired=session_id)
         return doc
@@ -404,6 +397,6 @@ class Runtime:
         return path
 
 
-def _emit(on_event: OnEvent | None, kind: str, text: str, **payload: Any) -> None:
+def _emit(on_event: OnEvent | None, kind: str, text: str, step: str, **payload: Any) -> None:
     if on_event:
-        on_event(Event(kind, text, payload=payload, step=payload.get("step", "")))  # type: ignore[arg-type]
+        on_event(Event(kind, text, payload=payload, step=step))  # type: ignore[arg-type]
