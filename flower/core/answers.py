@@ -13,7 +13,6 @@ import os
 import queue
 import re
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 import structlog
+
+from .files import write_atomic
 
 __all__ = ["Answers", "ChannelClosed", "TerminalAnswers", "MailboxAnswers"]
 
@@ -190,7 +191,7 @@ class MailboxAnswers:
                 if not isinstance(data, dict) or not isinstance(data.get("text"), str):
                     raise ValueError('需要 {"text": "..."}')
             except ValueError as e:
-                _write_text(path.with_name(path.name + ".bad"), raw)
+                write_atomic(path.with_name(path.name + ".bad"), raw, private=True)
                 self._error(f"主动消息文件 {path} 格式不对({e}),已改名为 {path.name}.bad,未送达")
                 continue
             out.append(data["text"].strip())
@@ -307,21 +308,9 @@ def _new_id() -> str:
     return f"{time.strftime('%Y%m%dT%H%M%S')}-{time.time_ns() % 1_000_000_000:09d}-{uuid.uuid4().hex[:6]}"
 
 
-def _write_text(path: Path, text: str) -> None:
-    """Temp + rename in the same folder: readers see the old file or the new one, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _write_json(path: Path, data: Any) -> None:
-    _write_text(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n")
+    """Private: what a person typed is nobody else's business."""
+    write_atomic(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n", private=True)
 
 
 def _claim(path: Path) -> str | None:

@@ -9,7 +9,6 @@ audit events (`flower.core.audit`).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import threading
 from collections import OrderedDict
@@ -20,6 +19,7 @@ from typing import Any
 from claude_agent_sdk import AgentDefinition, HookMatcher
 
 from flower.core.audit import emit
+from flower.core.files import spill_file
 from flower.core.workbench import Workbench
 from flower.store.ephemeral import is_ephemeral
 
@@ -177,21 +177,12 @@ def spill_guard(
     """
     spill_dir = workbench.root / "spill"
 
-    def spill(text: str) -> str:
-        path = spill_dir / f"{hashlib.sha256(text.encode('utf-8', 'surrogatepass')).hexdigest()[:16]}.txt"
-        if not path.exists():
-            spill_dir.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            tmp.write_text(text, encoding="utf-8", errors="surrogatepass")
-            tmp.replace(path)
-        return str(path)
-
     def trim(value: dict[str, Any], spilled: list[tuple[str, int]]) -> dict[str, Any] | None:
         out: dict[str, Any] | None = None
         for key, v in value.items():
             new: Any = None
             if isinstance(v, str) and len(v) > threshold:
-                path = spill(v)
+                path = str(spill_file(spill_dir, v))
                 spilled.append((path, len(v)))
                 new = (f"[输出共 {len(v)} 字,已落盘到 {workbench.show(Path(path))};以下是前 {SPILL_HEAD} 字,"
                        f"需要全文请用 Read 读这个文件]\n{v[:SPILL_HEAD]}")

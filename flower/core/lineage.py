@@ -15,19 +15,16 @@ a run dir keep each other's steps and a killed process never leaves half a file.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
-import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import structlog
+
+from .files import locked, write_atomic
 
 __all__ = ["Lineage", "FILENAME"]
 
@@ -102,7 +99,7 @@ class Lineage:
             n += 1
             target = base.with_name(f"{base.name}-{n}")
         target.mkdir(parents=True)
-        with self._locked():
+        with locked(self.path):
             for p in [self.path, *(Path(x) for x in extra or [])]:
                 if p.exists():
                     shutil.move(str(p), str(target / p.name))
@@ -141,7 +138,7 @@ class Lineage:
     def _spill(self, *, bump: bool = False) -> None:
         """Write atomically, merging what another process wrote meanwhile; OSError is logged, never raised."""
         try:
-            with self._locked():
+            with locked(self.path):
                 disk = self._read()
                 if disk is not None:
                     steps, woke = disk
@@ -158,24 +155,4 @@ class Lineage:
 
     def _write(self) -> None:
         data = {"version": VERSION, "workspace": str(self.workspace), "woke": self.woke, "steps": self.steps}
-        text = json.dumps(data, ensure_ascii=False, indent=2, sort_keys=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            Path(tmp).replace(self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
+        write_atomic(self.path, json.dumps(data, ensure_ascii=False, indent=2, sort_keys=True) + "\n", durable=True)

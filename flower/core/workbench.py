@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from .files import write_atomic
+
 __all__ = ["Workbench"]
 
 _DESC = re.compile(r"^\s*(?:#|//|--)\s*desc\s*[:：]\s*(.+?)\s*$", re.I)
@@ -133,9 +135,7 @@ class Workbench:
         """Rewrite INDEX.md (every entry, unbounded) and return its text."""
         self.ensure()
         text = "\n".join(["# 工作台索引", "", f"工作台:`{self.root}`", "", *self._listing(None), ""])
-        tmp = self.index_path.with_suffix(".md.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(self.index_path)
+        write_atomic(self.index_path, text)  # concurrent hooks refresh it at once: a shared temp name would collide
         return text
 
     def prompt_block(self) -> str:

@@ -1,0 +1,58 @@
+"""Files several processes and concurrent hooks touch: atomic writes, a lock, content-addressed spills."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def write_atomic(path: str | Path, data: str | bytes, *, private: bool = False, durable: bool = False) -> Path:
+    """Write through a temp file beside `path`, then rename: readers and crashes never see half a file.
+
+    The temp name is unique per process and thread, because hooks of one tool call run
+    concurrently. `private` makes the file 0600 (answers a person typed); otherwise the umask
+    decides. `durable` fsyncs before the rename, for state whose loss costs a whole run.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o666)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+@contextlib.contextmanager
+def locked(path: str | Path) -> Iterator[None]:
+    """An exclusive lock on `<path>.lock`, so read-modify-write cycles of two processes never interleave."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def spill_file(directory: str | Path, text: str) -> Path:
+    """`text` stored once under `<directory>/<sha256[:16]>.txt`; an existing file already holds it."""
+    data = text.encode("utf-8", "surrogatepass")
+    path = Path(directory) / f"{hashlib.sha256(data).hexdigest()[:16]}.txt"
+    if not path.exists():
+        write_atomic(path, data)
+    return path
