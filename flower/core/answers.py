@@ -1,8 +1,9 @@
-"""Answer sources: a person's answers from outside the run's own UI — a terminal, or a shared folder.
+"""Answer sources: a person's answers from outside the run's process — a folder the service shares.
 
-``TerminalAnswers`` reads stdin; ``MailboxAnswers`` reads and writes files in a folder the
-service shares with the run. Either plugs in as ``HumanChannel(answers=...)``. Nothing here
-imports the channel, so the service can work the mailbox's other side without it.
+``MailboxAnswers`` reads and writes files in a folder the service shares with the run and plugs in
+as ``HumanChannel(answers=...)``. (A terminal needs no source: the `flower` command answers through
+the channel's own UI methods.) Nothing here imports the channel, so the service can work the
+mailbox's other side without it.
 """
 
 from __future__ import annotations
@@ -10,28 +11,25 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import queue
 import re
-import sys
-import threading
 import time
 import uuid
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol, TextIO
+from typing import Any, Protocol
 
 import structlog
 
 from .files import write_atomic
 
-__all__ = ["Answers", "ChannelClosed", "TerminalAnswers", "MailboxAnswers"]
+__all__ = ["Answers", "ChannelClosed", "MailboxAnswers"]
 
 _log = structlog.get_logger("flower.channel")
 
 
 class ChannelClosed(Exception):
-    """Raised by an answer source when nobody can answer any more (e.g. stdin closed)."""
+    """Raised by an answer source when nobody can answer any more."""
 
 
 class Answers(Protocol):
@@ -46,96 +44,6 @@ class Answers(Protocol):
     def inbox(self) -> list[str]:
         """Messages sent without being asked, oldest first; taking them clears them."""
         ...
-
-
-# -- terminal ----------------------------------------------------------------
-class TerminalAnswers:
-    """Questions printed to a terminal, answers read from stdin.
-
-    One daemon thread reads lines for the life of the process, so a blocking
-    read never stalls the event loop nor keeps the process alive at exit, and a
-    timed-out ask leaves no orphan reader that would steal the next answer.
-    Lines typed while nobody is asking become inbox messages.
-    """
-
-    def __init__(self, *, input: TextIO | None = None, output: TextIO | None = None, poll_s: float = 0.05) -> None:
-        self._input = input
-        self._output = output
-        self.poll_s = poll_s
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        self._reader: threading.Thread | None = None
-        self._asking = 0
-        self._eof = False
-        self._inbox: list[str] = []
-        self._interrupt: str | None = None
-
-    async def get(self, question: str, options: list[str] | None, timeout: float | None) -> str | None:
-        self._start()
-        self._drain()
-        if self._eof:
-            raise ChannelClosed("终端输入已结束")
-        out = self._output or sys.stdout
-        lines = [f"\n[提问] {question}"] + [f"  {i}. {o}" for i, o in enumerate(options or [], 1)]
-        wait = "一直等" if timeout is None else f"最多等 {duration_text(timeout)}"
-        lines.append(f"(回复编号或直接写答案,回车发送;{wait})")
-        print("\n".join(lines), file=out, flush=True)
-        self._asking += 1
-        try:
-            while True:
-                try:
-                    line = self._lines.get_nowait()
-                except queue.Empty:
-                    await asyncio.sleep(self.poll_s)
-                    continue
-                if line is None:
-                    self._eof = True
-                    raise ChannelClosed("终端输入已结束")
-                return line.rstrip("\r\n")
-        finally:
-            self._asking -= 1
-
-    def inbox(self) -> list[str]:
-        if not self._asking:
-            self._drain()
-        taken, self._inbox = self._inbox, []
-        return taken
-
-    def post(self, text: str) -> None:
-        """Queue an unsolicited message (for a front end that reads the terminal itself)."""
-        self._inbox.append(text)
-
-    def interrupt(self, words: str) -> None:
-        """Set the interrupt slot (a front end's Ctrl-C handler calls this)."""
-        self._interrupt = words
-
-    def take_interrupt(self) -> str | None:
-        words, self._interrupt = self._interrupt, None
-        return words
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                line = self._lines.get_nowait()
-            except queue.Empty:
-                return
-            if line is None:
-                self._eof = True
-            elif line.strip():
-                self._inbox.append(line.rstrip("\r\n"))
-
-    def _start(self) -> None:
-        if self._reader is None:
-            self._reader = threading.Thread(target=self._read, name="flower-terminal-answers", daemon=True)
-            self._reader.start()
-
-    def _read(self) -> None:
-        stream = self._input or sys.stdin
-        try:
-            for line in iter(stream.readline, ""):
-                self._lines.put(line)
-        except (OSError, ValueError):
-            pass
-        self._lines.put(None)
 
 
 # -- mailbox folder ----------------------------------------------------------

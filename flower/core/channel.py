@@ -10,9 +10,8 @@ A run with nobody watching must not hang, so "nobody answered" is a normal outco
 with a clear instruction to the model: decide yourself and write the assumption down.
 ``ask`` never raises for it (only ``CancelledError`` propagates): look at ``Ask.state``.
 
-Besides a UI, answers may come from a pluggable source (``answers=``): a terminal
-(``TerminalAnswers``) or a mailbox folder the service reads and writes
-(``MailboxAnswers``) — both live in ``answers`` and import from here too.
+Besides a UI, answers may come from a pluggable source (``answers=``), such as the
+mailbox folder the service reads and writes (``MailboxAnswers``, in ``answers``).
 Whichever answers first wins. Every question, answer and unsolicited message
 lands in the Q&A log (问答记录.md) and in ``transcript()``.
 """
@@ -34,11 +33,11 @@ from typing import Any, Literal
 import structlog
 from claude_agent_sdk import create_sdk_mcp_server, tool
 
-from .answers import Answers, ChannelClosed, MailboxAnswers, TerminalAnswers, duration_text
+from .answers import Answers, ChannelClosed, MailboxAnswers, duration_text
 from .events import Event
 
 __all__ = [
-    "Ask", "Mail", "HumanChannel", "Answers", "ChannelClosed", "TerminalAnswers", "MailboxAnswers", "pick",
+    "Ask", "Mail", "HumanChannel", "Answers", "ChannelClosed", "MailboxAnswers", "pick",
     "OVER_BUDGET", "TIMEOUT", "DECLINED",
 ]
 
@@ -147,7 +146,6 @@ class HumanChannel:
     server_name = SERVER
     tool_name = ASK_TOOL
     inbox_name = INBOX_TOOL
-    inbox_tool_name = INBOX_TOOL
 
     def __init__(
         self,
@@ -186,7 +184,6 @@ class HumanChannel:
         self._unclaimed: collections.deque[Ask] = collections.deque()
         self._pullers: collections.deque[asyncio.Future[Ask]] = collections.deque()
         self._sources: set[asyncio.Task[None]] = set()
-        self._interrupt: str | None = None
 
     # -- configuration -----------------------------------------------------
     @property
@@ -369,18 +366,13 @@ class HumanChannel:
                 m.taken = True
         return [m.text for m in taken]
 
-    def interrupt(self, words: str = "") -> None:
-        """Ask the running step to stop and continue with these words (any thread; the runtime polls)."""
-        with self._lock:
-            self._interrupt = words or ""
-
     def take_interrupt(self) -> str | None:
-        """The person's interrupt words if they interrupted ("" = without a word); cleared once taken."""
-        with self._lock:
-            words, self._interrupt = self._interrupt, None
-        if words is None:
-            take = getattr(self._answers, "take_interrupt", None)
-            words = take() if take else None
+        """The source's interrupt words, if the person interrupted there ("" = without a word); once.
+
+        The runtime polls this; a UI in the same process calls ``Runtime.interrupt`` directly.
+        """
+        take = getattr(self._answers, "take_interrupt", None)
+        words = take() if take else None
         if words is not None:
             self._append(f"### {_now()} · 打断\n\n{_quote(words) if words.strip() else '(没有留话)'}\n")
         return words

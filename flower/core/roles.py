@@ -184,7 +184,6 @@ def _all_channel_tools(channel: Any) -> list[str]:
     """Every tool of the channel's server. The real CLI refuses an MCP tool missing from
     allowed_tools (even in acceptEdits), so listing only ``ask`` would leave inbox unusable."""
     names = getattr(channel, "tool_names", None)
-    names = names() if callable(names) else names
     if names:
         return list(names)
     return [n for n in (channel.tool_name, getattr(channel, "inbox_name", None)) if n]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import threading
 import time
@@ -22,7 +21,6 @@ from flower.core.channel import (
     HumanChannel,
     Mail,
     MailboxAnswers,
-    TerminalAnswers,
     pick,
 )
 from flower.core.events import Event
@@ -279,14 +277,10 @@ def test_interrupt_is_taken_once(tmp_path):
     assert ch.take_interrupt() is None and "打断" in log.read_text()
 
 
-def test_the_channel_s_own_interrupt_slot_from_another_thread(tmp_path):
-    ch = HumanChannel(timeout_s=0, log_path=tmp_path / "log.md")
-    t = threading.Thread(target=ch.interrupt, args=("换个方向",))
-    t.start()
-    t.join()
-    assert ch.take_interrupt() == "换个方向" and ch.take_interrupt() is None
-    ch.interrupt()  # without a word: still an interrupt, told apart from "none" by ""
-    assert ch.take_interrupt() == "" and "(没有留话)" in (tmp_path / "log.md").read_text()
+def test_an_interrupt_without_a_word_is_told_apart_from_none(tmp_path):
+    ch, box, log = _channel(tmp_path)
+    MailboxAnswers.interrupt(box, "")  # without a word: still an interrupt, told apart from "none" by ""
+    assert ch.take_interrupt() == "" and ch.take_interrupt() is None and "(没有留话)" in log.read_text()
 
 
 def test_an_interrupt_written_by_hand_as_plain_text_still_counts(tmp_path):
@@ -347,7 +341,7 @@ def test_amend_creates_the_file_and_says_false_when_it_wrote_nothing(tmp_path):
 # -- the MCP server --------------------------------------------------------------
 def test_tool_names_and_server_config():
     ch = HumanChannel(timeout_s=30)
-    assert ch.tool_name == "mcp__human__ask" and ch.inbox_name == "mcp__human__inbox" == ch.inbox_tool_name
+    assert ch.tool_name == "mcp__human__ask" and ch.inbox_name == "mcp__human__inbox"
     assert ch.tool_names == ["mcp__human__ask", "mcp__human__inbox"]
     servers = ch.mcp_servers()
     assert list(servers) == ["human"]
@@ -356,66 +350,6 @@ def test_tool_names_and_server_config():
     assert cfg["alwaysLoad"] is True and cfg["disableAutoBackground"] is True
     assert cfg["timeout"] == 90_000  # our 30 s plus a margin: the CLI never cuts an ask short
     assert HumanChannel(timeout_s=None).mcp_servers()["human"]["timeout"] == 2_147_483_647
-
-
-# -- terminal ------------------------------------------------------------------
-async def test_terminal_answers_read_a_line_without_blocking_the_loop(tmp_path):
-    r, w = os.pipe()
-    rfile, wfile = os.fdopen(r, "r"), os.fdopen(w, "w")
-    out = tmp_path / "out.txt"
-    with open(out, "w") as o:
-        ch = HumanChannel(timeout_s=5, answers=TerminalAnswers(input=rfile, output=o, poll_s=0.01))
-        ticks = 0
-
-        async def ticker() -> None:
-            nonlocal ticks
-            while True:
-                ticks += 1
-                await asyncio.sleep(0.01)
-
-        t = asyncio.create_task(ticker())
-        asking = asyncio.create_task(ch.ask("哪个数据库?", ["sqlite", "postgres"]))
-        await asyncio.sleep(0.2)
-        wfile.write("2\n")
-        wfile.flush()
-        a = await asking
-        t.cancel()
-    assert (a.state, a.answer, a.choice) == ("answered", "2", 1) and ticks > 5
-    shown = out.read_text()
-    assert "[提问] 哪个数据库?" in shown and "1. sqlite" in shown and "2. postgres" in shown and "5 秒" in shown
-    # a line typed while nobody asks is an unsolicited message, not the next answer
-    wfile.write("顺便说一句\n")
-    wfile.flush()
-    await asyncio.sleep(0.1)
-    assert ch.inbox() == ["顺便说一句"]
-    wfile.close()
-    await asyncio.sleep(0.05)
-    assert (await ch.ask("还在吗?")).state == "declined" and ch.closed
-    rfile.close()
-
-
-async def test_terminal_timeout_leaves_no_reader_that_steals_the_next_answer(tmp_path):
-    r, w = os.pipe()
-    rfile, wfile = os.fdopen(r, "r"), os.fdopen(w, "w")
-    with open(tmp_path / "out.txt", "w") as o:
-        ch = HumanChannel(timeout_s=0.2, answers=TerminalAnswers(input=rfile, output=o, poll_s=0.01))
-        assert (await ch.ask("first?")).state == "timeout"
-        second = asyncio.create_task(ch.ask("second?"))
-        await asyncio.sleep(0.05)
-        wfile.write("yes\n")
-        wfile.flush()
-        assert (await second).text == "yes"
-    wfile.close()
-    rfile.close()
-
-
-def test_terminal_interrupt_slot():
-    t = TerminalAnswers()
-    ch = HumanChannel(timeout_s=0, answers=t)
-    assert ch.take_interrupt() is None
-    t.interrupt("停")
-    t.post("消息")
-    assert ch.take_interrupt() == "停" and ch.take_interrupt() is None and ch.inbox() == ["消息"]
 
 
 # -- Ask and Mail ------------------------------------------------------------------
