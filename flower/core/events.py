@@ -12,6 +12,18 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
+from claude_agent_sdk import (
+    AssistantMessage,
+    ConversationResetMessage,
+    ResultMessage,
+    SystemMessage,
+    TextBlock,
+    ThinkingBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserMessage,
+)
+
 __all__ = ["Event", "EventKind", "OnEvent", "normalize", "EVENT_KINDS"]
 
 EventKind = Literal[
@@ -54,14 +66,6 @@ OnEvent = Callable[[Event], None]
 
 def normalize(message: Any) -> list[Event]:
     """Flatten one SDK message into 0..N events (never raises on an unknown shape)."""
-    from claude_agent_sdk import (
-        AssistantMessage,
-        ResultMessage,
-        SystemMessage,
-        UserMessage,
-    )
-    from claude_agent_sdk.types import ConversationResetMessage
-
     if isinstance(message, AssistantMessage):
         return _assistant(message)
     if isinstance(message, UserMessage):
@@ -97,9 +101,7 @@ def context_of(usage: dict[str, Any] | None) -> int:
                ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
 
 
-def _assistant(msg: Any) -> list[Event]:
-    from claude_agent_sdk import TextBlock, ThinkingBlock, ToolResultBlock, ToolUseBlock
-
+def _assistant(msg: AssistantMessage) -> list[Event]:
     common = _common(msg.parent_tool_use_id, msg.usage)
     if getattr(msg, "isApiErrorMessage", False) or msg.model == "<synthetic>":
         # A dropped connection's text must never pass for the model's answer (nor reach the next step).
@@ -111,20 +113,18 @@ def _assistant(msg: Any) -> list[Event]:
             out.append(Event("text", block.text, payload=dict(common), raw=block))
         elif isinstance(block, ThinkingBlock):
             out.append(Event("thinking", block.thinking, payload=dict(common), raw=block))
-        elif isinstance(block, ToolUseBlock) or (hasattr(block, "name") and hasattr(block, "input")):
-            inp = getattr(block, "input", None) or {}
-            out.append(Event("tool_call", tool_summary(inp), tool=str(block.name),
-                             payload={**common, "id": getattr(block, "id", ""), "input": inp}, raw=block))
-        elif isinstance(block, ToolResultBlock) or hasattr(block, "tool_use_id"):
+        elif isinstance(block, ToolUseBlock):
+            inp = block.input or {}
+            out.append(Event("tool_call", tool_summary(inp), tool=block.name,
+                             payload={**common, "id": block.id, "input": inp}, raw=block))
+        elif isinstance(block, ToolResultBlock):
             out.append(_tool_result(block, common))
         else:
             out.append(Event("unknown", payload={**common, "type": type(block).__name__}, raw=block))
     return out
 
 
-def _user(msg: Any) -> list[Event]:
-    from claude_agent_sdk import TextBlock, ToolResultBlock
-
+def _user(msg: UserMessage) -> list[Event]:
     common = _common(msg.parent_tool_use_id, None)
     if isinstance(msg.content, str):
         return [Event("prompt", msg.content, payload=common, raw=msg)]
@@ -139,13 +139,12 @@ def _user(msg: Any) -> list[Event]:
     return out
 
 
-def _tool_result(block: Any, common: dict[str, Any]) -> Event:
-    return Event("tool_result", _content_text(getattr(block, "content", None))[:RESULT_TEXT_MAX],
-                 payload={**common, "tool_use_id": getattr(block, "tool_use_id", ""),
-                          "is_error": bool(getattr(block, "is_error", False))}, raw=block)
+def _tool_result(block: ToolResultBlock, common: dict[str, Any]) -> Event:
+    return Event("tool_result", _content_text(block.content)[:RESULT_TEXT_MAX],
+                 payload={**common, "tool_use_id": block.tool_use_id, "is_error": bool(block.is_error)}, raw=block)
 
 
-def _system(msg: Any) -> Event:
+def _system(msg: SystemMessage) -> Event:
     name = type(msg).__name__
     if name.startswith("Task") and name.endswith("Message"):  # TaskStarted / TaskProgress / TaskNotification …
         payload: dict[str, Any] = {"kind": name}
