@@ -35,14 +35,15 @@ def _convert(text: str, kind: Callable[[str], Any], wanted: str) -> Any:
         raise argparse.ArgumentTypeError(f"{wanted},收到的是 {text!r}") from None
 
 
-def _whole(flag: str, *, minimum: int | None = None) -> Callable[[str], int]:
+def _whole(minimum: int | None = None) -> Callable[[str], int]:
+    """An integer flag; argparse puts the flag's name in front of the complaint."""
+
     def parse(text: str) -> int:
         value = _convert(text, int, "要一个整数")
         if minimum is not None and value < minimum:
             raise argparse.ArgumentTypeError(f"至少是 {minimum},收到的是 {value}")
         return value
 
-    parse.__name__ = flag
     return parse
 
 
@@ -86,15 +87,15 @@ def parser() -> argparse.ArgumentParser:
                 epilog="子命令的开关写在诉求前后都行;全局开关(-w/-r/-v/-W/-T)写在哪都行。")
     p.add_argument("--version", action="version", version=f"flower {__version__}")
     _add_globals(p, sub=False)
-    sub = p.add_subparsers(dest="command", metavar="{go,run,once,status,ask,setup,check,demo}")
+    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(CMDS) + "}")
 
     go = sub.add_parser("go", help="一键跑:问清需求 → 设定目标 → 派人干活,每轮独立判定(不写子命令时的默认)",
                         description="问清需求 → 设定目标 → 干活,每轮由独立的判定者判\"做完了没有\"。"
                         "同一个目录再跑一次就接着上次。全局开关(-w/-r/-v/-W/-T)见 flower --help。")
     go.add_argument("ask", nargs="*", help="诉求;不给就在终端里问你(或者从管道读)")
-    go.add_argument("--asks", type=_whole("--asks"), default=-1, metavar="N",
+    go.add_argument("--asks", type=_whole(), default=-1, metavar="N",
                     help="提问额度:负数 = 不限(默认),0 = 不许提问,N = 硬额度")
-    go.add_argument("--rounds", type=_whole("--rounds", minimum=1), default=3, metavar="N",
+    go.add_argument("--rounds", type=_whole(1), default=3, metavar="N",
                     help="干活的总轮数上限(默认 3);每轮结束由独立判定者判,没达成就打回去接着做")
     go.add_argument("--no-goal", action="store_true", help="关掉目标看守:不设目标、不判定,干完就算完")
     go.add_argument("--judge-can-run", action="store_true", help="让判定者能跑命令(判定更硬,但它能改动工作区)")
@@ -102,7 +103,7 @@ def parser() -> argparse.ArgumentParser:
                     help="等人回答多久(默认 1800);0 = 全自动,提问立刻落空;inf = 一直等")
     go.add_argument("--isolate", action="store_true",
                     help="每个 subagent 分一份 git worktree(工作目录必须是 git 仓库);工作台挪到仓库外")
-    go.add_argument("--window", type=_whole("--window", minimum=1), default=None, metavar="N",
+    go.add_argument("--window", type=_whole(1), default=None, metavar="N",
                     help="模型上下文窗口(默认按模型名推断:100 万,haiku 20 万);到 窗口−50000 写交接书换新会话")
     go.add_argument("--no-handoff", action="store_true", help="关掉换代,退回 SDK 自带的 compact")
     go.add_argument("--new", action="store_true",

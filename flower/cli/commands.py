@@ -69,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         listen = isatty(sys.stdin) or getattr(wf, "channel", None) is not None
         oracle_ctx = {"workspace": ws, "run_dir": rd, "isolate": False}
-        ctx = asyncio.run(drive(wf, runtime, screen, args, listen=listen, oracle_ctx=oracle_ctx))
+        ctx = asyncio.run(drive(wf, runtime, screen, listen=listen, oracle_ctx=oracle_ctx))
         return finish(ctx, runtime, screen)
     finally:
         runtime.close()
@@ -153,10 +153,9 @@ def cmd_ask(args: argparse.Namespace) -> int:
 def cmd_setup(args: argparse.Namespace) -> int:
     if not (isatty(sys.stdin) and isatty(sys.stdout)):
         raise Exit(1, f"flower setup 要在终端里跑;不在终端就手写 {tilde(credentials.env_file())}(ANTHROPIC_API_KEY=…)")
-    from ..core.credentials import load_dotenv
+    from ..core.credentials import TOKEN_KEYS, load_dotenv
 
-    configured = credentials.env_file().is_file() or bool(load_dotenv()) or any(
-        os.environ.get(k) for k in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"))
+    configured = credentials.env_file().is_file() or bool(load_dotenv()) or any(os.environ.get(k) for k in TOKEN_KEYS)
     return 0 if credentials.configure("重新配置。" if configured else "还没配过凭证。") else 1
 
 

@@ -31,13 +31,9 @@ def require(args: argparse.Namespace, screen: Screen | None = None) -> None:
     except RuntimeError as e:
         if getattr(args, "verbose", False):
             print(f"flower: {e}", file=sys.stderr)
+        # configure() returns True only once the token it wrote is in the environment
         if not (isatty(sys.stdin) and isatty(sys.stdout)) or not configure("还没配过凭证。"):
             raise Exit(1, NO_CREDS)
-        taken = load_dotenv()
-        try:
-            check_credentials()
-        except RuntimeError:
-            raise Exit(1, NO_CREDS) from None
     if getattr(args, "verbose", False) and screen is not None:
         for key in SETTINGS_KEYS:
             value = os.environ.get(key)
@@ -53,15 +49,11 @@ def env_file() -> Path:
 
 def write_env(values: dict[str, str], path: Path | None = None) -> Path:
     """Write the credentials file (whole file, 0600), empty values skipped; returns its path."""
-    path = path or env_file()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from ..core.files import write_atomic
+
     lines = ["# 由 `flower setup` 写。里面有凭证:别提交进版本库。"]
     lines += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in values.items() if v]
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    os.chmod(path, 0o600)
-    return path
+    return write_atomic(path or env_file(), "\n".join(lines) + "\n", private=True)
 
 
 def setup_values(token: str, base_url: str = "", model: str = "") -> dict[str, str]:

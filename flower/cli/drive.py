@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import re
@@ -11,7 +10,6 @@ import sys
 from typing import Any
 
 from .console import Console
-from .credentials import NO_CREDS
 from .errors import Exit
 from .oracle import aside
 from .screen import Screen
@@ -29,12 +27,7 @@ def shown_runtime(screen: Screen, **kw: Any) -> Any:
             screen.attempt_done(r, self.total_cost())
             return r
 
-    try:
-        return ShownRuntime(**kw)
-    except RuntimeError as e:
-        if "credential" in str(e).lower():
-            raise Exit(1, NO_CREDS) from None
-        raise
+    return ShownRuntime(**kw)
 
 
 def install_signals(loop: asyncio.AbstractEventLoop, runtime: Any, screen: Screen, console: Console | None) -> None:
@@ -70,8 +63,7 @@ def install_signals(loop: asyncio.AbstractEventLoop, runtime: Any, screen: Scree
             pass
 
 
-async def drive(wf: Any, runtime: Any, screen: Screen, args: argparse.Namespace, *, listen: bool,
-                oracle_ctx: dict[str, Any]) -> Any:
+async def drive(wf: Any, runtime: Any, screen: Screen, *, listen: bool, oracle_ctx: dict[str, Any]) -> Any:
     """Run a workflow with the screen, the stdin console, the oracle and the signal handlers around it."""
     loop = asyncio.get_running_loop()
     channel = getattr(wf, "channel", None)

@@ -126,7 +126,7 @@ def cmd_go(args: argparse.Namespace) -> int:
             screen.say(_banner(ws, state, runtime))
         listen = stdin_tty or kw["timeout_s"] != 0
         oracle_ctx = {"workspace": ws, "run_dir": rd, "isolate": args.isolate}
-        ctx = asyncio.run(drive(wf, runtime, screen, args, listen=listen, oracle_ctx=oracle_ctx))
+        ctx = asyncio.run(drive(wf, runtime, screen, listen=listen, oracle_ctx=oracle_ctx))
         code = finish(ctx, runtime, screen)
         if code == 0:
             done = "需求已确认" if args.clarify_only else "完成"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from . import credentials
 from .errors import Exit
-from .screen import EVENT_TEXT_MAX, EVENTS_FILE, ORACLE_WINDOW, Screen
+from .screen import EVENT_TEXT_MAX, EVENTS_FILE, ORACLE_WINDOW, Screen, event_line
 from .state import read_state, snapshot
 from .terminal import clean, one_line, tilde
 
@@ -28,12 +28,9 @@ def _tail_events(run_dir: Path, n: int = ORACLE_WINDOW) -> list[str]:
     out = []
     for line in raw.splitlines()[-n:]:
         try:
-            e = json.loads(line)
+            out.append(event_line(json.loads(line)))
         except ValueError:
             continue
-        state = f"/{e['state']}" if e.get("state") else ""
-        sub = " (subagent)" if e.get("subagent") else ""
-        out.append(f"[{e.get('step') or '-'}]{sub} {e.get('kind')}{state}: {e.get('text', '')}")
     return out
 
 
@@ -56,6 +53,7 @@ async def aside(question: str, screen: Screen, *, workspace: Path, run_dir: Path
                 live: bool) -> float:
     """Ask the oracle: a separate Runtime under <run_dir>/aside, a fresh session, never the run's context."""
     from ..core.roles import oracle
+    from ..core.runtime import Runtime
     from ..core.workbench import Workbench
     from ..workflow import starter_paths
 
@@ -72,8 +70,6 @@ async def aside(question: str, screen: Screen, *, workspace: Path, run_dir: Path
             window=ORACLE_WINDOW, cut=EVENT_TEXT_MAX, events="\n".join(events) or "(没有事件记录)",
             workspace=paths.workspace, workbench=paths.workbench, brief=paths.brief, goal=paths.goal, log=paths.log)
         wb = Workbench(paths.workspace, home=paths.workbench) if paths.workbench.is_dir() else False
-        from ..core.runtime import Runtime
-
         rt = Runtime(workspace=paths.workspace, run_dir=run_dir / "aside", workbench=wb, handoff=False)
         try:
             r = await rt.run(oracle(), prompt, step_name="旁路问答")

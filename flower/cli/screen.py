@@ -22,6 +22,13 @@ EVENT_TEXT_MAX = 200
 EVENTS_FILE = "events.jsonl"
 
 
+def event_line(record: dict[str, Any]) -> str:
+    """One event as the oracle reads it, the same whether it comes from the screen or the events file."""
+    state = f"/{record['state']}" if record.get("state") else ""
+    sub = " (subagent)" if record.get("subagent") else ""
+    return f"[{record.get('step') or '-'}]{sub} {record.get('kind')}{state}: {record.get('text', '')}"
+
+
 def _cols(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
@@ -120,18 +127,15 @@ class Screen:
     def _remember(self, ev: Any) -> None:
         if ev.kind in ("thinking", "prompt", "unknown", "system", "result"):
             return
-        text = one_line(str(ev), EVENT_TEXT_MAX)
-        sub = bool((ev.payload or {}).get("subagent"))
-        state = (ev.payload or {}).get("state")
-        line = f"[{self.label or '-'}]{' (subagent)' if sub else ''} {ev.kind}{f'/{state}' if state else ''}: {text}"
-        self.recent.append(line)
+        p = ev.payload or {}
+        record = {"at": round(getattr(ev, "at", time.time()), 3), "step": self.label, "kind": ev.kind,
+                  "text": one_line(str(ev), EVENT_TEXT_MAX), "subagent": bool(p.get("subagent"))}
+        if ev.tool:
+            record["tool"] = ev.tool
+        if p.get("state"):
+            record["state"] = p["state"]
+        self.recent.append(event_line(record))
         if self._events is not None:
-            record = {"at": round(getattr(ev, "at", time.time()), 3), "step": self.label, "kind": ev.kind,
-                      "text": text, "subagent": sub}
-            if ev.tool:
-                record["tool"] = ev.tool
-            if state:
-                record["state"] = state
             try:
                 self._events.write(json.dumps(record, ensure_ascii=False) + "\n")
             except (OSError, ValueError):

@@ -16,12 +16,12 @@ def read_state(ws: Path, rd: Path, *, isolate: bool = False) -> dict[str, Any]:
 
     state = dict(wake_state(ws, run_dir=rd, isolate=isolate))
     paths = starter_paths(ws, run_dir=rd, isolate=isolate)
-    rows = manifest.read_rows(paths.manifest) if paths.manifest.is_file() else []
+    rows = manifest.read_rows(paths.manifest)
     last = rows[-1].get("run") if rows else None
     state.update(workspace=paths.workspace, run_dir=paths.run_dir, workbench=paths.workbench, log=paths.log,
                  brief_doc=Brief.load(paths.brief), goal_doc=Goal.load(paths.goal), last_run=last,
                  last_results=[r for r in rows if r.get("run") == last],
-                 handoffs=sorted(paths.notes.glob("交接-*.md")) if paths.notes.is_dir() else [])
+                 handoffs=sorted(paths.notes.glob("交接-*.md")))
     return state
 
 

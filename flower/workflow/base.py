@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from ..core.agent import AgentSpec
@@ -234,14 +235,12 @@ class Workflow:
         _emit(on_event, "step", name, index=i, total=len(self.steps), resumed=resume_cur is not None,
               woke=ctx["_woke"])
 
-        def remember(session_id: str) -> None:  # as soon as the CLI names it: a kill -9 keeps it
-            if lineage is not None:
-                lineage.remember(name, session_id)
-
+        # the lineage learns a session as soon as the CLI names it: a kill -9 keeps it
+        remember = partial(lineage.remember, name) if lineage is not None else None
         attempt = 0
         while True:
             previous = runtime.on_session
-            runtime.on_session = remember if lineage is not None else previous
+            runtime.on_session = remember or previous
             try:
                 result = await runtime.run(step.spec, prompt_cur, step_name=step.label(attempt), resume=resume_cur,
                                            fork=fork_cur, on_event=on_event)

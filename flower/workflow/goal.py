@@ -4,7 +4,6 @@ independent judge says whether it was reached — anything short of a clear yes 
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from ..core.roles import judge
 from ..core.runtime import Runtime, StepResult
 from ..docs.goal import Goal
 from ..docs.verdict import Verdict
-from .base import Ctx, Step, StepAbort
+from .base import Ctx, Step, StepAbort, _maybe
 
 __all__ = ["goal_step", "with_goal", "GOAL_KEY", "VERDICT_KEY", "ROUND_KEY", "VERIFY_PROMPT",
            "SET_GOAL_PROMPT", "NO_BRIEF", "ACCEPT", "AMEND", "DISAGREE"]
@@ -163,12 +162,8 @@ def with_goal(
         rt = ctx.get("_runtime")
         if not isinstance(rt, Runtime):
             raise StepAbort("拿不到 Runtime,无法判定目标(ctx['_runtime'] 里没有);不能当作已达成")
-        if inner_gate is not None:
-            passed = inner_gate(result, ctx)
-            if inspect.isawaitable(passed):
-                passed = await passed
-            if not passed:
-                return False
+        if inner_gate is not None and not await _maybe(inner_gate(result, ctx)):
+            return False
         ctx[ROUND_KEY] = n = ctx.get(ROUND_KEY, 0) + 1
         goal = _current_goal(ctx, path)
         ask = VERIFY_PROMPT.format(round=n, goal=goal.prompt_block() if goal.complete() else _NO_GOAL,

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 from ..core.channel import HumanChannel
 from ..core.events import Event
-from ..core.lineage import Lineage
+from ..core.lineage import FILENAME as LINEAGE_FILE, Lineage
 from ..core.roles import coordinator, worker
 from ..core.runtime import StepResult
 from ..core.workbench import Workbench
@@ -64,7 +64,7 @@ class StarterPaths:
 
     @property
     def lineage(self) -> Path:
-        return self.run_dir / "lineage.json"
+        return self.run_dir / LINEAGE_FILE
 
     @property
     def manifest(self) -> Path:
@@ -146,7 +146,7 @@ def starter_flow(
         Lineage.open(paths.run_dir, paths.workspace).archive(paths.run_dir / "archive", extra=[paths.brief, paths.goal])
 
     ch = HumanChannel(log_path=paths.log, amend_path=paths.brief, max_asks=max_asks, timeout_s=timeout_s)
-    wb = Workbench(paths.workspace, home=paths.workbench) if isolate else Workbench(paths.workspace)
+    wb = Workbench(paths.workspace, home=paths.workbench)
     coder = worker("实现者:写代码、改文件、跑验证,按四节汇报", worker_prompt, isolate=isolate)
     lead = coordinator("协调者", "", {"coder": coder}, channel=ch)
 

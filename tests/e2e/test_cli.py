@@ -72,6 +72,14 @@ def flower(*args: str, cwd: Path, env: dict[str, str], script: bool = False, tim
                           timeout=timeout)
 
 
+def _folders(root: Path) -> tuple[Path, Path]:
+    """A home folder and a project folder under ``root``, both empty."""
+    home, ws = root / "home", root / "proj"
+    home.mkdir()
+    ws.mkdir()
+    return home, ws
+
+
 def _one_line_error(p: subprocess.CompletedProcess[str], code: int) -> str:
     assert p.returncode == code, (p.returncode, p.stdout[-2000:], p.stderr[-2000:])
     lines = p.stderr.strip().splitlines()
@@ -89,9 +97,7 @@ def _digest(*files: Path) -> dict[str, str]:
 def done(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """`flower "帮我做一个 hello 程序" --timeout 0` run to the end in a fresh folder; the model keeps serving."""
     root = tmp_path_factory.mktemp("cli")
-    ws, home = root / "proj", root / "home"
-    ws.mkdir()
-    home.mkdir()
+    home, ws = _folders(root)
     model = ScriptedModel(_rules(ws)).start()
     env = _env(model, home)
     started = time.monotonic()
@@ -174,9 +180,7 @@ def test_ask_answers_from_a_fresh_session_that_never_touches_the_run(done):
 
 def test_with_no_terminal_and_the_default_timeout_nothing_waits(tmp_path):
     """stdin is /dev/null: the warning says so, the question falls through at once instead of waiting 30 min."""
-    home, ws = tmp_path / "home", tmp_path / "proj"
-    home.mkdir()
-    ws.mkdir()
+    home, ws = _folders(tmp_path)
     with ScriptedModel(_rules(ws, clarify_answer="跳过了这个问题")) as model:
         started = time.monotonic()
         p = flower("帮我做一个 hello 程序", cwd=ws, env=_env(model, home))
@@ -189,9 +193,7 @@ def test_with_no_terminal_and_the_default_timeout_nothing_waits(tmp_path):
 
 # -- mistakes a user can make: one line, no traceback ---------------------------------------------------
 def test_no_credentials_is_one_line_naming_what_to_set(tmp_path):
-    home, ws = tmp_path / "home", tmp_path / "ws"
-    home.mkdir()
-    ws.mkdir()
+    home, ws = _folders(tmp_path)
     env = _env(None, home, CLAUDE_CONFIG_DIR=str(tmp_path / "claude"))
     p = flower("帮我做一个 hello 程序", "--timeout", "0", cwd=ws, env=env, script=True)
     line = _one_line_error(p, 1)
@@ -203,9 +205,7 @@ def test_no_credentials_is_one_line_naming_what_to_set(tmp_path):
 
 
 def test_isolate_outside_git_is_one_line_and_exit_1(tmp_path):
-    home, ws = tmp_path / "home", tmp_path / "ws"
-    home.mkdir()
-    ws.mkdir()
+    home, ws = _folders(tmp_path)
     with ScriptedModel([]) as model:
         p = flower("--isolate", "帮我做一个 hello 程序", "--timeout", "0", cwd=ws, env=_env(model, home))
         line = _one_line_error(p, 1)
@@ -215,9 +215,7 @@ def test_isolate_outside_git_is_one_line_and_exit_1(tmp_path):
 
 
 def test_an_empty_ask_in_a_fresh_folder_is_one_line(tmp_path):
-    home, ws = tmp_path / "home", tmp_path / "ws"
-    home.mkdir()
-    ws.mkdir()
+    home, ws = _folders(tmp_path)
     with ScriptedModel([]) as model:
         p = flower("--timeout", "0", cwd=ws, env=_env(model, home))  # nothing on the line, nothing on stdin
         q = flower("   ", cwd=ws, env=_env(model, home))
@@ -285,9 +283,7 @@ class Terminal:
 
 
 def test_at_a_terminal_it_asks_takes_answers_and_continues_next_time(tmp_path):
-    home, ws = tmp_path / "home", tmp_path / "proj"
-    home.mkdir()
-    ws.mkdir()
+    home, ws = _folders(tmp_path)
     with ScriptedModel(_rules(ws, clarify_answer="Python", goal_delay=2.0)) as model:
         env = _env(model, home)
         first = Terminal(["--timeout", "60"], cwd=ws, env=env)
@@ -324,9 +320,7 @@ def test_at_a_terminal_it_asks_takes_answers_and_continues_next_time(tmp_path):
 
 def test_ctrl_c_at_the_terminal_interrupts_the_round_and_passes_the_words_on(tmp_path):
     """Ctrl-C is a key here, not a signal: the CLI process survives and the same session continues."""
-    home, ws = tmp_path / "home", tmp_path / "proj"
-    home.mkdir()
-    ws.mkdir()
+    home, ws = _folders(tmp_path)
     rules = [Rule(say(BRIEF), system=CLARIFIER), Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标"),
              Rule(say("听到了:改用 argparse"), system=LEAD, agent=False, user="改用 argparse"),
              Rule(say("第一段回复", delay=2), system=LEAD, agent=False, prompt="把上面的需求做成"),
@@ -355,9 +349,7 @@ def test_ctrl_c_at_the_terminal_interrupts_the_round_and_passes_the_words_on(tmp
 
 # -- SIGTERM: the step in flight goes into the manifest ----------------------------------------------------
 def test_sigterm_puts_the_step_in_flight_into_the_manifest(tmp_path):
-    home, ws = tmp_path / "home", tmp_path / "proj"
-    home.mkdir()
-    ws.mkdir()
+    home, ws = _folders(tmp_path)
     rules = [Rule(say(BRIEF, delay=20), system=CLARIFIER)]
     with ScriptedModel(rules) as model:
         proc = subprocess.Popen([sys.executable, "-m", "flower.cli", "帮我做一个 hello 程序", "--timeout", "0"],
@@ -390,9 +382,7 @@ def main():
 
 
 def test_run_and_once(tmp_path):
-    home, ws = tmp_path / "home", tmp_path / "proj"
-    home.mkdir()
-    ws.mkdir()
+    home, ws = _folders(tmp_path)
     (ws / "flows.py").write_text(FLOWS)
     rules = [Rule(say("仓库里只有 flows.py"), prompt="MY-FLOW"), Rule(say("ONCE-OK"), prompt="只说一句")]
     with ScriptedModel(rules) as model:

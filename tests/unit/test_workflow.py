@@ -351,9 +351,7 @@ async def test_resume_from_a_step_of_an_earlier_process_and_from_nowhere(tmp_pat
 
 
 # -- Workflow through the real CLI -------------------------------------------------------------
-async def test_real_cli_on_reject_continues_the_same_session_and_retries_start_fresh(tmp_path, creds, model):
-    ws = tmp_path / "ws"
-    ws.mkdir()
+async def test_real_cli_on_reject_continues_the_same_session_and_retries_start_fresh(workspace, tmp_path, creds, model):
     rules = [Rule(say("draft 1"), prompt="write a poem", user="write a poem"),
              Rule(say("draft 2"), user="make it rhyme"),
              Rule(say("plain 1"), say("plain 2"), prompt="plain task")]
@@ -361,7 +359,7 @@ async def test_real_cli_on_reject_continues_the_same_session_and_retries_start_f
         return "make it rhyme"
 
     with model(rules) as m:
-        rt = Runtime(workspace=ws, run_dir=tmp_path / "runs")
+        rt = Runtime(workspace=workspace, run_dir=tmp_path / "runs")
         judged = Step("poem", SPEC, "write a poem", retries=1, gate=lambda r, c: r.text == "draft 2",
                       on_reject=rhyme)
         plain = Step("plain", SPEC, "plain task", retries=1, gate=lambda r, c: r.text == "plain 2")
@@ -376,38 +374,34 @@ async def test_real_cli_on_reject_continues_the_same_session_and_retries_start_f
     assert _lineage(rt) == {"poem": poem[0].session, "plain": plain_reqs[-1].session}
 
 
-async def test_real_cli_continuity_and_fork(tmp_path, creds, model):
-    ws = tmp_path / "ws"
-    ws.mkdir()
+async def test_real_cli_continuity_and_fork(workspace, tmp_path, creds, model):
     rules = [Rule(say("A-DONE"), prompt="task A", user="task A"),
              Rule(say("B-DONE"), user="task B"),
              Rule(say("A-AGAIN"), user="carry on A")]
     a = Step("A", SPEC, "task A", resume_prompt="carry on A")
     b = Step("B", SPEC, "task B", resume_from="A", fork=True)
     with model(rules) as m:
-        await Workflow([a, b]).run(Runtime(workspace=ws, run_dir=tmp_path / "runs"))
+        await Workflow([a, b]).run(Runtime(workspace=workspace, run_dir=tmp_path / "runs"))
         first_a = m.conversation[0].session
         fork_b = next(r for r in m.conversation if r.user == "task B")
         assert fork_b.session != first_a and "A-DONE" in json.dumps(fork_b.messages), "a fork carries A's history"
-        ctx = await Workflow([a]).run(Runtime(workspace=ws, run_dir=tmp_path / "runs"))
+        ctx = await Workflow([a]).run(Runtime(workspace=workspace, run_dir=tmp_path / "runs"))
     again = next(r for r in m.conversation if r.user == "carry on A")
     assert again.session == first_a and ctx["A"] == "A-AGAIN" and ctx["_woke"] == 2
     assert "task A" in json.dumps(again.messages), "continuity resumes with the short prompt, not the whole task"
 
 
-async def test_real_cli_a_lineage_that_outlived_its_store_starts_fresh(tmp_path, creds, model):
+async def test_real_cli_a_lineage_that_outlived_its_store_starts_fresh(workspace, tmp_path, creds, model):
     """The lineage names a session the store no longer has: the step starts over instead of failing."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
     rules = [Rule(say("A-DONE"), say("A-DONE 2"), user="task A"), Rule(say("A-AGAIN"), user="carry on A")]
     a = Step("A", SPEC, "task A", resume_prompt="carry on A")
     with model(rules) as m:
-        await Workflow([a]).run(Runtime(workspace=ws, run_dir=tmp_path / "runs"))
+        await Workflow([a]).run(Runtime(workspace=workspace, run_dir=tmp_path / "runs"))
         first = m.conversation[0].session
         fresh_dir = tmp_path / "runs2"  # same lineage, empty sessions.db
         fresh_dir.mkdir()
         (fresh_dir / "lineage.json").write_bytes((tmp_path / "runs" / "lineage.json").read_bytes())
-        rt = Runtime(workspace=ws, run_dir=fresh_dir)
+        rt = Runtime(workspace=workspace, run_dir=fresh_dir)
         assert not rt.has_session(first)
         events: list[Event] = []
         ctx = await Workflow([a]).run(rt, on_event=events.append)
@@ -598,17 +592,15 @@ async def test_unreachable_and_nobody_answers_aborts(tmp_path, creds, answers):
 
 
 # -- starter_flow ------------------------------------------------------------------------------
-def test_starter_flow_assembly(tmp_path):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    wf = starter_flow("帮我做一个 X", workspace=ws, run_dir=tmp_path / "runs", max_asks=2, timeout_s=7,
+def test_starter_flow_assembly(workspace, tmp_path):
+    wf = starter_flow("帮我做一个 X", workspace=workspace, run_dir=tmp_path / "runs", max_asks=2, timeout_s=7,
                       instructions="只用中文提问")
     assert isinstance(wf, Workflow) and wf.name == "starter" and wf.continuous and wf.context == {}
     assert [s.name for s in wf.steps] == ["确认需求", "设定目标", "工作"]
     ch = wf.channel
-    paths = starter_paths(ws, run_dir=tmp_path / "runs")
+    paths = starter_paths(workspace, run_dir=tmp_path / "runs")
     assert (ch.log_path, ch.amend_path, ch.max_asks, ch.timeout_s) == (paths.log, paths.brief, 2, 7.0)
-    assert wf.workbench.root == ws / ".flower" and paths.brief == ws / ".flower" / "notes" / "需求.md"
+    assert wf.workbench.root == workspace / ".flower" and paths.brief == workspace / ".flower" / "notes" / "需求.md"
     work = wf.steps[2]
     assert work.spec.name == "协调者" and work.spec.delegate_only and set(work.spec.agents) == {"coder"}
     assert "只用中文提问" in wf.steps[0].spec.instructions, "instructions go to the clarifier"
@@ -617,19 +609,17 @@ def test_starter_flow_assembly(tmp_path):
     assert wf.steps[0].when is not None and work.when is None
     assert "每改一处就跑一次验证" in work.spec.agents["coder"].prompt and work.retries == 2
     assert not list(tmp_path.rglob("*.md")), "building the flow writes nothing"
-    assert [s.name for s in starter_flow("x", workspace=ws, run_dir=tmp_path / "runs", clarify_only=True).steps] == \
-        ["确认需求"]
-    no_goal = starter_flow("x", workspace=ws, run_dir=tmp_path / "runs", goal=False)
+    only = starter_flow("x", workspace=workspace, run_dir=tmp_path / "runs", clarify_only=True)
+    assert [s.name for s in only.steps] == ["确认需求"]
+    no_goal = starter_flow("x", workspace=workspace, run_dir=tmp_path / "runs", goal=False)
     assert [s.name for s in no_goal.steps] == ["确认需求", "工作"] and no_goal.steps[1].gate is None
 
 
-def test_starter_flow_refuses_before_any_spend(tmp_path):
-    ws = tmp_path / "ws"
-    ws.mkdir()
+def test_starter_flow_refuses_before_any_spend(workspace, tmp_path):
     with pytest.raises(ValueError, match="要给一句诉求"):
-        starter_flow("  ", workspace=ws)
+        starter_flow("  ", workspace=workspace)
     with pytest.raises(ValueError, match="git"):
-        starter_flow("x", workspace=ws, isolate=True)
+        starter_flow("x", workspace=workspace, isolate=True)
 
 
 def test_starter_flow_isolated_workbench_sits_beside_the_repo(git_workspace, tmp_path):
@@ -640,29 +630,27 @@ def test_starter_flow_isolated_workbench_sits_beside_the_repo(git_workspace, tmp
     assert getattr(wf.steps[2].spec.agents["coder"], "_flower_isolate", False)
 
 
-def test_wake_detection_and_new(tmp_path):
-    ws, runs = tmp_path / "ws", tmp_path / "runs"
-    ws.mkdir()
-    paths = starter_paths(ws, run_dir=runs)
+def test_wake_detection_and_new(workspace, tmp_path):
+    runs = tmp_path / "runs"
+    paths = starter_paths(workspace, run_dir=runs)
     Brief.parse(BRIEF).write(paths.brief)
     Goal.parse(GOAL).write(paths.goal)
-    Lineage.open(runs, ws).remember("工作", "sess-old")
-    wf = starter_flow("", workspace=ws, run_dir=runs)  # a wake-up needs no sentence
-    assert wf.steps[0].when({}) is False and wake_state(ws, run_dir=runs)["waking"]
+    Lineage.open(runs, workspace).remember("工作", "sess-old")
+    wf = starter_flow("", workspace=workspace, run_dir=runs)  # a wake-up needs no sentence
+    assert wf.steps[0].when({}) is False and wake_state(workspace, run_dir=runs)["waking"]
     with pytest.raises(ValueError, match="要给一句诉求"):
-        starter_flow("", workspace=ws, run_dir=runs, new=True)
+        starter_flow("", workspace=workspace, run_dir=runs, new=True)
     assert paths.brief.exists(), "a refused start moves nothing"
-    fresh = starter_flow("重新来", workspace=ws, run_dir=runs, new=True)
-    assert fresh.steps[0].when({}) is True and fresh.steps[1].when({}) is True and not wake_state(ws, run_dir=runs)["waking"]
-    assert not paths.brief.exists() and not paths.goal.exists() and Lineage.open(runs, ws).steps == {}
+    fresh = starter_flow("重新来", workspace=workspace, run_dir=runs, new=True)
+    assert fresh.steps[0].when({}) is True and fresh.steps[1].when({}) is True
+    assert not wake_state(workspace, run_dir=runs)["waking"]
+    assert not paths.brief.exists() and not paths.goal.exists() and Lineage.open(runs, workspace).steps == {}
     (archived,) = (runs / "archive").iterdir()
     assert sorted(p.name for p in archived.iterdir()) == ["lineage.json", "目标.md", "需求.md"], "moved, not deleted"
 
 
-async def test_starter_flow_refuses_a_runtime_with_another_run_dir(tmp_path, creds):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    wf = starter_flow("x", workspace=ws, run_dir=tmp_path / "runs")
+async def test_starter_flow_refuses_a_runtime_with_another_run_dir(workspace, tmp_path, creds):
+    wf = starter_flow("x", workspace=workspace, run_dir=tmp_path / "runs")
     rt = _rec(tmp_path)
     rt.run_dir = tmp_path / "elsewhere"
     with pytest.raises(ValueError, match="same run_dir"):
@@ -670,16 +658,14 @@ async def test_starter_flow_refuses_a_runtime_with_another_run_dir(tmp_path, cre
     assert rt.calls == [] and not (tmp_path / "elsewhere").exists(), "refused before anything is written"
 
 
-async def test_wake_sentence_is_appended_once_and_reaches_goal_and_coordinator(tmp_path, creds):
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    paths = starter_paths(ws, run_dir=tmp_path / "runs")
+async def test_wake_sentence_is_appended_once_and_reaches_goal_and_coordinator(workspace, tmp_path, creds):
+    paths = starter_paths(workspace, run_dir=tmp_path / "runs")
     Brief.parse(BRIEF).write(paths.brief)
     Goal.parse(GOAL).write(paths.goal)
     for _ in range(2):
         rt = _rec(tmp_path, [("## 目标\n做 X 和 Y\n## 检查清单\n1. y 能跑", True), ("done", True),
                              ("## 结论\n达成", True)])
-        ctx = await starter_flow("再加上 Y", workspace=ws, run_dir=tmp_path / "runs").run(rt)
+        ctx = await starter_flow("再加上 Y", workspace=workspace, run_dir=tmp_path / "runs").run(rt)
         assert "确认需求" not in ctx["_results"] and "_failed_at" not in ctx
     assert paths.brief.read_text().count("再加上 Y") == 1
     setter, lead = rt.calls[0], rt.calls[1]
@@ -689,28 +675,27 @@ async def test_wake_sentence_is_appended_once_and_reaches_goal_and_coordinator(t
 
 
 # -- wake_state --------------------------------------------------------------------------------
-def test_wake_state_reads_only(tmp_path, monkeypatch):
-    ws = tmp_path / "ws"
-    ws.mkdir()
+def test_wake_state_reads_only(workspace, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    paths = starter_paths(ws)
-    empty = wake_state(ws)
+    paths = starter_paths(workspace)
+    empty = wake_state(workspace)
     assert empty == {"waking": False, "brief": paths.brief, "goal": paths.goal, "checks": 0, "woke": 0, "steps": {}}
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"] and list(ws.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ws"] and list(workspace.iterdir()) == []
     Brief.parse(BRIEF).write(paths.brief)
     Goal.parse(GOAL).write(paths.goal)
-    lin = Lineage.open(paths.run_dir, ws)
+    lin = Lineage.open(paths.run_dir, workspace)
     lin.remember("工作", "sess-9")
     lin.bump()
     lin.bump()
-    state = wake_state(ws)
-    assert state == {"waking": True, "brief": ws / ".flower" / "notes" / "需求.md",
-                     "goal": ws / ".flower" / "notes" / "目标.md", "checks": 2, "woke": 2, "steps": {"工作": "sess-9"}}
+    state = wake_state(workspace)
+    notes = workspace / ".flower" / "notes"
+    assert state == {"waking": True, "brief": notes / "需求.md", "goal": notes / "目标.md", "checks": 2, "woke": 2,
+                     "steps": {"工作": "sess-9"}}
     state["steps"]["x"] = "y"
-    assert Lineage.open(paths.run_dir, ws).steps == {"工作": "sess-9"}, "a copy"
+    assert Lineage.open(paths.run_dir, workspace).steps == {"工作": "sess-9"}, "a copy"
     (paths.brief).write_text("## 目标\n只有一节")
-    assert wake_state(ws)["waking"] is False
-    iso = wake_state(ws, isolate=True, brief_name="b.md", goal_name="g.md")
+    assert wake_state(workspace)["waking"] is False
+    iso = wake_state(workspace, isolate=True, brief_name="b.md", goal_name="g.md")
     assert iso["brief"] == tmp_path / ".flower-ws" / "notes" / "b.md" and iso["goal"].name == "g.md"
 
 
@@ -727,11 +712,6 @@ def test_verdict_feedback_is_what_goes_back(tmp_path):
 
 def test_words_added_during_clarification_survive_the_frozen_brief(tmp_path):
     """The person types while the clarifier is still asking: amend() creates the file first."""
-    from flower.core.channel import HumanChannel
-    from flower.core.runtime import StepResult
-    from flower.docs import Brief
-    from flower.workflow import clarify_step
-
     brief_path = tmp_path / "notes" / "需求.md"
     ch = HumanChannel(amend_path=brief_path, timeout_s=0)
     assert ch.amend("顺便支持深色模式")
