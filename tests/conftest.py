@@ -5,10 +5,14 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
+
+from flower.core.credentials import LOOKUP_VARS
+from flower.testing import Rule, ScriptedModel
 
 
 def docker_available() -> bool:
@@ -78,7 +82,21 @@ def tree_hash() -> Callable[..., str]:
 @pytest.fixture(autouse=True)
 def _no_host_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     """A developer's real key must never reach a test run, nor change its outcome."""
-    for key in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL",
-                "FLOWER_ENV", "ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL", "CLAUDE_CONFIG_DIR"):
+    for key in LOOKUP_VARS:
         monkeypatch.setenv(key, "")  # recorded, so whatever a test loads is undone after it
         monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def scripted(monkeypatch: pytest.MonkeyPatch):
+    """`with scripted(rules) as model:` — credentials and base URL set as a user would set them,
+    so a Runtime (and the real CLI it starts) built inside talks to the scripted model."""
+
+    @contextmanager
+    def start(rules: list[Rule], **kw) -> Iterator[ScriptedModel]:
+        with ScriptedModel(rules, **kw) as model:
+            for key, value in model.env.items():
+                monkeypatch.setenv(key, value)
+            yield model
+
+    return start

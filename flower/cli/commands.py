@@ -151,11 +151,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_setup(args: argparse.Namespace) -> int:
-    if not (isatty(sys.stdin) and isatty(sys.stdout)):
-        raise Exit(1, f"flower setup 要在终端里跑;不在终端就手写 {tilde(credentials.env_file())}(ANTHROPIC_API_KEY=…)")
-    from ..core.credentials import TOKEN_KEYS, load_dotenv
+    from ..core.credentials import TOKEN_KEYS, load_dotenv, user_env_file
 
-    configured = credentials.env_file().is_file() or bool(load_dotenv()) or any(os.environ.get(k) for k in TOKEN_KEYS)
+    if not (isatty(sys.stdin) and isatty(sys.stdout)):
+        raise Exit(1, f"flower setup 要在终端里跑;不在终端就手写 {tilde(user_env_file())}(ANTHROPIC_API_KEY=…)")
+    configured = user_env_file().is_file() or bool(load_dotenv()) or any(os.environ.get(k) for k in TOKEN_KEYS)
     return 0 if credentials.configure("重新配置。" if configured else "还没配过凭证。") else 1
 
 

@@ -192,7 +192,7 @@ class Console:
         text = line.strip()
         if self.interrupting:
             self.interrupting = False
-            self.loop.call_soon_threadsafe(self.runtime.interrupt, text)
+            self.runtime.interrupt(text)  # thread-safe itself
             self.screen.say("! 已打断这一轮" + (f",带着你的话接着干:{one_line(text, 80)}" if text else ",接着跑")
                             + "(在下一个消息边界生效)")
             return

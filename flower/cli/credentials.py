@@ -43,17 +43,14 @@ def require(args: argparse.Namespace, screen: Screen | None = None) -> None:
                 screen.say(f"- {key}={shown}({where})")
 
 
-def env_file() -> Path:
-    return Path.home() / ".config" / "flower" / ".env"
-
-
 def write_env(values: dict[str, str], path: Path | None = None) -> Path:
     """Write the credentials file (whole file, 0600), empty values skipped; returns its path."""
+    from ..core.credentials import user_env_file
     from ..core.files import write_atomic
 
     lines = ["# 由 `flower setup` 写。里面有凭证:别提交进版本库。"]
     lines += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in values.items() if v]
-    return write_atomic(path or env_file(), "\n".join(lines) + "\n", private=True)
+    return write_atomic(path or user_env_file(), "\n".join(lines) + "\n", private=True)
 
 
 def setup_values(token: str, base_url: str = "", model: str = "") -> dict[str, str]:
@@ -70,7 +67,9 @@ def setup_values(token: str, base_url: str = "", model: str = "") -> dict[str, s
 
 def configure(reason: str) -> bool:
     """The interactive configuration; True when a file was written (and loaded)."""
-    path = env_file()
+    from ..core.credentials import user_env_file
+
+    path = user_env_file()
     print("== 配置 flower " + "=" * 40)
     print(reason)
     print(f"凭证会存到 {tilde(path)}(只你可读)。装一次,处处生效。\n")

@@ -38,9 +38,16 @@ SETTINGS_KEYS = (
     "ANTHROPIC_DEFAULT_SONNET_MODEL",
     "ANTHROPIC_DEFAULT_HAIKU_MODEL",
 )
+# Every variable that decides which credentials, endpoint or config a run ends up with.
+LOOKUP_VARS = (*SETTINGS_KEYS, "FLOWER_ENV", "CLAUDE_CONFIG_DIR")
 # Any one of these means the CLI can authenticate.
 TOKEN_KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
               "CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX")
+
+
+def user_env_file(home: Path | None = None) -> Path:
+    """~/.config/flower/.env: where `flower setup` writes and the lookup reads, for this user."""
+    return (home or Path.home()) / ".config" / "flower" / ".env"
 
 
 def _places(cwd: Path | None, home: Path | None, code_root: Path | None) -> list[tuple[str, Path | None]]:
@@ -50,7 +57,7 @@ def _places(cwd: Path | None, home: Path | None, code_root: Path | None) -> list
     return [
         ("$FLOWER_ENV", Path(env_file).expanduser() if env_file else None),
         ("./.env", (cwd or Path.cwd()) / ".env"),
-        ("~/.config/flower/.env", home / ".config" / "flower" / ".env"),
+        ("~/.config/flower/.env", user_env_file(home)),
         ("repo .env", (code_root or CODE_ROOT) / ".env"),
         ("settings.json env", config / "settings.json"),
     ]

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from flower.core.credentials import LOOKUP_VARS
 from flower.testing import Rule, ScriptedModel, say, tool
 
 pytestmark = pytest.mark.cli
@@ -31,8 +32,6 @@ BRIEF = "## 目标\n做一个 hello.py\n## 验收标准\n运行打印 hello\n## 
 GOAL = "## 目标\nhello.py 打印问候\n## 检查清单\n1. python hello.py 输出 hello\n2. 支持 --name"
 ACHIEVED = "## 结论\n达成\n## 理由\n两条检查都过了\n## 未通过\n无"
 REPORT = "## 结论\n写好了 hello.py\n## 证据\n跑过了\n## 交付物\nhello.py\n## 未验证\n无"
-CRED_KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_BASE_URL",
-             "FLOWER_ENV", "ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL", "CLAUDE_CONFIG_DIR")
 FLOWER_SCRIPT = Path(sys.executable).with_name("flower")
 
 
@@ -56,7 +55,7 @@ def _rules(ws: Path, *, clarify_answer: str = "没有人回答", goal_delay: flo
 
 
 def _env(model: ScriptedModel | None, home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in CRED_KEYS}
+    env = {k: v for k, v in os.environ.items() if k not in LOOKUP_VARS}
     env.update(HOME=str(home), PYTHONUNBUFFERED="1", COLUMNS="100")
     env.pop("XDG_CONFIG_HOME", None)
     if model is not None:

@@ -21,7 +21,7 @@ from flower.core.lineage import Lineage
 from flower.core.runtime import Runtime, StepResult
 from flower.core.workbench import Workbench
 from flower.docs import Brief, Goal, Verdict
-from flower.testing import Rule, ScriptedModel, say
+from flower.testing import Rule, say
 from flower.workflow import (BRIEF_KEY, CLARIFY_RESUME, GOAL_KEY, MISSING_KEY, ROUND_KEY, VERDICT_KEY, Ctx, Step,
                              StepAbort, Workflow, clarify_step, goal_step, starter_flow, starter_paths, wake_state,
                              with_goal)
@@ -35,21 +35,6 @@ GOAL = "## 目标\n做 X\n## 检查清单\n1. x 能跑\n2. 在 macOS 上跑 [此
 @pytest.fixture
 def creds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-unit-not-real")
-
-
-@pytest.fixture
-def model(monkeypatch: pytest.MonkeyPatch):
-    """`with model(rules) as m:` — a Runtime built inside talks to the scripted model."""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def start(rules: list[Rule]):
-        with ScriptedModel(rules) as m:
-            for k, v in m.env.items():
-                monkeypatch.setenv(k, v)
-            yield m
-
-    return start
 
 
 class Recorder(Runtime):
@@ -351,14 +336,14 @@ async def test_resume_from_a_step_of_an_earlier_process_and_from_nowhere(tmp_pat
 
 
 # -- Workflow through the real CLI -------------------------------------------------------------
-async def test_real_cli_on_reject_continues_the_same_session_and_retries_start_fresh(workspace, tmp_path, creds, model):
+async def test_real_cli_on_reject_continues_the_same_session_and_retries_start_fresh(workspace, tmp_path, creds, scripted):
     rules = [Rule(say("draft 1"), prompt="write a poem", user="write a poem"),
              Rule(say("draft 2"), user="make it rhyme"),
              Rule(say("plain 1"), say("plain 2"), prompt="plain task")]
     async def rhyme(r: StepResult, c: Ctx) -> str:
         return "make it rhyme"
 
-    with model(rules) as m:
+    with scripted(rules) as m:
         rt = Runtime(workspace=workspace, run_dir=tmp_path / "runs")
         judged = Step("poem", SPEC, "write a poem", retries=1, gate=lambda r, c: r.text == "draft 2",
                       on_reject=rhyme)
@@ -374,13 +359,13 @@ async def test_real_cli_on_reject_continues_the_same_session_and_retries_start_f
     assert _lineage(rt) == {"poem": poem[0].session, "plain": plain_reqs[-1].session}
 
 
-async def test_real_cli_continuity_and_fork(workspace, tmp_path, creds, model):
+async def test_real_cli_continuity_and_fork(workspace, tmp_path, creds, scripted):
     rules = [Rule(say("A-DONE"), prompt="task A", user="task A"),
              Rule(say("B-DONE"), user="task B"),
              Rule(say("A-AGAIN"), user="carry on A")]
     a = Step("A", SPEC, "task A", resume_prompt="carry on A")
     b = Step("B", SPEC, "task B", resume_from="A", fork=True)
-    with model(rules) as m:
+    with scripted(rules) as m:
         await Workflow([a, b]).run(Runtime(workspace=workspace, run_dir=tmp_path / "runs"))
         first_a = m.conversation[0].session
         fork_b = next(r for r in m.conversation if r.user == "task B")
@@ -391,11 +376,11 @@ async def test_real_cli_continuity_and_fork(workspace, tmp_path, creds, model):
     assert "task A" in json.dumps(again.messages), "continuity resumes with the short prompt, not the whole task"
 
 
-async def test_real_cli_a_lineage_that_outlived_its_store_starts_fresh(workspace, tmp_path, creds, model):
+async def test_real_cli_a_lineage_that_outlived_its_store_starts_fresh(workspace, tmp_path, creds, scripted):
     """The lineage names a session the store no longer has: the step starts over instead of failing."""
     rules = [Rule(say("A-DONE"), say("A-DONE 2"), user="task A"), Rule(say("A-AGAIN"), user="carry on A")]
     a = Step("A", SPEC, "task A", resume_prompt="carry on A")
-    with model(rules) as m:
+    with scripted(rules) as m:
         await Workflow([a]).run(Runtime(workspace=workspace, run_dir=tmp_path / "runs"))
         first = m.conversation[0].session
         fresh_dir = tmp_path / "runs2"  # same lineage, empty sessions.db
