@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RunLayout", "RunSpec", "SpecError", "write_spec", "read_spec", "write_env_file", "read_env_file",
-           "add_worktree", "remove_worktree", "commit_all", "diff", "NotAGitRepo", "BranchExists",
-           "WorktreeError", "Backend", "BackendError", "LocalBackend", "DockerBackend"]
-
 _WHERE = {
     "RunLayout": "layout", "RunSpec": "spec", "SpecError": "spec", "write_spec": "spec", "read_spec": "spec",
     "write_env_file": "envfile", "read_env_file": "envfile",
@@ -20,6 +16,7 @@ _WHERE = {
     "NotAGitRepo": "worktree", "BranchExists": "worktree", "WorktreeError": "worktree",
     "Backend": "backends", "BackendError": "backends", "LocalBackend": "backends", "DockerBackend": "backends",
 }
+__all__ = list(_WHERE)
 
 
 def __getattr__(name: str) -> Any:

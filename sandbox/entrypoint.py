@@ -31,6 +31,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from flower.core.files import write_atomic
+
 from .layout import RunLayout
 from .spec import RunSpec, SpecError, read_spec
 
@@ -80,7 +82,6 @@ class EventLog:
         self._lock = threading.Lock()
         self._f = open(path, "a", encoding="utf-8", buffering=1)
         self.step = ""  # the runtime step in flight, for events that do not name one
-        self.count = 0
 
     def write(self, kind: str, text: str = "", tool: str = "", payload: dict[str, Any] | None = None,
               step: str = "", at: float | None = None) -> None:
@@ -92,7 +93,6 @@ class EventLog:
                 return
             self._f.write(data)
             self._f.flush()
-            self.count += 1
 
     def event(self, ev: Any) -> None:
         """A ``flower.Event``: kind, text, tool, payload (its JSON part), step, at — never ``raw``."""
@@ -137,9 +137,7 @@ def write_exit(path: Path, status: str, *, error: str | None = None, cost_usd: f
     assert status in STATUSES, status
     data = {"status": status, "error": _one_line(error) if error else None, "cost_usd": round(cost_usd, 4),
             "steps": steps or [], "exit_code": extra.pop("exit_code", EXIT_CODES[status]), **extra}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(jsonable(data), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(jsonable(data), ensure_ascii=False, indent=1) + "\n")
     return data
 
 
@@ -181,7 +179,7 @@ def _credentials(layout: RunLayout) -> None:
 
 def _workflow(spec: RunSpec, layout: RunLayout) -> Any:
     from flower.core.guard import isolated
-    from flower.workflow import starter_flow, starter_paths
+    from flower.workflow import starter_flow
 
     options = {k: v for k, v in spec.options.items() if k != "isolate"}
     if not layout.workspace.is_dir():
@@ -190,9 +188,6 @@ def _workflow(spec: RunSpec, layout: RunLayout) -> Any:
         wf = starter_flow(spec.ask, workspace=layout.workspace, run_dir=layout.run_dir, isolate=True, **options)
     except ValueError as e:
         raise _Stop(str(e)) from None
-    paths = starter_paths(layout.workspace, run_dir=layout.run_dir, isolate=True)
-    if paths.workbench != layout.workbench:  # one rule for both; a mismatch would lose the notes
-        raise _Stop(f"the workbench would be {paths.workbench}, but the run's layout says {layout.workbench}")
     for step in wf.steps:  # the run's worktree is the isolation (see the module doc)
         for agent in (getattr(step.spec, "agents", None) or {}).values():
             isolated(agent, False)
@@ -207,16 +202,13 @@ class _Run:
         self.runtime: Any = None
         self.started = time.time()
         self.killed: str | None = None
-        self.exit: dict[str, Any] | None = None
 
-    def finish(self, status: str, error: str | None = None, **extra: Any) -> dict[str, Any]:
+    def finish(self, status: str, error: str | None = None, **extra: Any) -> None:
         rt = self.runtime
-        self.exit = write_exit(
-            self.layout.exit_file, status, error=error, cost_usd=rt.total_cost() if rt else 0.0,
-            steps=_steps(self.layout.run_dir, rt.run_id if rt else None), run_id=self.spec.run_id,
-            tenant=self.spec.tenant, runtime_run=rt.run_id if rt else None, started_at=self.started,
-            ended_at=time.time(), **extra)
-        return self.exit
+        write_exit(self.layout.exit_file, status, error=error, cost_usd=rt.total_cost() if rt else 0.0,
+                   steps=_steps(self.layout.run_dir, rt.run_id if rt else None), run_id=self.spec.run_id,
+                   tenant=self.spec.tenant, runtime_run=rt.run_id if rt else None, started_at=self.started,
+                   ended_at=time.time(), **extra)
 
     def kill(self, sig: signal.Signals) -> None:
         """SIGTERM & co, as flower's own CLI does: the step in flight goes into the manifest, exit.json says

@@ -9,12 +9,12 @@ errors or logs — keys do.
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from pathlib import Path
 
 from dotenv import dotenv_values
+
+from flower.core.files import write_atomic
 
 __all__ = ["write_env_file", "read_env_file", "EnvFileError", "ENV_KEY"]
 
@@ -47,22 +47,9 @@ def check_env(values: dict[str, str]) -> None:
 def write_env_file(path: str | Path, values: dict[str, str]) -> Path:
     """Write ``values`` as the whole file (0600, temp + rename: a reader never sees half); returns the path."""
     check_env(values)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     body = "# flower run credentials: written by the service, read through FLOWER_ENV. Never commit.\n"
     body += "".join(f"{k}={_quote(v)}\n" for k, v in values.items())
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # created 0600
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomic(path, body, private=True, durable=True)
 
 
 def read_env_file(path: str | Path) -> dict[str, str]:

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import re
-import tempfile
 import typing
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from typing import Any
 import msgspec
 
 from flower.core.credentials import SETTINGS_KEYS, TOKEN_KEYS
+from flower.core.files import write_atomic
 from flower.workflow.starter import starter_flow
 
 from .envfile import EnvFileError, check_env
@@ -34,7 +33,7 @@ SET_BY_SANDBOX = {
 }
 # Environment names a client may not set through `env`.
 RESERVED_ENV = {"FLOWER_ENV", "HOME", "PATH", "PYTHONPATH", "FLOWER_RUN_ID", "FLOWER_TENANT"}
-CREDENTIAL_ENV = set(SETTINGS_KEYS) | set(TOKEN_KEYS) | {"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"}
+CREDENTIAL_ENV = set(SETTINGS_KEYS) | set(TOKEN_KEYS)
 _FILE_NAME = re.compile(r"[^/\\\0]{1,120}")
 _NAMES = ("brief_name", "goal_name", "log_name")
 
@@ -127,17 +126,8 @@ def write_spec(layout: RunLayout, spec: RunSpec) -> Path:
     if spec.repo_name and spec.repo_name != layout.repo_name:
         raise SpecError(f"the spec names repository {spec.repo_name!r} but the layout's is {layout.repo_name!r}")
     spec = msgspec.structs.replace(spec, repo_name=layout.repo_name)
-    path = layout.spec_file
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".spec.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(msgspec.json.format(msgspec.json.encode(spec), indent=2) + b"\n")
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    path = write_atomic(layout.spec_file, msgspec.json.format(msgspec.json.encode(spec), indent=2) + b"\n")
+    path.chmod(0o644)  # whatever the service's umask: not secret, and read by the run
     return path
 
 

@@ -7,15 +7,18 @@ end to end, through the real CLI, with no key and no network beyond 127.0.0.1.
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 from flower.core.channel import HumanChannel, MailboxAnswers
 from flower.testing import Rule, ScriptedModel, say, tool
 
-__all__ = ["starter_rules", "waiting_rules", "credentials", "Person", "prepare", "GIT_CHECKED",
-           "CLARIFIER", "JUDGE", "LEAD", "BRIEF", "GOAL", "ACHIEVED", "REPORT", "QUESTION", "ANSWER"]
+__all__ = ["starter_rules", "waiting_rules", "credentials", "Person", "prepare", "read_events", "wait_asking",
+           "GIT_CHECKED", "ASK", "CLARIFIER", "JUDGE", "LEAD", "BRIEF", "GOAL", "ACHIEVED", "REPORT", "QUESTION",
+           "ANSWER"]
 
 ASK = HumanChannel.tool_name
 CLARIFIER, JUDGE, LEAD = "你是需求确认者", "你是判定者", "你是协调者"
@@ -83,6 +86,20 @@ def credentials(model: ScriptedModel) -> dict[str, str]:
     The model's CLAUDE_CONFIG_DIR is left out: a run keeps its CLI state under its own HOME.
     """
     return {k: v for k, v in model.env.items() if k != "CLAUDE_CONFIG_DIR"}
+
+
+def read_events(layout: Any) -> list[dict[str, Any]]:
+    """Every line of the run's events.jsonl, parsed."""
+    return [json.loads(line) for line in layout.events.read_text(encoding="utf-8").splitlines()]
+
+
+def wait_asking(backend: Any, handle: str, layout: Any, timeout: float = 60) -> None:
+    """Until the run has a question open in its mailbox; AssertionError (with its output) if it ends or never asks."""
+    deadline = time.monotonic() + timeout
+    while not MailboxAnswers.pending(layout.mailbox):
+        assert backend.state(handle) == "running", backend.logs(handle)[-3000:]
+        assert time.monotonic() < deadline, "the run never asked its question"
+        time.sleep(0.05)
 
 
 class Person:

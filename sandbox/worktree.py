@@ -213,17 +213,14 @@ def diff(repo: str | Path, branch: str, *, base: str) -> str:
             raise _fail(f"no common ancestor of {base!r} and {branch!r} in {repo}", e) from None
         where = next((Path(w["worktree"]) for w in _worktrees(r)
                       if w.get("branch") == f"refs/heads/{branch}" and Path(w["worktree"]) != repo), None)
+        if where is None or not where.is_dir():
+            try:
+                return r.git.diff(*_DIFF, mb, branch, "--", stdout_as_string=True, strip_newline_in_stdout=False)
+            except GitCommandError as e:
+                raise _fail(f"git could not diff {base!r}...{branch!r}", e) from None
     finally:
         r.close()
-    if where is not None and where.is_dir():
-        return _diff_with_worktree(where, mb)
-    r = _open(repo)
-    try:
-        return r.git.diff(*_DIFF, mb, branch, "--", stdout_as_string=True, strip_newline_in_stdout=False)
-    except GitCommandError as e:
-        raise _fail(f"git could not diff {base!r}...{branch!r}", e) from None
-    finally:
-        r.close()
+    return _diff_with_worktree(where, mb)
 
 
 def _diff_with_worktree(path: Path, mb: str) -> str:

@@ -45,7 +45,7 @@ from .config import ServiceConfig
 from .events import read_new
 from .logging import get_logger
 from .registry import ACTIVE, STATUSES, Registry, Run
-from .scheduler import END, Scheduler, branch_of
+from .scheduler import END, Scheduler
 from .tenants import Tenant, TenantNotReady, Tenants
 
 __all__ = ["create_app", "make_backend", "SubmitBody", "AnswerBody", "TextBody"]
@@ -140,7 +140,7 @@ async def submit(request: Request[Any, Any, Any], tenant: Tenant, data: SubmitBo
     except (ValueError, TypeError, msgspec.ValidationError) as e:
         raise ValidationException(f"invalid options: {e}") from None
     try:
-        RunLayout(scheduler.config.runs_root, run_id, Path(tenant.repo).name)
+        layout = RunLayout(scheduler.config.runs_root, run_id, Path(tenant.repo).name)
         await asyncio.to_thread(tenant.check_ready)
     except TenantNotReady as e:
         raise Unprocessable(str(e)) from None
@@ -149,7 +149,7 @@ async def submit(request: Request[Any, Any, Any], tenant: Tenant, data: SubmitBo
     run = registry.create(id=run_id, tenant=tenant.name, ask=ask, options=spec.options, repo=tenant.repo)
     log.info("run.submitted", tenant=tenant.name, run=run.id, options=sorted(data.options))
     scheduler.wake()
-    return Response({"id": run.id, "status": run.status, "branch": branch_of(run.id)}, status_code=201,
+    return Response({"id": run.id, "status": run.status, "branch": layout.branch}, status_code=201,
                     headers={"Location": f"/v1/runs/{run.id}"})
 
 
@@ -311,14 +311,15 @@ async def get_diff(request: Request[Any, Any, Any], tenant: Tenant, run_id: str)
     run = _own(request, tenant, run_id)
     if not run.base:
         raise Conflict(f"run {run.id} never started ({run.status}), so it has no diff")
+    branch = request.app.state.scheduler.layout(run).branch
     try:
-        text = await asyncio.to_thread(diff, run.repo, branch_of(run.id), base=run.base)
+        text = await asyncio.to_thread(diff, run.repo, branch, base=run.base)
     except Exception as e:  # noqa: BLE001
         log.warning("run.diff_failed", tenant=tenant.name, run=run.id, error=str(e)[:300])
-        raise NotFoundException(f"the diff of run {run.id} cannot be read: branch {branch_of(run.id)} "
+        raise NotFoundException(f"the diff of run {run.id} cannot be read: branch {branch} "
                                 "or its base is gone from the repository") from None
     return Response(text, media_type="text/x-diff; charset=utf-8",
-                    headers={"X-Flower-Branch": branch_of(run.id), "X-Flower-Base": run.base,
+                    headers={"X-Flower-Branch": branch, "X-Flower-Base": run.base,
                              "X-Flower-Status": run.status})
 
 

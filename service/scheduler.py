@@ -20,13 +20,14 @@ if it wrote one, else marked failed with a sentence saying so.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from sandbox.backends.base import read_exit
+from sandbox.entrypoint import STATUSES as EXIT_STATUSES
 from sandbox.layout import RunLayout
 from sandbox.spec import RunSpec, write_spec
 
@@ -36,19 +37,14 @@ from .logging import get_logger
 from .registry import ACTIVE, Registry, Run
 from .tenants import Tenant, TenantNotReady, Tenants
 
-__all__ = ["Scheduler", "END", "diffstat", "EXIT_STATUSES"]
+__all__ = ["Scheduler", "END", "diffstat"]
 
-EXIT_STATUSES = ("succeeded", "failed", "aborted", "killed")
 END = object()  # what a subscriber's queue gets when its run has ended (or the service stops)
 _RESERVED = {"event", "level", "timestamp", "logger", "tenant", "run"}
 _SUB_QUEUE = 10_000
 
 log = get_logger("flower.service.scheduler")
 audit_log = get_logger("flower.audit")
-
-
-def branch_of(run_id: str) -> str:
-    return f"flower/{run_id}"
 
 
 def diffstat(text: str) -> dict[str, Any]:
@@ -145,9 +141,8 @@ class Scheduler:
         for run in self.registry.list(statuses=ACTIVE, oldest_first=True):
             if run.id in live:
                 self.handles[run.id] = live[run.id]
-                if run.status == "starting":
-                    self.registry.transition(run.id, "running", frm=["starting"], handle=str(live[run.id]),
-                                             branch=branch_of(run.id))
+                if run.status == "starting":  # its branch and base were stored before the backend started it
+                    self.registry.transition(run.id, "running", frm=["starting"], handle=str(live[run.id]))
                 log.info("run.reattached", tenant=run.tenant, run=run.id, events=run.event_seq)
                 continue
             if run.status == "starting":
@@ -169,12 +164,10 @@ class Scheduler:
 
     # -- starting ----------------------------------------------------------------------------
     async def _start_queued(self) -> None:
-        total = self.registry.count(statuses=ACTIVE)
+        busy = Counter(r.tenant for r in self.registry.list(statuses=ACTIVE))  # the runs executing now: a few rows
+        total = sum(busy.values())
         if total >= self.config.max_running:
             return
-        busy: dict[str, int] = defaultdict(int)
-        for r in self.registry.list(statuses=ACTIVE):
-            busy[r.tenant] += 1
         for run in self.registry.list(statuses=["queued"], oldest_first=True):
             if total >= self.config.max_running:
                 return
@@ -200,10 +193,9 @@ class Scheduler:
             self._fail(run, f"could not start the run: {why}", frm=["starting"])
             return
         self.handles[run.id] = handle
-        if not self.registry.transition(run.id, "running", frm=["starting"], handle=str(handle),
-                                        branch=branch_of(run.id), base=base):
+        if not self.registry.transition(run.id, "running", frm=["starting"], handle=str(handle)):
             log.warning("run.vanished_while_starting", tenant=run.tenant, run=run.id)
-        log.info("run.started", tenant=run.tenant, run=run.id, branch=branch_of(run.id), base=base,
+        log.info("run.started", tenant=run.tenant, run=run.id, branch=self.layout(run).branch, base=base,
                  handle=str(handle))
 
     def _prepare_and_start(self, run: Run, tenant: Tenant) -> tuple[Any, str]:
@@ -220,9 +212,9 @@ class Scheduler:
             layout.ensure()
             with git.Repo(run.repo) as repo:
                 base = repo.head.commit.hexsha
-            add_worktree(run.repo, layout.workspace, branch_of(run.id), base=base)
+            add_worktree(run.repo, layout.workspace, layout.branch, base=base)
             worktree = True
-            self.registry.update(run.id, branch=branch_of(run.id), base=base)  # known even if we stop right here
+            self.registry.update(run.id, branch=layout.branch, base=base)  # known even if we stop right here
             write_env_file(layout.env_file, values)
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={})
             write_spec(layout, spec)
@@ -293,13 +285,6 @@ class Scheduler:
         getattr(audit_log, level)(f"audit.{action}", tenant=run.tenant, run=run.id, **fields)
 
     # -- finishing ---------------------------------------------------------------------------
-    def _read_exit(self, layout: RunLayout) -> dict[str, Any] | None:
-        try:
-            data = json.loads(layout.exit_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
     async def _finish(self, run: Run, state: str, *, why: str | None = None) -> None:
         while True:  # everything it wrote before exiting, however much
             before = run.event_offset
@@ -308,7 +293,7 @@ class Scheduler:
                 break
         layout = self.layout(run)
         handle = self.handles.get(run.id)
-        exit_data = self._read_exit(layout)
+        exit_data = read_exit(layout.exit_file)
         cost = run.cost_usd
         error: str | None = None
         if exit_data is not None:
@@ -367,7 +352,7 @@ class Scheduler:
         stat = None
         if run.base:
             try:
-                stat = diffstat(diff(run.repo, branch_of(run.id), base=run.base))
+                stat = diffstat(diff(run.repo, layout.branch, base=run.base))
             except Exception as e:  # noqa: BLE001
                 notes.append(f"reading the diff failed ({type(e).__name__}: {_one_line(e, 200)})")
         if committed and self.config.remove_worktree:

@@ -29,10 +29,9 @@ import msgspec
 
 from flower.core.credentials import TOKEN_KEYS
 
-__all__ = ["Tenant", "Tenants", "TenantError", "TenantNotReady", "hash_token", "CREDENTIAL_KEYS"]
+__all__ = ["Tenant", "Tenants", "TenantError", "TenantNotReady", "hash_token"]
 
 NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-CREDENTIAL_KEYS = TOKEN_KEYS  # any one of them lets the CLI authenticate
 
 
 class TenantError(ValueError):
@@ -89,9 +88,9 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
         except (OSError, ValueError) as e:
             raise TenantNotReady(f"the credentials file of tenant {self.name} ({cred}) cannot be read "
                                  f"({type(e).__name__}); ask the operator to fix it") from None
-        if not any(values.get(k) for k in CREDENTIAL_KEYS):
+        if not any(values.get(k) for k in TOKEN_KEYS):  # any one of them lets the CLI authenticate
             raise TenantNotReady(f"the credentials file of tenant {self.name} ({cred}) has none of "
-                                 f"{', '.join(CREDENTIAL_KEYS)}; ask the operator to add one")
+                                 f"{', '.join(TOKEN_KEYS)}; ask the operator to add one")
         check_git_repo(self.repo, self.name)
         return values
 

@@ -28,11 +28,10 @@ from typing import Any
 
 from ..layout import RunLayout
 from ..spec import RunSpec
-from .base import BackendError, check_prepared, stopped_exit
+from .base import ENV_IN_CONTAINER, BackendError, check_prepared, run_env, stopped_exit
 
 __all__ = ["DockerBackend", "ENV_IN_CONTAINER"]
 
-ENV_IN_CONTAINER = "/run/flower/flower.env"
 _RUNNING = {"created", "running", "restarting", "paused"}
 
 
@@ -82,8 +81,7 @@ class DockerBackend:
             Mount(ENV_IN_CONTAINER, str(layout.env_file), type="bind", read_only=True),
             Mount(str(layout.env_file), str(layout.env_file), type="bind", read_only=True),
         ]
-        env = {"FLOWER_ENV": ENV_IN_CONTAINER, "HOME": str(layout.home), "LANG": "C.UTF-8",
-               "PYTHONUNBUFFERED": "1", "FLOWER_RUN_ID": layout.run_id, "FLOWER_TENANT": spec.tenant, **spec.env}
+        env = run_env(layout, spec, ENV_IN_CONTAINER)
         labels = {**self.labels, "flower.run": layout.run_id, "flower.tenant": spec.tenant,
                   "flower.dir": str(layout.dir)}
         kw: dict[str, Any] = {}
@@ -132,8 +130,7 @@ class DockerBackend:
             c.stop(timeout=max(0, int(round(timeout))))
         folder = c.labels.get("flower.dir")
         if folder:
-            stopped_exit(Path(folder) / "exit.json",
-                         f"stopped; the run did not end within {timeout:g}s and was killed")
+            stopped_exit(Path(folder), timeout)
 
     def live(self) -> dict[str, str]:
         filters = {"label": ["flower.run", *(f"{k}={v}" for k, v in self.labels.items())], "status": "running"}
@@ -174,10 +171,9 @@ class DockerBackend:
         import docker
 
         try:
-            c = self.client.containers.get(handle)
+            return self.client.containers.get(handle)
         except docker.errors.NotFound:
             return None
-        return c
 
     def _user(self) -> str | None:
         """The uid:gid the container runs as: "auto" is the service's own, so every file the run and the

@@ -48,12 +48,11 @@ from typing import Any
 
 from ..layout import RunLayout
 from ..spec import RunSpec
-from .base import BackendError, check_prepared, read_exit, stopped_exit
+from .base import ENV_IN_CONTAINER, BackendError, check_prepared, read_exit, run_env, stopped_exit
 
 __all__ = ["KubernetesBackend", "KubeAPI", "job_manifest", "secret_manifest", "job_name", "label_value",
            "API_PERMISSIONS", "ENV_IN_CONTAINER", "SERVICE_ACCOUNT_DIR"]
 
-ENV_IN_CONTAINER = "/run/flower/flower.env"
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 CONTAINER = "run"
 ENV_KEY = "flower.env"
@@ -109,8 +108,7 @@ def job_manifest(layout: RunLayout, spec: RunSpec, *, image: str, namespace: str
                    "flower.claim": label_value(claim), "app.kubernetes.io/managed-by": "flower"}
     pod_labels = {**meta_labels, "flower.job": name}
     annotations = {"flower.run": layout.run_id, "flower.tenant": spec.tenant, "flower.dir": str(layout.dir)}
-    env = {"FLOWER_ENV": ENV_IN_CONTAINER, "HOME": str(layout.home), "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1",
-           "FLOWER_RUN_ID": layout.run_id, "FLOWER_TENANT": spec.tenant, **spec.env}
+    env = run_env(layout, spec, ENV_IN_CONTAINER)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
@@ -174,16 +172,9 @@ def secret_manifest(name: str, namespace: str, env_file: bytes, *, labels: dict[
             "data": {ENV_KEY: base64.b64encode(env_file).decode("ascii")}}
 
 
-def _finished(job: dict[str, Any]) -> bool:
-    status = job.get("status") or {}
-    for cond in status.get("conditions") or []:
-        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
-            return True
-    return False
-
-
-def _succeeded(job: dict[str, Any]) -> bool:
-    return any(c.get("type") == "Complete" and c.get("status") == "True"
+def _finished(job: dict[str, Any], ends: tuple[str, ...] = ("Complete", "Failed")) -> bool:
+    """The Job has one of the condition types ``ends`` (``("Complete",)``: it succeeded)."""
+    return any(c.get("type") in ends and c.get("status") == "True"
                for c in (job.get("status") or {}).get("conditions") or [])
 
 
@@ -391,7 +382,7 @@ class KubernetesBackend:
         data = read_exit(Path(folder) / "exit.json") if folder else None
         if data and isinstance(data.get("exit_code"), int):
             return data["exit_code"]
-        return 0 if _succeeded(job) else None
+        return 0 if _finished(job, ("Complete",)) else None
 
     def stop(self, handle: str, timeout: float = 10) -> None:
         job = self._job(handle)
@@ -413,7 +404,7 @@ class KubernetesBackend:
             else:  # no pod yet (nothing to signal), or the Job outlived its pod: the Job itself goes
                 self.remove(handle)
         if folder:
-            stopped_exit(Path(folder) / "exit.json", f"stopped; the run did not end within {timeout:g}s and was killed")
+            stopped_exit(Path(folder), timeout)
 
     def live(self) -> dict[str, str]:
         selector = ",".join(["flower.run", *(f"{k}={v}" for k, v in

@@ -18,12 +18,11 @@ from pathlib import Path
 
 from ..layout import RunLayout
 from ..spec import RunSpec
-from .base import BackendError, read_exit, stopped_exit
+from .base import RUN_MARK, BackendError, check_spec, read_exit, run_env, stopped_exit
 
 __all__ = ["LocalBackend"]
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-MARK = "FLOWER_RUN_ID"
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -61,18 +60,13 @@ class LocalBackend:
         if network is not None:
             raise BackendError("the local backend cannot put a run on a network (it shares the host's): "
                                "use the Docker backend for network isolation, or pass network=None")
-        if spec.run_id != layout.run_id:
-            raise BackendError(f"spec is for run {spec.run_id!r}, layout for {layout.run_id!r}")
-        if not layout.spec_file.is_file():
-            raise BackendError(f"{layout.spec_file} does not exist: write the spec (sandbox.spec.write_spec) first")
+        check_spec(layout, spec)
         running = self.live().get(layout.run_id)
         if running:
             raise BackendError(f"run {layout.run_id} is already running ({running})")
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
-        env = {"PATH": self.path, "HOME": str(layout.home), "FLOWER_ENV": str(layout.env_file),
-               "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1", MARK: layout.run_id, "FLOWER_TENANT": spec.tenant,
-               **spec.env}
+        env = {"PATH": self.path, **run_env(layout, spec, str(layout.env_file))}
         with open(layout.log, "ab") as out:
             proc = subprocess.Popen([self.python, "-m", "sandbox.entrypoint", str(layout.spec_file)],
                                     cwd=layout.dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
@@ -112,11 +106,11 @@ class LocalBackend:
             while self._alive(pid, start) and time.monotonic() < deadline:
                 time.sleep(0.05)
         self._kill_group(pid, start, verified=verified)
-        stopped_exit(folder / "exit.json", f"stopped; the run did not end within {timeout:g}s and was killed")
+        stopped_exit(folder, timeout)
 
     def live(self) -> dict[str, str]:
         out: dict[str, str] = {}
-        for pid, proc in list(self._procs.items()):
+        for proc in list(self._procs.values()):
             proc.poll()  # reap our own children
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
@@ -130,7 +124,7 @@ class LocalBackend:
                 env = dict(item.split(b"=", 1) for item in raw if b"=" in item)
             except OSError:
                 continue
-            run_id = env.get(MARK.encode())
+            run_id = env.get(RUN_MARK.encode())
             pid = int(entry.name)
             st = _stat(pid)
             if not run_id or st is None or st[0] == "Z":

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from flower.core.channel import MailboxAnswers
 from flower.testing import ScriptedModel
 from sandbox.layout import RunLayout
-from sandbox.testing import GIT_CHECKED, QUESTION, Person, prepare, starter_rules, waiting_rules
+from sandbox.testing import (GIT_CHECKED, QUESTION, Person, prepare, read_events, starter_rules, wait_asking,
+                             waiting_rules)
 from sandbox.worktree import commit_all, diff
 
 pytestmark = [pytest.mark.docker, pytest.mark.cli]
@@ -50,10 +50,6 @@ def backend(sandbox_image: str):
         c.remove(force=True)
 
 
-def _events(layout: RunLayout) -> list[dict]:
-    return [json.loads(line) for line in layout.events.read_text().splitlines()]
-
-
 def test_a_scripted_run_in_a_container(backend, git_workspace: Path, tmp_path: Path) -> None:
     repo, run_id, runs = git_workspace, "docker-e2e", tmp_path / "runs"
     main_head = git(repo, "rev-parse", "HEAD")
@@ -75,7 +71,7 @@ def test_a_scripted_run_in_a_container(backend, git_workspace: Path, tmp_path: P
     done = json.loads(layout.exit_file.read_text())
     assert done["status"] == "succeeded" and done["exit_code"] == 0
     assert [s["step"] for s in done["steps"]] == ["确认需求", "设定目标", "工作", "工作·判定#1"]
-    lines = _events(layout)
+    lines = read_events(layout)
     assert [x["text"] for x in lines if x["kind"] == "step"] == ["确认需求", "设定目标", "工作"]
     assert {"mcp__human__ask", "Agent", "Write", "Bash"} <= {x["tool"] for x in lines if x["kind"] == "tool_call"}
     denied = [x for x in lines if x["kind"] == "audit" and x["text"] == "deny"]
@@ -103,11 +99,7 @@ def test_live_finds_a_running_container_and_stop_kills_it(backend, git_workspace
     with ScriptedModel(waiting_rules()) as model:
         layout, spec = prepare(repo, runs, run_id, model, options={"timeout_s": 600})
         handle = backend.start(layout, spec)
-        deadline = time.monotonic() + 60
-        while not MailboxAnswers.pending(layout.mailbox):
-            assert backend.state(handle) == "running", backend.logs(handle)[-3000:]
-            assert time.monotonic() < deadline, "the run never asked its question"
-            time.sleep(0.05)
+        wait_asking(backend, handle, layout)
         # a restarted service re-finds it by label
         again = DockerBackend(backend.image, network_mode="host", labels=backend.labels)
         assert again.live() == {run_id: handle} and again.state(handle) == "running"
@@ -121,7 +113,7 @@ def test_live_finds_a_running_container_and_stop_kills_it(backend, git_workspace
     done = json.loads(layout.exit_file.read_text())
     assert done["status"] == "killed" and "SIGTERM" in done["error"]
     assert [(s["step"], s["error"]) for s in done["steps"]] == [("确认需求", "killed-by-signal")]
-    assert _events(layout)[-1]["payload"] == {"subtype": "killed", "signal": "SIGTERM"}
+    assert read_events(layout)[-1]["payload"] == {"subtype": "killed", "signal": "SIGTERM"}
 
 
 def test_start_refuses_what_cannot_run(backend, git_workspace: Path, tmp_path: Path) -> None:

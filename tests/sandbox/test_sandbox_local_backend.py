@@ -13,7 +13,7 @@ from flower.core.channel import MailboxAnswers
 from flower.testing import ScriptedModel
 from sandbox.backends import Backend, LocalBackend
 from sandbox.layout import RunLayout
-from sandbox.testing import QUESTION, Person, prepare, starter_rules, waiting_rules
+from sandbox.testing import QUESTION, Person, prepare, read_events, starter_rules, wait_asking, waiting_rules
 from sandbox.worktree import commit_all, diff
 
 pytestmark = pytest.mark.cli
@@ -21,10 +21,6 @@ pytestmark = pytest.mark.cli
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
-
-
-def events(layout: RunLayout) -> list[dict]:
-    return [json.loads(line) for line in layout.events.read_text().splitlines()]
 
 
 def pids_of(run_id: str) -> list[int]:
@@ -72,7 +68,7 @@ def test_a_scripted_run_end_to_end(git_workspace: Path, runs: Path) -> None:
     assert [s["step"] for s in done["steps"]] == ["确认需求", "设定目标", "工作", "工作·判定#1"]
     assert all(s["ok"] for s in done["steps"]) and done["cost_usd"] > 0
 
-    lines = events(layout)
+    lines = read_events(layout)
     assert all(set(x) == {"kind", "text", "tool", "payload", "step", "at"} for x in lines)
     assert lines[0]["kind"] == "system" and lines[0]["payload"]["workbench"] == str(layout.workbench)
     assert [x["text"] for x in lines if x["kind"] == "step"] == ["确认需求", "设定目标", "工作"]
@@ -99,14 +95,6 @@ def test_a_scripted_run_end_to_end(git_workspace: Path, runs: Path) -> None:
     print(f"local run end to end: {took:.1f}s, {len(lines)} event lines")
 
 
-def _asking(backend: LocalBackend, handle: str, layout: RunLayout) -> None:
-    deadline = time.monotonic() + 60
-    while not MailboxAnswers.pending(layout.mailbox):
-        assert backend.state(handle) == "running", layout.log.read_text()[-3000:]
-        assert time.monotonic() < deadline, "the run never asked its question"
-        time.sleep(0.05)
-
-
 def _gone(run_id: str) -> bool:
     deadline = time.monotonic() + 5
     while pids_of(run_id) and time.monotonic() < deadline:
@@ -122,7 +110,7 @@ def test_live_re_attach_and_stop_means_killed(git_workspace: Path, runs: Path,
         layout, spec = prepare(repo, runs, run_id, model, options={"timeout_s": 600})
         first = LocalBackend(root=runs)
         handle = first.start(layout, spec)
-        _asking(first, handle, layout)
+        wait_asking(first, handle, layout)
         assert first.live() == {run_id: handle}
 
         # a restarted service: a new backend finds the same run, with the same handle
@@ -145,7 +133,7 @@ def test_live_re_attach_and_stop_means_killed(git_workspace: Path, runs: Path,
     assert [(s["step"], s["error"]) for s in done["steps"]] == [("确认需求", "killed-by-signal")]
     rows = json.loads((layout.run_dir / "manifest.json").read_text())
     assert [r["error"] for r in rows] == ["killed-by-signal"], "runtime.rescue() put the step in flight there"
-    assert events(layout)[-1]["payload"] == {"subtype": "killed", "signal": "SIGTERM"}
+    assert read_events(layout)[-1]["payload"] == {"subtype": "killed", "signal": "SIGTERM"}
     assert _gone(run_id), "nothing of the run is left running"
     first.remove(handle)
     assert first.state(handle) == "missing"
@@ -160,7 +148,7 @@ def test_a_sigterm_from_anyone_ends_the_whole_run(git_workspace: Path, runs: Pat
         layout, spec = prepare(git_workspace, runs, "local-term", model, options={"timeout_s": 600})
         backend = LocalBackend(root=runs)
         handle = backend.start(layout, spec)
-        _asking(backend, handle, layout)
+        wait_asking(backend, handle, layout)
         assert len(pids_of("local-term")) >= 2, "the entrypoint and its CLI"
         os.kill(int(handle.split(":")[1]), signal.SIGTERM)
         assert backend.wait(handle, 10) == 143
@@ -184,7 +172,6 @@ def test_start_needs_the_spec_file(tmp_path: Path) -> None:
         LocalBackend().start(RunLayout(tmp_path, "r1", "ws"), RunSpec("r1", "t", "x"))
 
 
-
 def test_an_interrupt_through_the_mailbox_redirects_the_step(git_workspace: Path, runs: Path) -> None:
     """``mailbox/interrupt.json`` stops the step in flight — even while it waits on a question, which is then
     withdrawn — and the step continues its session with the person's words."""
@@ -199,7 +186,7 @@ def test_an_interrupt_through_the_mailbox_redirects_the_step(git_workspace: Path
         layout, spec = prepare(repo, runs, run_id, model, options={"timeout_s": 600, "clarify_only": True})
         backend = LocalBackend(root=runs)
         handle = backend.start(layout, spec)
-        _asking(backend, handle, layout)
+        wait_asking(backend, handle, layout)
         MailboxAnswers.interrupt(layout.mailbox, words)
         assert backend.wait(handle, 120) == 0, layout.log.read_text()[-3000:]
         assert model.unmatched == []

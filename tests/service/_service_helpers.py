@@ -128,6 +128,15 @@ class Service:
         self._log.close()
 
 
+def serve(deployment: Deployment, services: list[Service], model: Any, name: str = "service",
+          **start: Any) -> Service:
+    """The tenants' credentials pointed at ``model``, then the service started (the ``services`` fixture stops it)."""
+    deployment.set_credentials(model.env)
+    service = Service(deployment, name).start(**start)
+    services.append(service)
+    return service
+
+
 def wait_for(fn: Any, timeout: float = 60, every: float = 0.1, what: str = "") -> Any:
     deadline = time.monotonic() + timeout
     last = None

@@ -12,16 +12,14 @@ import httpx
 import pytest
 
 from _service_helpers import TOKENS, Deployment, Service, end_leftover_runs, git, run_status, wait_question
-from flower.core.channel import HumanChannel
 from flower.testing import Rule, ScriptedModel, tool
-
-ASK = HumanChannel.tool_name
+from sandbox.testing import ASK, CLARIFIER
 
 
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, Deployment]]:
     """One service for the module; its one run waits on a question the whole time."""
-    rules = [Rule(tool(ASK, {"question": "等着"}), system="你是需求确认者", repeat=True)]
+    rules = [Rule(tool(ASK, {"question": "等着"}), system=CLARIFIER, repeat=True)]
     with ScriptedModel(rules) as model:
         dep = Deployment(tmp_path_factory.mktemp("api"), env=model.env)
         service = Service(dep).start()

@@ -8,26 +8,21 @@ from __future__ import annotations
 
 import pytest
 
-from _service_helpers import Deployment, Service, git, wait_question, wait_status
-from flower.core.channel import HumanChannel
+from _service_helpers import Deployment, Service, git, serve, wait_question, wait_status
 from flower.testing import Rule, ScriptedModel, say, tool
+from sandbox.testing import ASK, BRIEF, CLARIFIER
 
 pytestmark = [pytest.mark.docker, pytest.mark.cli]
 
-ASK = HumanChannel.tool_name
-BRIEF = "## 目标\n做一个 hello.py\n## 验收标准\n运行打印 hello\n## 边界\n只用标准库\n## 未知与假设\n用 Python 3"
-
 
 def test_a_clarify_run_in_a_container_answered_over_the_api(docker_engine, tmp_path, services: list[Service]):
-    rules = [Rule(tool(ASK, {"question": "用什么语言?", "options": ["Python", "Go"]}), system="你是需求确认者"),
-             Rule(say(BRIEF), system="你是需求确认者", result="Python")]
+    rules = [Rule(tool(ASK, {"question": "用什么语言?", "options": ["Python", "Go"]}), system=CLARIFIER),
+             Rule(say(BRIEF), system=CLARIFIER, result="Python")]
     deployment = Deployment(tmp_path)
     deployment.config.write_text('data_dir = "data"\ntenants = "tenants.toml"\nbackend = "docker"\n'
                                  'network_mode = "host"\npoll_s = 0.1\n')  # no image named: built from this tree
     with ScriptedModel(rules) as model:
-        deployment.set_credentials(model.env)
-        service = Service(deployment).start(timeout=600)  # the first start may build the image
-        services.append(service)
+        service = serve(deployment, services, model, timeout=600)  # the first start may build the image
         acme = service.client("acme")
         r = acme.post("/v1/runs", json={"ask": "帮我做一个 hello 程序", "options": {"clarify_only": True}})
         assert r.status_code == 201, r.text

@@ -19,7 +19,7 @@ from service.registry import Registry
 from service.scheduler import diffstat
 from service.tenants import TenantError, TenantNotReady, Tenants, hash_token
 
-from _service_helpers import ROOT, make_repo
+from _service_helpers import ROOT
 
 
 # -- config ----------------------------------------------------------------------------------------
@@ -150,8 +150,8 @@ def test_tenants_file_is_reread_on_change_and_a_broken_edit_keeps_the_last_good(
     assert tenants.get("b") is not None and errors and "not valid TOML" in errors[0]
 
 
-def test_check_ready_names_what_is_missing(tmp_path: Path):
-    repo = make_repo(tmp_path / "repo")
+def test_check_ready_names_what_is_missing(tmp_path: Path, git_repo):
+    repo = git_repo(tmp_path / "repo")
     cred = tmp_path / "c.env"
     p = _write_tenants(tmp_path / "t.toml", f'[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\n'
                                             f'repo = "{repo}"\ncredentials = "{cred}"\n')

@@ -15,22 +15,16 @@ from _service_helpers import (
     Service,
     git,
     run_status,
+    serve,
     sse,
     wait_for,
     wait_question,
     wait_status,
 )
-from flower.core.channel import HumanChannel
 from flower.testing import Rule, ScriptedModel, say, tool
+from sandbox.testing import ACHIEVED, ASK, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
 
 pytestmark = pytest.mark.cli
-
-ASK = HumanChannel.tool_name
-CLARIFIER, JUDGE, LEAD = "你是需求确认者", "你是判定者", "你是协调者"
-BRIEF = "## 目标\n做一个 hello.py\n## 验收标准\n运行打印 hello\n## 边界\n只用标准库\n## 未知与假设\n用 Python 3"
-GOAL = "## 目标\nhello.py 打印问候\n## 检查清单\n1. python hello.py 输出 hello"
-ACHIEVED = "## 结论\n达成\n## 理由\n检查过了\n## 未通过\n无"
-REPORT = "## 结论\n写好了 hello.py\n## 证据\n跑过了\n## 交付物\nhello.py\n## 未验证\n无"
 
 
 def clarify_rules(tag: str) -> list[Rule]:
@@ -56,9 +50,7 @@ def test_a_run_end_to_end_question_events_audit_diff(deployment: Deployment, ser
         Rule(say(ACHIEVED), system=JUDGE, prompt="第 1 轮工作结束了"),
     ]
     with ScriptedModel(rules) as model:
-        deployment.set_credentials(model.env)
-        service = Service(deployment).start()
-        services.append(service)
+        service = serve(deployment, services, model)
         acme = service.client("acme")
         r = acme.post("/v1/runs", json={"ask": "帮我做一个 hello 程序", "options": {"rounds": 1}})
         assert r.status_code == 201, r.text
@@ -131,9 +123,7 @@ def test_tenant_quota_and_global_limit_keep_runs_queued_until_a_slot_frees(tmp_p
     deployment.write_tenants(beta={"quota": 2})
     rules = [r for tag in ("任务A1", "任务A2", "任务B1", "任务B2") for r in clarify_rules(tag)]
     with ScriptedModel(rules) as model:
-        deployment.set_credentials(model.env)
-        service = Service(deployment).start()
-        services.append(service)
+        service = serve(deployment, services, model)
         acme, beta = service.client("acme"), service.client("beta")
         opts = {"clarify_only": True}
         a1 = acme.post("/v1/runs", json={"ask": "任务A1", "options": opts}).json()["id"]
@@ -168,9 +158,7 @@ def test_tenant_quota_and_global_limit_keep_runs_queued_until_a_slot_frees(tmp_p
 # -- 3. cancel ------------------------------------------------------------------------------------------
 def test_cancel_stops_a_running_run(deployment: Deployment, services: list[Service]):
     with ScriptedModel(clarify_rules("一直等回答")) as model:
-        deployment.set_credentials(model.env)
-        service = Service(deployment).start()
-        services.append(service)
+        service = serve(deployment, services, model)
         acme = service.client("acme")
         run_id = acme.post("/v1/runs", json={"ask": "一直等回答", "options": {"clarify_only": True}}).json()["id"]
         wait_question(acme, run_id)
@@ -191,9 +179,7 @@ def test_an_interrupt_over_the_api_redirects_the_step_in_flight(deployment: Depl
     rules = [Rule(tool(ASK, {"question": "用什么语言?"}), system=CLARIFIER, prompt="打断我"),
              Rule(say(BRIEF), system=CLARIFIER, user="别问了,用 Python")]
     with ScriptedModel(rules) as model:
-        deployment.set_credentials(model.env)
-        service = Service(deployment).start()
-        services.append(service)
+        service = serve(deployment, services, model)
         acme = service.client("acme")
         run_id = acme.post("/v1/runs", json={"ask": "打断我", "options": {"clarify_only": True}}).json()["id"]
         wait_question(acme, run_id)
@@ -211,9 +197,7 @@ def test_an_interrupt_over_the_api_redirects_the_step_in_flight(deployment: Depl
 def test_a_run_that_cannot_start_fails_with_the_reason_and_leaves_nothing(deployment: Deployment,
                                                                           services: list[Service]):
     with ScriptedModel(clarify_rules("先占着")) as model:
-        deployment.set_credentials(model.env)
-        service = Service(deployment).start()
-        services.append(service)
+        service = serve(deployment, services, model)
         acme = service.client("acme")
         first = acme.post("/v1/runs", json={"ask": "先占着", "options": {"clarify_only": True}}).json()["id"]
         q = wait_question(acme, first)
@@ -237,9 +221,7 @@ def test_a_restarted_service_reattaches_to_a_live_run_and_fails_a_vanished_one(
         deployment: Deployment, services: list[Service]):
     rules = clarify_rules("重启之后继续") + clarify_rules("重启期间消失")
     with ScriptedModel(rules) as model:
-        deployment.set_credentials(model.env)
-        first = Service(deployment, "first").start()
-        services.append(first)
+        first = serve(deployment, services, model, "first")
         acme, beta = first.client("acme"), first.client("beta")
         keep = acme.post("/v1/runs", json={"ask": "重启之后继续", "options": {"clarify_only": True}}).json()["id"]
         gone = beta.post("/v1/runs", json={"ask": "重启期间消失", "options": {"clarify_only": True}}).json()["id"]
