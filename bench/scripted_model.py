@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import tempfile
 import time
@@ -40,15 +39,10 @@ def http_rate(n: int = 400, workers: int = 4) -> float:
 
 
 async def cli_rate() -> tuple[int, float]:
-    from claude_agent_sdk import query
-
     with tempfile.TemporaryDirectory() as ws, ScriptedModel(rules()) as model:
-        os.environ.update(model.env)
         t = time.perf_counter()
-        async for _ in query(prompt="go", options=build_options(AgentSpec("b", "", allowed_tools=["Bash"]), cwd=ws)):
-            pass
-        wall = time.perf_counter() - t
-        return len(model.conversation), wall
+        await model.collect("go", build_options(AgentSpec("b", "", allowed_tools=["Bash"]), cwd=ws))
+        return len(model.conversation), time.perf_counter() - t
 
 
 def main() -> None:

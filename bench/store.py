@@ -132,6 +132,7 @@ async def main(n: int, batch: int) -> None:
     print(f"load()   all, cold spill {cold * 1000:>8.1f} ms   (first load also writes the spill files)")
     print(f"resumed transcript       {out_size / 1e6:.2f} MB ({out_size / size:.0%} of the rows); {report}")
 
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--entries", type=int, default=10_000)

@@ -52,7 +52,7 @@ def locked(path: str | Path) -> Iterator[None]:
 def spill_file(directory: str | Path, text: str) -> Path:
     """`text` stored once under `<directory>/<sha256[:16]>.txt`; an existing file already holds it."""
     data = text.encode("utf-8", "surrogatepass")
-    path = Path(directory) / f"{hashlib.sha256(data).hexdigest()[:16]}.txt"
-    if not path.exists():
-        write_atomic(path, data)
-    return path
+    name = os.path.join(directory, hashlib.sha256(data).hexdigest()[:16] + ".txt")
+    if not os.path.exists(name):  # a store load asks this for every long result: kept off pathlib
+        write_atomic(name, data)
+    return Path(name)

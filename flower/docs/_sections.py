@@ -17,12 +17,12 @@ markdown. Parsing bugs concentrate here, so the rules live in one place:
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Iterable
-from dataclasses import fields
 from pathlib import Path
-from typing import Self
+from typing import ClassVar, Self
+
+from flower.core.files import write_atomic
 
 UNFILLED = "(未填)"
 EMPTY = "(空)"
@@ -174,14 +174,26 @@ def _closes(line: str, fence: str) -> bool:
 
 
 class Doc:
-    """Shared ``complete`` / ``write`` / ``load`` so the four documents persist the same way."""
+    """What the four documents share, so they parse, check and persist the same way.
+
+    A document is a dataclass whose fields are named by the keys of its ``sections``
+    table; ``required`` lists the keys that must be filled (None: all of them).
+    """
+
+    sections: ClassVar[Sections]
+    required: ClassVar[tuple[str, ...] | None] = None
 
     @classmethod
     def parse(cls, text: str) -> Self:
-        raise NotImplementedError
+        found, _ = cls.sections.parse(text)
+        return cls(**found)  # type: ignore[call-arg]
+
+    def _values(self) -> dict[str, str]:
+        return {k: getattr(self, k) for k in self.sections.titles}
 
     def missing(self) -> list[str]:
-        raise NotImplementedError
+        """Canonical titles of the required sections that are empty."""
+        return self.sections.missing(self._values(), self.required)
 
     def to_markdown(self) -> str:
         raise NotImplementedError
@@ -191,12 +203,8 @@ class Doc:
 
     def write(self, path: str | Path) -> Path:
         """Write ``to_markdown()`` atomically (a killed run never leaves half a file); returns the resolved path."""
-        p = Path(path).resolve()
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.{os.getpid()}.tmp")
-        tmp.write_text(self.to_markdown(), encoding="utf-8")
-        tmp.replace(p)
-        if _has_path(self):
+        p = write_atomic(Path(path).resolve(), self.to_markdown())
+        if hasattr(self, "path"):
             self.path = p  # type: ignore[attr-defined]
         return p
 
@@ -209,10 +217,6 @@ class Doc:
         except (OSError, UnicodeDecodeError):
             return None
         doc = cls.parse(text)
-        if _has_path(doc):
+        if hasattr(doc, "path"):
             doc.path = p.resolve()  # type: ignore[attr-defined]
         return doc
-
-
-def _has_path(doc: object) -> bool:
-    return any(f.name == "path" for f in fields(doc))  # type: ignore[arg-type]

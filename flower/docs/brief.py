@@ -44,17 +44,7 @@ class Brief(Doc):
     bounds: str = ""
     unknowns: str = ""
     path: Path | None = field(default=None, compare=False)
-
-    @classmethod
-    def parse(cls, text: str) -> Brief:
-        found, _ = SECTIONS.parse(text)
-        return cls(**found)
-
-    def _values(self) -> dict[str, str]:
-        return {k: getattr(self, k) for k in SECTIONS.titles}
-
-    def missing(self) -> list[str]:
-        return SECTIONS.missing(self._values())
+    sections = SECTIONS
 
     def to_markdown(self) -> str:
         """The whole document for people: a metadata line, all four sections, empty ones marked (未填)."""

@@ -22,6 +22,7 @@ class Goal(Doc):
     statement: str = ""
     checks: list[str] = field(default_factory=list)
     path: Path | None = None
+    sections = SECTIONS
 
     @classmethod
     def parse(cls, text: str) -> Goal:
@@ -36,9 +37,6 @@ class Goal(Doc):
     def unverifiable(self) -> list[str]:
         """Checks marked ``[此环境无法验证:…]``: their fate is sealed when the goal is set."""
         return [c for c in self.checks if UNVERIFIABLE in c]
-
-    def missing(self) -> list[str]:
-        return SECTIONS.missing(self._values())
 
     def amend(self, extra: str) -> Goal:
         """A person changed the goal: appended to the statement after ``(已修改)``, never overwriting.

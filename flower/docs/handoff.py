@@ -21,7 +21,6 @@ SECTIONS = Sections(
     ("next", "下一步", ("接下来", "Next", "Next step", "Next steps")),
     ("scene", "现场", ("现场状态", "工作区现状", "Scene", "Workspace state")),
 )
-REQUIRED = ("doing", "next")  # demanding dead ends would make the model invent some
 DEGRADED = "[降级:交接没写成]"
 _TITLE = re.compile(r"^#[ \t]*交接[ \t]*[:：][ \t]*(?P<step>.+?)[ \t]*$", re.M)
 
@@ -80,6 +79,8 @@ class Handoff(Doc):
     scene: str = ""
     step: str = ""
     path: Path | None = field(default=None, compare=False)
+    sections = SECTIONS
+    required = ("doing", "next")  # demanding dead ends would make the model invent some
 
     @classmethod
     def parse(cls, text: str, *, step: str = "") -> Handoff:
@@ -94,12 +95,6 @@ class Handoff(Doc):
     def degraded(self) -> bool:
         """Whether this is the mechanical stand-in written when the session could not write its own."""
         return any(DEGRADED in getattr(self, k) for k in SECTIONS.titles)
-
-    def _values(self) -> dict[str, str]:
-        return {k: getattr(self, k) for k in SECTIONS.titles}
-
-    def missing(self) -> list[str]:
-        return SECTIONS.missing(self._values(), REQUIRED)
 
     def to_markdown(self) -> str:
         return SECTIONS.render(self._values(), title=f"交接:{self.step}" if self.step else "交接",

@@ -70,6 +70,7 @@ class Verdict(Doc):
     state: str = ""
     reason: str = ""
     failed: list[str] = field(default_factory=list)
+    sections = SECTIONS
 
     @classmethod
     def parse(cls, text: str) -> Verdict:

@@ -301,8 +301,6 @@ def _sed(args: list[str]) -> bool:
 
 
 _AWK_BAD = re.compile(r"\bsystem\s*\(|\|\s*getline|\bprintf?\b[^;{}]*[>|]|\|&")
-
-
 _AWK_UNSAFE = frozenset({"-f", "--file", "-i", "--include", "-l", "--load", "-E", "--exec"})
 
 
@@ -457,6 +455,8 @@ _RULES: dict[str, Callable[[list[str]], bool]] = {
     "rg": _rg, "sort": _sort, "uniq": _uniq, "awk": _awk, "gawk": _awk, "mawk": _awk, "sed": _sed,
     "git": _git,
 }
+
+
 def _segment_ok(words: list[str]) -> bool:
     while words and "=" in words[0] and re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0]):
         if not _SAFE_ENV_ASSIGN.match(words[0]):

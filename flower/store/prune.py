@@ -48,7 +48,7 @@ from typing import Any
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
 from flower.store.ephemeral import EphemeralPolicy
-from flower.store.trim import Entry, TranscriptIndex, TrimmingSessionStore, TrimPolicy
+from flower.store.trim import Entry, TranscriptIndex, TrimmingSessionStore, TrimPolicy, _content
 
 __all__ = ["PrunePolicy", "PruningSessionStore", "is_api_error", "is_denial", "is_interrupt_residue"]
 
@@ -220,7 +220,8 @@ class PruningSessionStore(TrimmingSessionStore):
         orphans = [(i, tid) for tid, (i, _) in ix.uses.items() if tid not in answered]
         if orphans:  # rare: confirm against every user entry, meta ones included
             answered = {b.get("tool_use_id") for e in entries if e.get("type") == "user"
-                        for b in (_content_list(e)) if isinstance(b, dict) and b.get("type") == "tool_result"}
+                        and isinstance(c := _content(e), list)
+                        for b in c if isinstance(b, dict) and b.get("type") == "tool_result"}
             orphans = [(i, tid) for i, tid in orphans if tid not in answered]
         if not orphans:
             return entries
@@ -240,14 +241,12 @@ class PruningSessionStore(TrimmingSessionStore):
             tail = entries[end].get("uuid")
             if isinstance(tail, str):
                 repoint[tail] = chain[-1]["uuid"]
-        inserted = {id(e) for chain in after.values() for e in chain}
         out: list[Entry] = []
         for i, e in enumerate(entries):
-            if id(e) not in inserted:
-                for f in ("parentUuid", "leafUuid"):
-                    v = e.get(f)
-                    if isinstance(v, str) and v in repoint:
-                        e[f] = repoint[v]
+            for f in ("parentUuid", "leafUuid"):
+                v = e.get(f)
+                if isinstance(v, str) and v in repoint:
+                    e[f] = repoint[v]
             out.append(e)
             if i in after:
                 out.extend(after[i])
@@ -268,12 +267,6 @@ class PruningSessionStore(TrimmingSessionStore):
             "sourceToolAssistantUUID": holder.get("uuid"),
         })
         return entry
-
-
-def _content_list(entry: Entry) -> list[Any]:
-    msg = entry.get("message")
-    content = msg.get("content") if isinstance(msg, dict) else None
-    return content if isinstance(content, list) else []
 
 
 def _remove_block(entry: Entry, block: dict[str, Any]) -> bool:

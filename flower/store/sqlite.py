@@ -30,6 +30,8 @@ from claude_agent_sdk.types import (
     SessionSummaryEntry,
 )
 
+from flower.core.events import context_of
+
 __all__ = ["SqliteSessionStore", "store_key"]
 
 T = TypeVar("T")
@@ -80,6 +82,23 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+@contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[None]:
+    """One short write transaction, locked from its start so two processes queue instead of deadlocking."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _key_id(conn: sqlite3.Connection, k: str) -> int | None:
+    row = conn.execute("SELECT id FROM meta WHERE key = ?", (k,)).fetchone()
+    return row[0] if row else None
 
 
 def store_key(key: SessionKey | SessionListSubkeysKey) -> str:
@@ -140,6 +159,9 @@ class SqliteSessionStore(SessionStore):
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await anyio.to_thread.run_sync(self._sync, fn)
 
+    async def _rows(self, sql: str, *params: object) -> list[tuple]:
+        return await self._run(lambda c: c.execute(sql, params).fetchall())
+
     def _next_mtime(self, floor: int = 0) -> int:
         """Storage write time in epoch ms, strictly increasing across calls.
 
@@ -165,8 +187,8 @@ class SqliteSessionStore(SessionStore):
         uuids = [e.get("uuid") if isinstance(e.get("uuid"), str) else None for e in entries]
 
         def write(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            blobs = [_encode(e) for e in entries]  # before the transaction, so the file stays locked briefly
+            with _immediate(conn):
                 row = conn.execute("SELECT id, mtime FROM meta WHERE key = ?", (k,)).fetchone()
                 stored: set[str] = set()
                 if row is None:
@@ -186,15 +208,14 @@ class SqliteSessionStore(SessionStore):
                         ))
                 fresh: list[SessionStoreEntry] = []
                 rows: list[tuple[int, str | None, bytes]] = []
-                for e, u in zip(entries, uuids):
+                for e, u, blob in zip(entries, uuids, blobs):
                     if u is not None:
                         if u in stored:
                             continue
                         stored.add(u)
                     fresh.append(e)
-                    rows.append((key_id, u, _encode(e)))
+                    rows.append((key_id, u, blob))
                 if not rows:  # a replayed batch: nothing new, nothing moves
-                    conn.execute("COMMIT")
                     return
                 conn.executemany("INSERT OR IGNORE INTO entries(key_id, uuid, data) VALUES (?, ?, ?)", rows)
                 prev: SessionSummaryEntry | None = None
@@ -213,10 +234,6 @@ class SqliteSessionStore(SessionStore):
                         "INSERT OR REPLACE INTO summaries(project_key, session_id, mtime, data) VALUES (?, ?, ?, ?)",
                         (pk, sid, mtime, _encode(folded["data"])),
                     )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
 
         await self._run(write)
 
@@ -231,38 +248,32 @@ class SqliteSessionStore(SessionStore):
 
         Resuming an id that is not here only fails after the CLI has started; ask first.
         """
-        k = f"{project_key}/{session_id}"
-        return self._sync(lambda c: c.execute("SELECT 1 FROM meta WHERE key = ?", (k,)).fetchone() is not None)
+        k = store_key({"project_key": project_key, "session_id": session_id})
+        return self._sync(lambda c: _key_id(c, k) is not None)
 
     def last_context(self, project_key: str, session_id: str, *, scan: int = 60) -> int:
         """How big the context the model saw on the session's last turn was, in tokens; 0 if unknown.
 
         Reads only the last ``scan`` entries of the main transcript, newest first, and
-        takes the first real assistant message's usage: ``input_tokens +
-        cache_read_input_tokens + cache_creation_input_tokens`` (input alone badly
-        undercounts once caching is on). Synthetic messages (API errors) are skipped.
+        takes the first real assistant message's usage as ``context_of`` counts it (input
+        alone badly undercounts once caching is on). Synthetic messages (API errors) are skipped.
         """
-        k = f"{project_key}/{session_id}"
+        k = store_key({"project_key": project_key, "session_id": session_id})
 
         def read(conn: sqlite3.Connection) -> list[bytes]:
-            row = conn.execute("SELECT id FROM meta WHERE key = ?", (k,)).fetchone()
-            if row is None:
-                return []
-            return [r[0] for r in conn.execute(
-                "SELECT data FROM entries WHERE key_id = ? ORDER BY id DESC LIMIT ?", (row[0], max(0, scan)))]
+            kid = _key_id(conn, k)
+            return [] if kid is None else [r[0] for r in conn.execute(
+                "SELECT data FROM entries WHERE key_id = ? ORDER BY id DESC LIMIT ?", (kid, max(0, scan)))]
 
         for data in self._sync(read):
             if b'"assistant"' not in data:
                 continue
             e = _decode(data)
-            msg = e.get("message") if isinstance(e, dict) else None
-            if e.get("type") != "assistant" or not isinstance(msg, dict) or e.get("isApiErrorMessage"):
+            msg = e.get("message")
+            if e.get("type") != "assistant" or not isinstance(msg, dict) or e.get("isApiErrorMessage") \
+                    or msg.get("model") == "<synthetic>" or not isinstance(msg.get("usage"), dict):
                 continue
-            usage = msg.get("usage")
-            if msg.get("model") == "<synthetic>" or not isinstance(usage, dict):
-                continue
-            return sum(int(usage.get(f) or 0) for f in
-                       ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
+            return context_of(msg["usage"])
         return 0
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
@@ -270,33 +281,24 @@ class SqliteSessionStore(SessionStore):
         k = store_key(key)
 
         def read(conn: sqlite3.Connection) -> list[SessionStoreEntry] | None:
-            row = conn.execute("SELECT id FROM meta WHERE key = ?", (k,)).fetchone()
-            if row is None:
+            kid = _key_id(conn, k)
+            if kid is None:
                 return None
-            rows = conn.execute("SELECT data FROM entries WHERE key_id = ? ORDER BY id", row).fetchall()
-            with _gc_paused():
-                return [_decode(r[0]) for r in rows]
+            with _gc_paused():  # decoded while fetched: no second list of 10 000 blobs held at once
+                return [_decode(d) for (d,) in conn.execute(
+                    "SELECT data FROM entries WHERE key_id = ? ORDER BY id", (kid,))]
 
         return await self._run(read)
 
     # -- optional -------------------------------------------------------------
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
-        def read(conn: sqlite3.Connection) -> list[SessionStoreListEntry]:
-            rows = conn.execute(
-                "SELECT session_id, mtime FROM meta WHERE project_key = ? AND subpath = ''", (project_key,)
-            ).fetchall()
-            return [{"session_id": s, "mtime": m} for s, m in rows]
-
-        return await self._run(read)
+        rows = await self._rows("SELECT session_id, mtime FROM meta WHERE project_key = ? AND subpath = ''",
+                                project_key)
+        return [{"session_id": s, "mtime": m} for s, m in rows]
 
     async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
-        def read(conn: sqlite3.Connection) -> list[SessionSummaryEntry]:
-            rows = conn.execute(
-                "SELECT session_id, mtime, data FROM summaries WHERE project_key = ?", (project_key,)
-            ).fetchall()
-            return [{"session_id": s, "mtime": m, "data": _decode(d)} for s, m, d in rows]
-
-        return await self._run(read)
+        rows = await self._rows("SELECT session_id, mtime, data FROM summaries WHERE project_key = ?", project_key)
+        return [{"session_id": s, "mtime": m, "data": _decode(d)} for s, m, d in rows]
 
     async def delete(self, key: SessionKey) -> None:
         """Delete one key; a main key cascades to its subpaths and its summary."""
@@ -305,8 +307,7 @@ class SqliteSessionStore(SessionStore):
         pk, sid = key["project_key"], key["session_id"]
 
         def write(conn: sqlite3.Connection) -> None:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with _immediate(conn):
                 if main:
                     ids = conn.execute(
                         "SELECT id FROM meta WHERE key = ? OR (project_key = ? AND session_id = ? AND subpath != '')",
@@ -317,28 +318,19 @@ class SqliteSessionStore(SessionStore):
                     ids = conn.execute("SELECT id FROM meta WHERE key = ?", (k,)).fetchall()
                 conn.executemany("DELETE FROM entries WHERE key_id = ?", ids)
                 conn.executemany("DELETE FROM meta WHERE id = ?", ids)
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
 
         await self._run(write)
 
     async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
-        def read(conn: sqlite3.Connection) -> list[str]:
-            rows = conn.execute(
-                "SELECT subpath FROM meta WHERE project_key = ? AND session_id = ? AND subpath != '' ORDER BY subpath",
-                (key["project_key"], key["session_id"]),
-            ).fetchall()
-            return [r[0] for r in rows]
-
-        return await self._run(read)
+        rows = await self._rows(
+            "SELECT subpath FROM meta WHERE project_key = ? AND session_id = ? AND subpath != '' ORDER BY subpath",
+            key["project_key"], key["session_id"],
+        )
+        return [r[0] for r in rows]
 
     def __del__(self) -> None:
-        conn = getattr(self, "_conn", None)
-        if conn is not None and getattr(self, "_pid", 0) == os.getpid():
-            try:
-                conn.close()
-            except Exception:  # noqa: BLE001 - interpreter shutdown
-                pass
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - a half-built store, or interpreter shutdown
+            pass
 

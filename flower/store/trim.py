@@ -24,9 +24,6 @@ trimmed: prompts, assistant text and tool inputs are what the model said and was
 
 from __future__ import annotations
 
-import hashlib
-import os
-import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +32,7 @@ from typing import Any
 import anyio.to_thread
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
+from flower.core.files import spill_file
 from flower.store.ephemeral import EphemeralPolicy, is_ephemeral
 from flower.store.sqlite import SqliteSessionStore, _gc_paused
 
@@ -86,10 +84,9 @@ class TranscriptIndex:
     entries: those are never edited.
     """
 
-    __slots__ = ("size", "uses", "results", "tied", "failed")
+    __slots__ = ("uses", "results", "tied", "failed")
 
     def __init__(self, entries: list[Entry]) -> None:
-        self.size = len(entries)
         self.uses: dict[str, tuple[int, dict[str, Any]]] = {}  # tool_use id -> (entry index, block)
         self.results: list[tuple[int, dict[str, Any]]] = []  # (entry index, tool_result block)
         self.tied: list[tuple[int, str]] = []  # entries that reference a tool call: (index, tool_use id)
@@ -158,10 +155,10 @@ def _with_text(content: Any, text: str) -> Any:
 
 
 def _short_cmd(cmd: str) -> str:
-    line = cmd.strip().splitlines()[0] if cmd.strip() else cmd
-    if len(line) > CMD_CHARS or line != cmd.strip():
-        return line[:CMD_CHARS].rstrip() + "…"
-    return line
+    """The command's first line, at most ``CMD_CHARS``; "…" says something was cut."""
+    whole = cmd.strip()
+    line = whole.splitlines()[0]
+    return line if line == whole and len(line) <= CMD_CHARS else line[:CMD_CHARS].rstrip() + "…"
 
 
 # ---------------------------------------------------------------------------
@@ -227,7 +224,7 @@ class TrimmingSessionStore(SqliteSessionStore):
 
         The command comes from the matching ``tool_use``; results above ``max_chars``,
         results holding images, and denied calls (which never ran) are skipped. Edits
-        ``entries`` in place and returns it; writes ``last_report["expired"]``.
+        ``entries`` in place and returns it; sets ``last_report["expired"]``.
         """
         pol = self.ephemeral
         ix = ix or TranscriptIndex(entries)
@@ -246,48 +243,32 @@ class TrimmingSessionStore(SqliteSessionStore):
                 continue
             block["content"] = pol.placeholder(_short_cmd(cmd), total - 1 - pos)
             expired += 1
-        self.last_report["expired"] = self.last_report.get("expired", 0) + expired
+        self.last_report["expired"] = expired
         return entries
 
     # -- trimming ---------------------------------------------------------------
     def trim(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
         """Spill old result bodies of ``min_chars`` or more; the newest ``keep_recent`` are exempt.
 
-        Edits ``entries`` in place and returns it; writes ``cleared`` / ``kept`` /
-        ``chars_saved`` into ``last_report``.
+        Edits ``entries`` in place and returns it; sets ``cleared`` / ``kept`` /
+        ``chars_saved`` in ``last_report``.
         """
         pol = self.policy
         ix = ix or TranscriptIndex(entries)
         old = ix.older(pol.keep_recent)
-        root = str(self.spill_dir)
+        root = self.spill_dir
         cleared = saved = 0
         for _, block in old:
             content = block.get("content")
             text = _plain_text(content)
             if text is None or len(text) < pol.min_chars:
                 continue
-            pointer = pol.placeholder(_spill(root, text), len(text))
+            pointer = pol.placeholder(str(spill_file(root, text)), len(text))
             block["content"] = _with_text(content, pointer)
             cleared += 1
             saved += max(0, len(text) - len(pointer))
-        r = self.last_report
-        r["cleared"] = r.get("cleared", 0) + cleared
-        r["kept"] = r.get("kept", 0) + len(ix.results) - len(old)
-        r["chars_saved"] = r.get("chars_saved", 0) + saved
+        self.last_report.update(cleared=cleared, kept=len(ix.results) - len(old), chars_saved=saved)
         return entries
-
-
-def _spill(root: str, text: str) -> str:
-    """Write ``text`` once under its content hash in ``root``; return the file's path."""
-    data = text.encode("utf-8", "surrogatepass")
-    path = os.path.join(root, hashlib.sha256(data).hexdigest()[:16] + ".txt")
-    if not os.path.exists(path):  # content-addressed: an existing file already holds this text
-        os.makedirs(root, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    return path
 
 
 def trim_report(store: TrimmingSessionStore | Mapping[str, int]) -> str:

@@ -248,7 +248,7 @@ class Rule:
         self.prompt, self.user, self.result, self.error = prompt, user, result, error
         self.system, self.agent, self.session, self.when = system, agent, session, when
         self.nth, self.repeat, self.used, self.seen = nth, repeat, 0, 0
-        self.name = name or (self._describe())
+        self.name = name or self._describe()
 
     def _describe(self) -> str:
         parts = [f"{k}={v!r}" for k, v in (("prompt", self.prompt), ("user", self.user), ("result", self.result),

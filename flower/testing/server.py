@@ -221,8 +221,19 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _not_scripted(self, path: str) -> None:
+            self._send(404, Fault(404, "not_found_error", f"{path} is not scripted").body())
+
+        def _stream_head(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+
         def do_GET(self) -> None:
-            self._send(404, Fault(404, "not_found_error", f"{self.path} is not scripted").body())
+            self._not_scripted(self.path)
 
         def do_HEAD(self) -> None:
             self.send_response(200)
@@ -238,14 +249,12 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?")[0]
             req = Request(n=len(model.requests), path=path, body=body, size=len(raw),
                           headers={k.lower(): v for k, v in self.headers.items()})
-            if path.endswith("/count_tokens"):
+            if not path.endswith("/v1/messages"):  # recorded, never answered by a rule
                 with model._lock:
                     model.requests.append(req)
-                return self._send(200, json.dumps({"input_tokens": max(1, len(raw) // 4)}).encode())
-            if not path.endswith("/v1/messages"):
-                with model._lock:
-                    model.requests.append(req)
-                return self._send(404, Fault(404, "not_found_error", f"{path} is not scripted").body())
+                if path.endswith("/count_tokens"):
+                    return self._send(200, json.dumps({"input_tokens": max(1, len(raw) // 4)}).encode())
+                return self._not_scripted(path)
             answer = model._answer(req)
             if answer.delay:
                 time.sleep(answer.delay)
@@ -257,29 +266,17 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
                 return self._send(answer.status, answer.body(), answer.headers)
             if not body.get("stream"):
                 return self._send(200, json.dumps(_message(req, answer, msg_id)).encode())
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Connection", "close")
-            self.end_headers()
+            self._stream_head()
             for chunk in _stream(req, answer, msg_id):
                 self.wfile.write(chunk)
             self.wfile.flush()
-            self.close_connection = True
 
         def _drop(self, req: Request, msg_id: str) -> None:
             self.close_connection = True
-            if not req.body.get("stream"):  # nothing at all, then the socket closes
-                self.connection.shutdown(2)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            first = next(iter(_stream(req, Reply(text="partial"), msg_id)))
-            self.wfile.write(first)
-            self.wfile.flush()
-            self.close_connection = True
+            if req.body.get("stream"):  # the stream starts, then the socket closes
+                self._stream_head()
+                self.wfile.write(next(iter(_stream(req, Reply(text="partial"), msg_id))))
+                self.wfile.flush()
             self.connection.shutdown(2)
 
     return Handler

@@ -173,12 +173,7 @@ def assert_valid_chain(entries: list[Entry]) -> None:
         for f in ("parentUuid", "sourceToolAssistantUUID", "leafUuid"):
             if e.get(f) is not None:
                 assert e[f] in uuids, f"{f} {e[f]} dangles in {e.get('type')} entry"
-    by_uuid = {e["uuid"]: e for e in entries if "uuid" in e}
-    leaf = [e for e in entries if e.get("type") == "last-prompt"][-1]["leafUuid"]
-    seen, u = 0, leaf
-    while u is not None:
-        u, seen = by_uuid[u]["parentUuid"], seen + 1
-        assert seen <= len(by_uuid), "cycle in parentUuid chain"
+    conversation(entries)  # the leaf walks back to the root
     assert sorted(tool_use_ids(entries)) == sorted(tool_results(entries)), "tool_use/tool_result mismatch"
 
 
@@ -189,5 +184,6 @@ def conversation(entries: list[Entry]) -> list[Entry]:
     out = []
     while u is not None:
         out.append(by_uuid[u])
-        u = by_uuid[u].get("parentUuid")
+        assert len(out) <= len(by_uuid), "cycle in parentUuid chain"
+        u = by_uuid[u]["parentUuid"]
     return out[::-1]
