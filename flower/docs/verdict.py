@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
 from ._sections import Doc, Sections, items
 
@@ -13,8 +14,13 @@ SECTIONS = Sections(
     ("failed", "未通过", ("未通过项", "未通过的检查", "未通过检查", "失败项", "Failed", "Failed checks")),
 )
 
-ACHIEVED, NOT_YET, UNREACHABLE = "achieved", "not_yet", "unreachable"
-_WORDS: dict[str, tuple[str, ...]] = {
+VerdictState = Literal["achieved", "not_yet", "unreachable", ""]
+"""A verdict's conclusion; "" when the judge gave none that could be read."""
+
+ACHIEVED: Final = "achieved"
+NOT_YET: Final = "not_yet"
+UNREACHABLE: Final = "unreachable"
+_WORDS: dict[VerdictState, tuple[str, ...]] = {
     # "cannot be verified here" is never a pass: it stops and asks a human.
     UNREACHABLE: (
         "无法验证", "没法验证", "验证不了", "无法判定", "不可验证", "无从验证", "不能验证",
@@ -39,23 +45,28 @@ def _alt(word: str) -> str:
 
 # Longest first: at one position 「未达成」 must win over 「达成」.
 _STATE_RE = re.compile("|".join(_alt(w) for w in sorted(_WORD_STATE, key=len, reverse=True)), re.I)
-_LABEL = {ACHIEVED: "达成", NOT_YET: "未达成", UNREACHABLE: "无法验证"}
-_HEAD = {
+_LABEL: dict[VerdictState, str] = {ACHIEVED: "达成", NOT_YET: "未达成", UNREACHABLE: "无法验证"}
+_HEAD: dict[VerdictState, str] = {
     NOT_YET: "独立裁判核对后判定:目标尚未达成。",
     UNREACHABLE: "独立裁判判定:目标在当前环境下无法验证或无法达成。",
 }
 
 
-def _state(text: str) -> str:
-    """Recognition order 2–5 of the spec, on the conclusion text."""
+def _state(text: str) -> VerdictState:
+    """Recognition order 2–5 of the spec, on the conclusion text.
+
+    Step 3 reads every state word, not only the first: "cannot verify here" anywhere in the
+    conclusion makes it unreachable, however it opens ("应该通过,但无法验证" is not a pass —
+    the judge that looked at the wrong branch). Otherwise the first word wins.
+    """
     s = text.strip()
     if re.fullmatch(r"1|true", s, re.I):
         return ACHIEVED
     if re.fullmatch(r"0|false", s, re.I):
         return NOT_YET
-    m = _STATE_RE.search(s)
-    if m:
-        return _WORD_STATE[" ".join(m[0].lower().split())]
+    found = [_WORD_STATE[" ".join(m[0].lower().split())] for m in _STATE_RE.finditer(s)]
+    if found:
+        return UNREACHABLE if UNREACHABLE in found else found[0]
     if re.search(r"\b1\b", s):
         return ACHIEVED
     if re.search(r"\b0\b", s):
@@ -67,7 +78,7 @@ def _state(text: str) -> str:
 class Verdict(Doc):
     """``state`` is achieved / not_yet / unreachable, or "" when the judge was unclear."""
 
-    state: str = ""
+    state: VerdictState = ""
     reason: str = ""
     failed: list[str] = field(default_factory=list)
     sections = SECTIONS

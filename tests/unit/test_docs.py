@@ -316,7 +316,11 @@ VERDICT_CASES = [
     ("pass", "achieved"),
     ("password reset works", ""),  # "pass" only as a word
     ("## 结论\n无法验证:目标平台是 macOS,本机是 Linux", "unreachable"),
-    ("## 结论\n看了源码的 macOS 分支,应该通过,但无法验证", "achieved"),  # first match wins
+    # "cannot verify here" is never a pass, wherever it stands (the judge that read the macOS branch)
+    ("## 结论\n看了源码的 macOS 分支,应该通过,但无法验证", "unreachable"),
+    ("## 结论\n达成(但 Windows 构建验证不了)", "unreachable"),
+    ("Passed on Linux; the macOS build is unverifiable here", "unreachable"),
+    ("## 结论\n通过,然后还有未通过的一项", "achieved"),  # otherwise the first word still wins
     # 4. isolated 1 / 0
     ("## 结论\n1", "achieved"),
     ("结论: 0", "not_yet"),
