@@ -76,6 +76,9 @@ class Runtime:
         resilience: Resilience | bool = True,
         handoff: HandoffPolicy | bool = True,
     ) -> None:
+        # Credentials first: a Runtime that cannot run leaves no empty folders behind.
+        load_dotenv()
+        check_credentials()
         self.workspace = Path(workspace).resolve()
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.run_dir = Path(run_dir).resolve()
@@ -102,8 +105,6 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._current: StepResult | None = None
         self._ctx, self._warned = 0, False
-        load_dotenv()
-        check_credentials()
 
     # -- the one verb ------------------------------------------------------
     async def run(
