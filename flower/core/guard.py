@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import structlog
 from claude_agent_sdk import AgentDefinition, HookMatcher
 
 from flower.core.audit import emit
@@ -38,6 +39,8 @@ __all__ = [
 HANDS_ON = "Bash|Write|Edit|NotebookEdit"
 WRITE_ONLY = "Write|Edit|NotebookEdit"
 BULKY = "Bash|Read|Grep|Glob|WebFetch|WebSearch"
+
+_log = structlog.get_logger("flower.guard")
 
 ISOLATE_ATTR = "_flower_isolate"
 SPILL_HEAD = 400
@@ -281,12 +284,19 @@ def _will_isolate(inp: dict[str, Any], agents: dict[str, AgentDefinition] | None
             and wants_isolation((agents or {}).get(str(inp.get("subagent_type") or ""))))
 
 
-def isolate_guard(agents: dict[str, AgentDefinition], *, on_inject: Any = None) -> HookMatcher:
+def isolate_guard(agents: dict[str, AgentDefinition], *, on_inject: Any = None,
+                  foreground: bool = False) -> HookMatcher:
     """Give roles marked `isolated()` their own worktree by injecting `isolation: "worktree"`.
 
     Only when the call sets neither `cwd` nor `isolation` (they are exclusive; a
-    model's own `cwd` is respected). `on_inject(subagent_type, description)` is
-    told of each injection; its failure never cancels the injection.
+    model's own `cwd` is respected). The answer is `allow` with `updatedInput`.
+    `on_inject(subagent_type, description)` is told of each injection; its failure
+    never cancels the injection (it is logged).
+
+    `foreground=True` (what `workbench_hooks` passes for a coordinator) also sets
+    `run_in_background: false` on a main-thread call in the same rewrite: two hooks
+    rewriting one call do not merge in the CLI, so `foreground_guard` leaves the calls
+    this guard rewrites to it.
     """
 
     async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
@@ -300,10 +310,13 @@ def isolate_guard(agents: dict[str, AgentDefinition], *, on_inject: Any = None) 
         if on_inject is not None:
             try:
                 on_inject(role, inp.get("description"))
-            except Exception:  # noqa: BLE001 - a callback must not cancel the isolation
-                pass
+            except Exception as exc:  # noqa: BLE001 - a callback must not cancel the isolation
+                _log.warning("isolate_guard.on_inject_failed", role=role, error=repr(exc))
+        updated = {**inp, "isolation": "worktree"}
+        if foreground and _is_main_thread(data):
+            updated["run_in_background"] = False
         return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
-                                       "updatedInput": {**inp, "isolation": "worktree"}}}
+                                       "updatedInput": updated}}
 
     return _matcher("Agent", hook, wall=True)
 
@@ -338,20 +351,15 @@ def foreground_guard(agents: dict[str, AgentDefinition] | None = None) -> HookMa
     The CLI runs an Agent call in the background unless told `run_in_background:
     false`; the main thread then answers at once and the step ends while workers
     still run. Several foreground calls in one turn still run in parallel.
-    Rewritten silently — except when `isolate_guard` rewrites the same call: two
-    rewrites of one call do not merge in the CLI (one is lost), so that call is
-    denied with the fix instead, and the retry is isolated and in the foreground.
+    Rewritten silently. A call to an isolated role (`agents`) is left to
+    `isolate_guard(foreground=True)`, which puts it in the foreground in its own
+    rewrite: two rewrites of one call do not merge in the CLI (one is lost).
     """
 
     async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
         inp = data.get("tool_input") or {}
-        if not _is_main_thread(data) or inp.get("run_in_background") is False:
+        if not _is_main_thread(data) or inp.get("run_in_background") is False or _will_isolate(inp, agents):
             return {}
-        if _will_isolate(inp, agents):
-            reason = ("协调者要等子代理的报告回来再作答:派发时把 run_in_background 设为 false 后重新派发。"
-                      "要并行,就在同一轮里发出多个 Agent 调用。")
-            emit("deny", guard="foreground", role="coordinator", tool="Agent", reason=reason, **_who(data))
-            return _deny(reason)
         return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
                                        "updatedInput": {**inp, "run_in_background": False}}}
 
@@ -382,7 +390,7 @@ def workbench_hooks(
     if delegate_only:
         pre += [delegate_guard(allow_glance=allow_glance), foreground_guard(agents)]
     if agents and any(wants_isolation(a) for a in agents.values()):
-        pre += [isolate_guard(agents), isolation_check()]
+        pre += [isolate_guard(agents, foreground=delegate_only), isolation_check()]
     if spill_threshold:
         post.append(spill_guard(workbench, threshold=spill_threshold))
     hooks = {"PreToolUse": pre, "PostToolUse": post}

@@ -239,17 +239,20 @@ async def test_isolated_worker_writes_in_its_own_worktree(git_workspace: Path, t
     ws = git_workspace
     wb = Workbench(ws, home=tmp_path / "bench")  # isolation needs the workbench out of the repo
     rules = [
-        Rule(tool("Agent", DISPATCH), prompt="开工", agent=False),  # background by default: denied
-        Rule(tool("Agent", {**DISPATCH, "run_in_background": False}), agent=False, result="run_in_background"),
+        # no run_in_background (background by default): allowed, isolated and put in the foreground
+        Rule(tool("Agent", DISPATCH), prompt="开工", agent=False),
         Rule(tool("Write", {"file_path": "iso.txt", "content": "isolated\n"}), agent=True, prompt="写 iso.txt"),
         Rule(tool("Bash", {"command": "pwd", "description": "where"}), agent=True, result="iso.txt"),
-        Rule(say("## 结论\n写好了"), agent=True),
-        Rule(say("完成"), agent=False),
+        Rule(say("## 结论\n写好了", delay=0.5), agent=True),
+        Rule(say("完成:写好了"), agent=False, result="写好了"),
+        Rule(say("已派出"), agent=False),
     ]
     with ScriptedModel(rules) as model:
-        await model.collect("开工", mount(isolated_team(), ws, wb, add_dirs=[str(wb.root)]))
+        msgs = await model.collect("开工", mount(isolated_team(), ws, wb, add_dirs=[str(wb.root)]))
     results = tool_results(model)
-    assert results[0]["is_error"] and "run_in_background 设为 false" in results[0]["text"]
+    assert not results[0]["is_error"] and not any("Async agent launched" in r["text"] for r in results)
+    assert isinstance(msgs[-1], ResultMessage) and msgs[-1].result == "完成:写好了"  # waited for the report
+    assert not any(e.kind == "deny" for e in events)
     worktrees = [line.split(" ", 1)[1] for line in git(ws, "worktree", "list", "--porcelain").splitlines()
                  if line.startswith("worktree ")]
     assert not (ws / "iso.txt").exists(), "the bundled CLI ignored the injected isolation=worktree"

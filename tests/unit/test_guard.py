@@ -298,14 +298,28 @@ def test_foreground_rewrites_background_dispatch_of_the_main_thread():
     assert fire(m, pre("Agent", agent_call("reader"), agent="a1")) == {}  # a subagent's own dispatch
 
 
-def test_foreground_never_rewrites_a_call_isolate_guard_rewrites(events):
+def test_an_isolated_dispatch_is_allowed_isolated_and_in_the_foreground(tmp_path: Path, events):
+    """The reference: isolate_guard allows with updatedInput. No deny for a missing run_in_background."""
     agents = {"coder": isolated(AgentDefinition("c", "p"))}
-    out = fire(foreground_guard(agents), pre("Agent", agent_call("coder")))
-    assert decision(out) == "deny" and "run_in_background 设为 false" in reason(out)
-    assert events[-1].get("guard") == "foreground"
-    # the model's own cwd means no isolation injection, so the rewrite is safe again
+    assert fire(foreground_guard(agents), pre("Agent", agent_call("coder"))) == {}  # left to isolate_guard
+    out = fire(isolate_guard(agents, foreground=True), pre("Agent", agent_call("coder")))
+    assert decision(out) == "allow"
+    assert out["hookSpecificOutput"]["updatedInput"] == agent_call("coder", isolation="worktree",
+                                                                   run_in_background=False)
+    # assembled as Runtime mounts a coordinator: exactly one rewrite of the call, carrying both fields
+    pre_hooks = workbench_hooks(Workbench(tmp_path), agents=agents)["PreToolUse"]
+    answers = [fire(m, pre("Agent", agent_call("coder"))) for m in pre_hooks if m.matcher == "Agent"]
+    rewrites = [a["hookSpecificOutput"]["updatedInput"] for a in answers if a]
+    assert rewrites == [agent_call("coder", isolation="worktree", run_in_background=False)]
+    assert not any(e.kind == "deny" for e in events)
+    # the model's own cwd means no isolation injection: foreground_guard rewrites it
     out = fire(foreground_guard(agents), pre("Agent", agent_call("coder", cwd="/x")))
     assert out["hookSpecificOutput"]["updatedInput"]["run_in_background"] is False
+    # without foreground, isolate_guard leaves run_in_background alone; a subagent's call never gets it
+    out = fire(isolate_guard(agents), pre("Agent", agent_call("coder")))
+    assert "run_in_background" not in out["hookSpecificOutput"]["updatedInput"]
+    out = fire(isolate_guard(agents, foreground=True), pre("Agent", agent_call("coder"), agent="a1"))
+    assert "run_in_background" not in out["hookSpecificOutput"]["updatedInput"]
 
 
 # -- assembly ------------------------------------------------------------------
