@@ -7,11 +7,14 @@
    workbench is ``<run>/.flower-<repo>`` (outside the worktree). Workers are *not* given CLI worktrees of
    their own: the run's worktree already isolates the run, and the bundled CLI puts a linked worktree's
    subagent worktrees under the *main* checkout (``<repo>/.claude/worktrees``), on branches nothing merges.
-4. The human channel is the mailbox folder; ``mailbox/interrupt.json`` interrupts the step in flight.
-5. Every ``flower.Event`` and every audit event (guard denials, spills, isolation injections) becomes one
+4. The human channel is the mailbox folder (read-only here: the service writes it); questions go to
+   ``outbox/questions/``; ``mailbox/interrupt.json`` interrupts the step in flight.
+5. After every step, and once more at the end or when stopped, the run's work is committed on its branch
+   and handed back as ``outbox/work.bundle`` (``sandbox.checkpoint``), with a ``checkpoint`` event.
+   Every ``flower.Event`` and every audit event (guard denials, spills, isolation injections) becomes one
    JSON line of ``events.jsonl``: ``{kind, text, tool, payload, step, at}``; audit lines have
    ``kind="audit"``, ``text=<audit kind>`` and the audit fields in ``payload`` (``payload.audit`` too).
-6. ``exit.json`` at the end: ``{status, error, cost_usd, steps, exit_code, ...}``.
+6. ``outbox/exit.json`` at the end: ``{status, error, cost_usd, steps, exit_code, ...}``.
 
 Exit codes: 0 succeeded, 1 failed, 2 the run could not start (spec, credentials, workspace),
 3 aborted (a step gave up on purpose, e.g. nobody answered), 143 killed (SIGTERM/SIGINT/SIGHUP).
@@ -24,6 +27,7 @@ import json
 import math
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -36,7 +40,7 @@ from flower.core.files import write_atomic
 from .layout import RunLayout
 from .spec import RunSpec, SpecError, read_spec
 
-__all__ = ["main", "EventLog", "write_exit", "jsonable", "EXIT_CODES", "STATUSES"]
+__all__ = ["main", "EventLog", "write_exit", "exit_document", "jsonable", "EXIT_CODES", "STATUSES"]
 
 STATUSES = ("succeeded", "failed", "aborted", "killed")
 EXIT_CODES = {"succeeded": 0, "failed": 1, "aborted": 3, "killed": 143}
@@ -80,7 +84,8 @@ class EventLog:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
-        self._f = open(path, "a", encoding="utf-8", buffering=1)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+        self._f = open(fd, "a", encoding="utf-8", buffering=1)
         self.step = ""  # the runtime step in flight, for events that do not name one
 
     def write(self, kind: str, text: str = "", tool: str = "", payload: dict[str, Any] | None = None,
@@ -131,14 +136,18 @@ def _steps(run_dir: Path, runtime_run: str | None) -> list[dict[str, Any]]:
     return out
 
 
-def write_exit(path: Path, status: str, *, error: str | None = None, cost_usd: float = 0.0,
-               steps: list[dict[str, Any]] | None = None, **extra: Any) -> dict[str, Any]:
-    """exit.json, written whole (temp + rename): a reader sees no file or the final one."""
+def exit_document(status: str, *, error: str | None = None, cost_usd: float = 0.0,
+                  steps: list[dict[str, Any]] | None = None, **extra: Any) -> bytes:
+    """The bytes of an exit.json."""
     assert status in STATUSES, status
     data = {"status": status, "error": _one_line(error) if error else None, "cost_usd": round(cost_usd, 4),
             "steps": steps or [], "exit_code": extra.pop("exit_code", EXIT_CODES[status]), **extra}
-    write_atomic(path, json.dumps(jsonable(data), ensure_ascii=False, indent=1) + "\n")
-    return data
+    return (json.dumps(jsonable(data), ensure_ascii=False, indent=1) + "\n").encode("utf-8")
+
+
+def write_exit(path: Path, status: str, **fields: Any) -> None:
+    """exit.json, written whole (temp + rename): a reader sees no file or the final one."""
+    write_atomic(path, exit_document(status, **fields))
 
 
 def _one_line(text: Any, limit: int = 1000) -> str:
@@ -203,7 +212,23 @@ class _Run:
         self.started = time.time()
         self.killed: str | None = None
 
+    def checkpoint(self, why: str) -> None:
+        """Hand the work so far back (see the module doc); a failure is an event, never the run's end."""
+        from .checkpoint import CheckpointError, checkpoint
+
+        if not self.spec.base or not self.layout.workspace.is_dir():
+            return
+        try:
+            tip = checkpoint(self.layout.workspace, self.layout.bundle, branch=self.layout.branch,
+                             base=self.spec.base, message=f"flower run {self.spec.run_id}: {why}")
+        except (CheckpointError, OSError, subprocess.SubprocessError) as e:
+            self.log.write("system", f"checkpoint failed: {_one_line(e, 300)}", payload={"subtype": "checkpoint_failed"})
+            return
+        if tip is not None:
+            self.log.write("checkpoint", why, payload={"commit": tip})
+
     def finish(self, status: str, error: str | None = None, **extra: Any) -> None:
+        self.checkpoint("end" if status != "killed" else "stopped")
         rt = self.runtime
         write_exit(self.layout.exit_file, status, error=error, cost_usd=rt.total_cost() if rt else 0.0,
                    steps=_steps(self.layout.run_dir, rt.run_id if rt else None), run_id=self.spec.run_id,
@@ -244,13 +269,16 @@ class _Run:
         layout, log = self.layout, self.log
         wf = _workflow(self.spec, layout)
         wf.channel.answers = MailboxAnswers(
-            layout.mailbox, poll_s=0.2,
+            layout.mailbox, poll_s=0.2, questions=layout.questions,
             on_error=lambda text: log.write("system", text, payload={"subtype": "mailbox_error"}))
+        state = self
 
-        class _Runtime(Runtime):  # names the step in flight for events that do not carry one
+        class _Runtime(Runtime):  # names the step in flight for events that do not carry one; checkpoints
             async def run(self, spec: Any, prompt: str, *, step_name: str | None = None, **kw: Any) -> Any:
                 log.step = step_name or spec.name
-                return await super().run(spec, prompt, step_name=step_name, **kw)
+                result = await super().run(spec, prompt, step_name=step_name, **kw)
+                await asyncio.to_thread(state.checkpoint, log.step)
+                return result
 
         try:
             self.runtime = _Runtime(workspace=layout.workspace, run_dir=layout.run_dir, trim=True, handoff=True)
@@ -281,7 +309,7 @@ class _Run:
 def run(spec_file: str | Path) -> int:
     """Run the spec in ``spec_file``; returns the exit code (exit.json is written in every case)."""
     spec_file = Path(spec_file).expanduser().resolve()
-    exit_file = spec_file.parent / "exit.json"
+    exit_file = spec_file.parent / "outbox" / "exit.json"
     try:
         spec = read_spec(spec_file)
         layout = _layout(spec_file, spec)

@@ -1,17 +1,24 @@
 """RunLayout: where every file of one run lives, from one rule.
 
 ```
-<root>/<run_id>/                 dir
-    <repo_name>/                 workspace — the run's git worktree (branch flower/<run_id>)
-    .flower-<repo_name>/         workbench — outside the worktree (flower's isolate rule)
-    run/                         run_dir — sessions.db, manifest.json, lineage.json
-    mailbox/                     questions/answers/inbox/interrupt.json
-    home/                        HOME of the run's process (the CLI's ~/.claude lives here)
-    flower.env                   credentials, 0600 (see envfile.py)
-    spec.json                    what to run (see spec.py)
-    events.jsonl                 one JSON line per flower Event or audit event
-    exit.json                    how it ended
+<root>/<run_id>/                 dir, 0700, the service's: the run never sees this folder itself
+    <repo_name>/                 workspace — the run's own git checkout (branch flower/<run_id>)   run-writable
+    .flower-<repo_name>/         workbench — outside the worktree (flower's isolate rule)           run-writable
+    run/                         run_dir — sessions.db, manifest.json, lineage.json                 run-writable
+    home/                        HOME of the run's process (the CLI's ~/.claude lives here)        run-writable
+    outbox/                      what the run hands the service                                    run-writable
+        events.jsonl             one JSON line per flower Event or audit event
+        exit.json                how it ended
+        questions/<id>.json      open questions
+        work.bundle              the run's commits since its base (a git bundle), the last checkpoint
+    mailbox/                     what the service hands the run: answers/, inbox/, interrupt.json  read-only inside
+    flower.env                   credentials, 0600 (see envfile.py); removed when the run ends    read-only inside
+    spec.json                    what to run (see spec.py)                                         read-only inside
+    output.log                   the local backend's stdout/stderr of the run
 ```
+
+The split is the trust boundary: whatever is run-writable is read by the service as hostile data
+(``sandbox.runfiles``), and the service writes only into the mailbox, which the run cannot change.
 
 The workbench path comes from ``flower.workflow.starter_paths(isolate=True)`` — the same function the
 starter flow uses — so the two can never disagree.
@@ -19,6 +26,7 @@ starter flow uses — so the two can never disagree.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,7 +94,21 @@ class RunLayout:
 
     @property
     def mailbox(self) -> Path:
+        """Answers, messages and interrupts from the service; read-only inside the sandbox."""
         return self.dir / "mailbox"
+
+    @property
+    def outbox(self) -> Path:
+        """Everything the run hands back: events, exit, questions, its work as a git bundle."""
+        return self.dir / "outbox"
+
+    @property
+    def questions(self) -> Path:
+        return self.outbox / "questions"
+
+    @property
+    def bundle(self) -> Path:
+        return self.outbox / "work.bundle"
 
     @property
     def home(self) -> Path:
@@ -103,11 +125,11 @@ class RunLayout:
 
     @property
     def events(self) -> Path:
-        return self.dir / "events.jsonl"
+        return self.outbox / "events.jsonl"
 
     @property
     def exit_file(self) -> Path:
-        return self.dir / "exit.json"
+        return self.outbox / "exit.json"
 
     @property
     def log(self) -> Path:
@@ -119,11 +141,34 @@ class RunLayout:
         """The branch the service conventionally gives the run's worktree."""
         return f"flower/{self.run_id}"
 
+    @property
+    def writable(self) -> tuple[Path, ...]:
+        """The folders the run may write (each mounted on its own; nothing else of the run folder is)."""
+        return (self.workspace, self.workbench, self.run_dir, self.home, self.outbox)
+
     def ensure(self) -> "RunLayout":
-        """Create the run's folders (not the worktree: ``worktree.add_worktree`` makes that)."""
-        for d in (self.dir, self.workbench, self.run_dir, self.mailbox, self.home):
-            d.mkdir(parents=True, exist_ok=True)
+        """Create the run's folders, 0700 (not the workspace: ``worktree.make_workspace`` makes that)."""
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for d in (self.dir, self.workbench, self.run_dir, self.home, self.outbox, self.questions, self.mailbox,
+                  self.mailbox / "answers", self.mailbox / "inbox"):
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
         return self
+
+    def hand_over(self, uid: int, gid: int) -> None:
+        """Give the run's uid what it writes (recursively) and what it must read (mailbox, spec, env file).
+
+        Only for a service running as root whose runs use another uid; the read-only mounts keep the run
+        from changing what it merely owns."""
+        for top in (*self.writable, self.mailbox):
+            if not top.exists():
+                continue
+            os.chown(top, uid, gid, follow_symlinks=False)
+            for dirpath, dirnames, filenames in os.walk(top):
+                for name in dirnames + filenames:
+                    os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+        for f in (self.spec_file, self.env_file):
+            if f.exists():
+                os.chown(f, uid, gid, follow_symlinks=False)
 
     @classmethod
     def of_spec_file(cls, spec_file: str | Path, run_id: str, repo_name: str) -> "RunLayout":

@@ -36,6 +36,29 @@ RESERVED_ENV = {"FLOWER_ENV", "HOME", "PATH", "PYTHONPATH", "FLOWER_RUN_ID", "FL
 CREDENTIAL_ENV = set(SETTINGS_KEYS) | set(TOKEN_KEYS)
 _FILE_NAME = re.compile(r"[^/\\\0]{1,120}")
 _NAMES = ("brief_name", "goal_name", "log_name")
+# What a run may ask for: enough for days of work, never a number that overflows something downstream.
+BOUNDS: dict[str, tuple[float, float, str]] = {
+    "rounds": (1, 100, "rounds"),
+    "max_asks": (0, 1000, "questions (or null for no limit)"),
+    "timeout_s": (0, 7 * 24 * 3600, "seconds (or null to wait forever)"),
+}
+MAX_NUMBER = 1_000_000_000
+MAX_DEPTH = 8
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and objects nest in ``value`` (iterative: a hostile body cannot recurse us)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, d = stack.pop()
+        deepest = max(deepest, d)
+        if d > MAX_DEPTH:
+            break
+        if isinstance(item, dict):
+            stack += [(v, d + 1) for v in item.values()]
+        elif isinstance(item, list):
+            stack += [(v, d + 1) for v in item]
+    return deepest
 
 
 class SpecError(ValueError):
@@ -57,6 +80,8 @@ def check_options(options: dict[str, Any]) -> dict[str, Any]:
         raise SpecError("options must be an object of starter_flow keyword arguments")
     allowed = allowed_options()
     out: dict[str, Any] = {}
+    if _depth(options) > MAX_DEPTH:
+        raise SpecError(f"options nest deeper than {MAX_DEPTH} levels: options are flat keyword arguments")
     for name, value in options.items():
         if name in SET_BY_SANDBOX:
             raise SpecError(f"option {name!r} cannot be set by a client: {SET_BY_SANDBOX[name]}")
@@ -69,12 +94,13 @@ def check_options(options: dict[str, Any]) -> dict[str, Any]:
     if out.get("isolate") is False:
         raise SpecError("option 'isolate' cannot be false for a service run: the run's git worktree is its "
                         "isolation and the workbench always lives outside it; leave the option out")
-    if "rounds" in out and out["rounds"] < 1:
-        raise SpecError("option 'rounds' must be at least 1")
-    if out.get("max_asks") is not None and out["max_asks"] < 0:
-        raise SpecError("option 'max_asks' must be 0 or more (or null for no limit)")
-    if out.get("timeout_s") is not None and out["timeout_s"] < 0:
-        raise SpecError("option 'timeout_s' must be 0 or more seconds (or null to wait forever)")
+    for name, (low, high, unit) in BOUNDS.items():
+        if out.get(name) is not None and not low <= out[name] <= high:
+            raise SpecError(f"option {name!r} must be from {low} to {high} {unit}".rstrip())
+    for name, value in out.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and name not in BOUNDS \
+                and not -MAX_NUMBER <= value <= MAX_NUMBER:
+            raise SpecError(f"option {name!r} must be between {-MAX_NUMBER} and {MAX_NUMBER}")
     for name in _NAMES:
         if name in out and (not _FILE_NAME.fullmatch(out[name]) or out[name] in (".", "..")):
             raise SpecError(f"option {name!r} must be a plain file name (no '/')")
@@ -98,7 +124,9 @@ class RunSpec(msgspec.Struct):
     """One run: who asks (``tenant``), what (``ask``), how (``options``), non-secret ``env`` extras.
 
     ``repo_name`` (added by ``write_spec`` from the layout) names the worktree folder, so the
-    entrypoint finds its layout from the spec file alone.
+    entrypoint finds its layout from the spec file alone. ``base`` is the commit the run's branch starts
+    from: the run hands back its commits past it (``sandbox.checkpoint``); ``objects`` is the team's object
+    store its checkout borrows, mounted read-only (``worktree.make_workspace``).
     """
 
     run_id: str
@@ -107,6 +135,8 @@ class RunSpec(msgspec.Struct):
     options: dict[str, Any] = {}
     env: dict[str, str] = {}
     repo_name: str = ""
+    base: str = ""
+    objects: str = ""
 
     def __post_init__(self) -> None:
         try:
@@ -115,6 +145,8 @@ class RunSpec(msgspec.Struct):
             raise SpecError(str(e)) from None
         if not self.tenant or len(self.tenant) > 128 or any(ord(c) < 32 for c in self.tenant):
             raise SpecError("tenant must be a non-empty name of at most 128 printable characters")
+        if self.base and not re.fullmatch(r"[0-9a-f]{40}([0-9a-f]{24})?", self.base):
+            raise SpecError("base must be a full commit sha")
         self.options = check_options(self.options)
         check_env_extras(self.env)
 
@@ -126,9 +158,8 @@ def write_spec(layout: RunLayout, spec: RunSpec) -> Path:
     if spec.repo_name and spec.repo_name != layout.repo_name:
         raise SpecError(f"the spec names repository {spec.repo_name!r} but the layout's is {layout.repo_name!r}")
     spec = msgspec.structs.replace(spec, repo_name=layout.repo_name)
-    path = write_atomic(layout.spec_file, msgspec.json.format(msgspec.json.encode(spec), indent=2) + b"\n")
-    path.chmod(0o644)  # whatever the service's umask: not secret, and read by the run
-    return path
+    return write_atomic(layout.spec_file, msgspec.json.format(msgspec.json.encode(spec), indent=2) + b"\n",
+                        private=True)
 
 
 def read_spec(path: str | Path) -> RunSpec:

@@ -69,12 +69,12 @@ def prepare(repo: str | Path, root: str | Path, run_id: str, model: ScriptedMode
     from .envfile import write_env_file
     from .layout import RunLayout
     from .spec import RunSpec, write_spec
-    from .worktree import add_worktree
+    from .worktree import make_workspace, objects_dir
 
     repo = Path(repo).resolve()
     layout = RunLayout(Path(root), run_id, repo.name).ensure()
-    add_worktree(repo, layout.workspace, layout.branch)
-    spec = RunSpec(run_id, tenant, ask, options=dict(options or {}))
+    base = make_workspace(repo, layout.workspace, layout.branch)
+    spec = RunSpec(run_id, tenant, ask, options=dict(options or {}), base=base, objects=str(objects_dir(repo)))
     write_spec(layout, spec)
     write_env_file(layout.env_file, credentials(model))
     return layout, spec
@@ -96,24 +96,27 @@ def read_events(layout: Any) -> list[dict[str, Any]]:
 def wait_asking(backend: Any, handle: str, layout: Any, timeout: float = 60) -> None:
     """Until the run has a question open in its mailbox; AssertionError (with its output) if it ends or never asks."""
     deadline = time.monotonic() + timeout
-    while not MailboxAnswers.pending(layout.mailbox):
+    while not MailboxAnswers.pending(layout.mailbox, layout.questions):
         assert backend.state(handle) == "running", backend.logs(handle)[-3000:]
         assert time.monotonic() < deadline, "the run never asked its question"
         time.sleep(0.05)
 
 
 class Person:
-    """Answers each question that appears in ``mailbox`` with the next of ``answers`` (a thread; ``with``)."""
+    """Answers each question that appears in ``questions`` (default ``<mailbox>/questions``) with the next of
+    ``answers``, through ``mailbox`` (a thread; ``with``)."""
 
-    def __init__(self, mailbox: str | Path, answers: list[str], *, poll_s: float = 0.05) -> None:
+    def __init__(self, mailbox: str | Path, answers: list[str], *, poll_s: float = 0.05,
+                 questions: str | Path | None = None) -> None:
         self.mailbox, self.answers, self.poll_s = Path(mailbox), list(answers), poll_s
+        self.questions = Path(questions) if questions is not None else self.mailbox / "questions"
         self.asked: list[dict[str, Any]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="sandbox-person", daemon=True)
 
     def _serve(self) -> None:
         while not self._stop.is_set():
-            for q in MailboxAnswers.pending(self.mailbox):
+            for q in MailboxAnswers.pending(self.mailbox, self.questions):
                 if any(q.get("id") == a.get("id") for a in self.asked):
                     continue
                 self.asked.append(q)

@@ -1,30 +1,40 @@
-"""Git worktrees for runs (GitPython): one branch and one checkout per run, the team's checkout untouched.
+"""A run's git checkout, and its work coming back as data (GitPython, on the service's side only).
 
-Every git command here runs with the repository's hooks and fsmonitor switched off
-(``core.hooksPath=/dev/null``, ``core.fsmonitor=false``): a run's worktree was written by an agent,
-and nothing in a repository may make the service execute code. ``commit_all(..., repo=)`` also checks
-that the worktree still points into ``repo`` before git runs in it.
+The service never runs git where a run can write. So a run does not get a linked worktree of the team's
+repository (whose ``.git`` file, config and hooks the run could rewrite): it gets a checkout of its own
+(``make_workspace``: ``git init`` + the team's object store as a read-only *alternate*, branch
+``flower/<run>`` at the base commit), commits inside its sandbox, and hands its commits back as a git
+bundle (``sandbox.checkpoint``). The service copies that bundle out of the run's reach, verifies it and
+fetches it into the team's repository with a trusted git dir and fsck on (``import_bundle``); diffs are
+computed there, from trusted objects only (``diff``).
+
+Every git command here runs with system and global config off, hooks and fsmonitor off, no external diff
+or textconv drivers, and no terminal prompts.
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
+import shutil
+import subprocess
 from pathlib import Path
 
 import git
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
-__all__ = ["add_worktree", "remove_worktree", "commit_all", "diff", "git_common_dir", "worktree_gitdir",
-           "NotAGitRepo", "BranchExists", "WorktreeError", "AUTHOR"]
+__all__ = ["make_workspace", "remove_workspace", "import_bundle", "diff", "objects_dir", "delete_branch",
+           "NotAGitRepo", "BranchExists", "WorktreeError", "GIT_ENV", "SAFE_CONFIG"]
 
-AUTHOR = ("flower", "flower@localhost")
-_SAFE = ["core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false"]
-_DIFF = ("--binary", "--no-ext-diff", "--no-textconv")  # no external diff drivers run for the service
+SAFE_CONFIG = ["core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false",
+               "transfer.fsckObjects=true", "fetch.fsckObjects=true", "receive.fsckObjects=true",
+               "protocol.allow=never", "protocol.file.allow=always", "core.symlinks=true"]
+GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
+           "GIT_ATTR_NOSYSTEM": "1"}
+_DIFF = ("--binary", "--no-ext-diff", "--no-textconv")
 
 
 class WorktreeError(RuntimeError):
-    """A worktree operation that git refused; the message carries git's reason."""
+    """A git operation that git refused, or a run's work that does not hold up; the message says why."""
 
 
 class NotAGitRepo(ValueError):
@@ -32,19 +42,17 @@ class NotAGitRepo(ValueError):
 
 
 class BranchExists(ValueError):
-    """The branch a new worktree should create already exists."""
+    """The branch a new run should create already exists."""
 
 
-def _open(path: Path, *, safe_dir: Path | None = None) -> git.Repo:
+def _open(path: Path) -> git.Repo:
     try:
         repo = git.Repo(path)
     except (InvalidGitRepositoryError, NoSuchPathError):
         raise NotAGitRepo(f"{path} is not a git repository: give the path of a clone (or run `git init` there)") \
             from None
-    options = list(_SAFE)
-    if safe_dir is not None:  # a worktree owned by the sandbox's uid: git would call it "dubious"
-        options.append(f"safe.directory={safe_dir}")
-    repo.git.set_persistent_git_options(c=options)
+    repo.git.set_persistent_git_options(c=SAFE_CONFIG)
+    repo.git.update_environment(**GIT_ENV)
     return repo
 
 
@@ -53,189 +61,138 @@ def _fail(what: str, e: GitCommandError) -> WorktreeError:
     return WorktreeError(f"{what}: {reason}")
 
 
-def _env(name: str, email: str) -> dict[str, str]:
-    return {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email,
-            "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+def objects_dir(repo: str | Path) -> Path:
+    """The team repository's object store: the one thing of it a run sees (read-only, as an alternate)."""
+    r = _open(Path(repo).expanduser().resolve())
+    try:
+        common = Path(r.git.rev_parse("--git-common-dir"))
+        common = common if common.is_absolute() else Path(r.working_tree_dir or r.git_dir) / common
+        return (common / "objects").resolve()
+    finally:
+        r.close()
 
 
-def add_worktree(repo: str | Path, path: str | Path, branch: str, *, base: str = "HEAD") -> None:
-    """Check out a new branch ``branch`` from ``base`` into ``path`` (which must not exist or be empty).
+def _check_branch(r: git.Repo, repo: Path, branch: str) -> None:
+    try:
+        if branch.startswith("-"):
+            raise GitCommandError("check-ref-format", 1)
+        r.git.check_ref_format("--branch", branch)
+    except GitCommandError:
+        raise WorktreeError(f"{branch!r} is not a valid branch name") from None
+    if r.git.branch("--list", branch).strip():
+        raise BranchExists(f"branch {branch!r} already exists in {repo}: a run needs a fresh branch "
+                           f"(pick another run id, or delete the branch with `git branch -D {branch}`)")
 
-    Raises NotAGitRepo when ``repo`` is not a git repository, BranchExists when ``branch`` does,
-    WorktreeError for anything else git refuses (an unknown ``base``, a bad branch name …).
+
+def make_workspace(repo: str | Path, path: str | Path, branch: str, *, base: str = "HEAD") -> str:
+    """Create ``branch`` at ``base`` in ``repo`` and a checkout of it at ``path`` with a git dir of its own
+    (the team's objects borrowed read-only); returns the base commit's sha.
+
+    Raises NotAGitRepo, BranchExists, or WorktreeError (an unknown ``base``, a bad branch name, a ``path``
+    that is not an empty folder). Nothing is left behind when it fails.
     """
     repo, path = Path(repo).expanduser().resolve(), Path(path).expanduser().resolve()
     r = _open(repo)
+    made_branch = False
     try:
+        _check_branch(r, repo, branch)
         try:
-            if branch.startswith("-"):
-                raise GitCommandError("check-ref-format", 1)
-            r.git.check_ref_format("--branch", branch)
-        except GitCommandError:
-            raise WorktreeError(f"{branch!r} is not a valid branch name") from None
-        if r.git.branch("--list", branch).strip():
-            raise BranchExists(f"branch {branch!r} already exists in {repo}: a run needs a fresh branch "
-                               f"(pick another run id, or delete the branch with `git branch -D {branch}`)")
-        try:
-            r.git.rev_parse("--verify", "--quiet", f"{base}^{{commit}}")
+            sha = r.git.rev_parse("--verify", "--quiet", f"{base}^{{commit}}").strip()
         except GitCommandError:
             raise WorktreeError(f"base {base!r} is not a commit in {repo}") from None
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise WorktreeError(f"{path} already exists and is not an empty folder")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            r.git.worktree("add", "-b", branch, str(path), base)
-        except GitCommandError as e:
-            raise _fail(f"git could not add a worktree at {path}", e) from None
-    finally:
-        r.close()
+        objects = objects_dir(repo)
+        r.git.branch(branch, sha)
+        made_branch = True
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        env = {**os.environ, **GIT_ENV}
+        cfg = [a for c in SAFE_CONFIG for a in ("-c", c)]
 
+        def g(*args: str) -> None:
+            out = subprocess.run(["git", *cfg, "-C", str(path), *args], env=env, capture_output=True, text=True)
+            if out.returncode != 0:
+                raise WorktreeError(f"git {args[0]} in the new checkout {path} failed: {out.stderr.strip()[-300:]}")
 
-def remove_worktree(repo: str | Path, path: str | Path, *, keep_branch: bool = True) -> None:
-    """Remove the worktree at ``path`` (changes in it are discarded); its branch stays unless ``keep_branch=False``.
-
-    A worktree whose folder is already gone is pruned; a path that is no worktree of ``repo`` is a WorktreeError.
-    """
-    repo, path = Path(repo).expanduser().resolve(), Path(path).expanduser().resolve()
-    r = _open(repo)
-    try:
-        entry = next((w for w in _worktrees(r) if Path(w["worktree"]) == path), None)
-        if entry is None:
-            raise WorktreeError(f"{path} is not a worktree of {repo}")
-        try:
-            if path.exists():
-                r.git.worktree("remove", "--force", "--force", str(path))
-            else:
-                r.git.worktree("prune")
-        except GitCommandError as e:
-            raise _fail(f"git could not remove the worktree {path}", e) from None
-        branch = entry.get("branch", "").removeprefix("refs/heads/")
-        if not keep_branch and branch:
+        g("init", "-q", "--template=", f"--initial-branch={branch}")
+        (path / ".git" / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (path / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+        g("update-ref", f"refs/heads/{branch}", sha)
+        g("reset", "-q", "--hard", sha)
+        return sha
+    except BaseException:
+        if made_branch:
             try:
                 r.git.branch("-D", branch)
-            except GitCommandError as e:
-                raise _fail(f"git could not delete branch {branch}", e) from None
+            except GitCommandError:
+                pass
+        shutil.rmtree(path, ignore_errors=True)
+        raise
     finally:
         r.close()
 
 
-def _worktrees(r: git.Repo) -> list[dict[str, str]]:
-    out: list[dict[str, str]] = []
-    for block in r.git.worktree("list", "--porcelain").split("\n\n"):
-        entry: dict[str, str] = {}
-        for line in block.splitlines():
-            key, _, value = line.partition(" ")
-            entry[key] = value
-        if "worktree" in entry:
-            out.append(entry)
-    return out
+def remove_workspace(path: str | Path) -> None:
+    """Delete a run's checkout (symlinks inside are removed, never followed)."""
+    shutil.rmtree(Path(path), ignore_errors=True)
 
 
-def worktree_gitdir(path: str | Path) -> Path:
-    """The worktree's private git folder (``<common>/worktrees/<name>``), from its ``.git`` file."""
-    path = Path(path)
-    dotgit = path / ".git"
-    if not dotgit.is_file():
-        raise WorktreeError(f"{path} is not a linked git worktree (its .git is not a file)")
-    text = dotgit.read_text(encoding="utf-8", errors="replace").strip()
-    if not text.startswith("gitdir:"):
-        raise WorktreeError(f"{dotgit} does not name a gitdir")
-    gitdir = Path(text.split(":", 1)[1].strip())
-    return (gitdir if gitdir.is_absolute() else path / gitdir).resolve()
-
-
-def git_common_dir(path: str | Path) -> Path:
-    """The repository's own git folder (``.git`` of a clone, the folder of a bare repo) a worktree belongs to."""
-    gitdir = worktree_gitdir(path)
+def delete_branch(repo: str | Path, branch: str) -> None:
+    r = _open(Path(repo).expanduser().resolve())
     try:
-        common = (gitdir / "commondir").read_text(encoding="utf-8").strip()
-    except OSError:
-        raise WorktreeError(f"{gitdir} has no commondir: not a linked worktree's git folder") from None
-    return (gitdir / common).resolve()
+        r.git.branch("-D", branch)
+    except GitCommandError as e:
+        raise _fail(f"git could not delete branch {branch}", e) from None
+    finally:
+        r.close()
 
 
-def _check_belongs(path: Path, repo: Path) -> None:
-    """Before git runs in ``path``: its .git must still point into ``repo`` and back (an agent could rewrite it)."""
+def import_bundle(repo: str | Path, bundle: str | Path, branch: str, *, base: str) -> str:
+    """Fetch ``refs/heads/<branch>`` of ``bundle`` (a copy the run can no longer touch) into ``repo``'s
+    ``branch``; returns the new tip. WorktreeError when the bundle does not verify, lacks the branch, fails
+    fsck, or holds a history that does not descend from ``base``."""
+    repo = Path(repo).expanduser().resolve()
+    ref = f"refs/heads/{branch}"
+    staging = f"refs/flower-import/{branch}"
     r = _open(repo)
     try:
-        common = Path(r.git.rev_parse("--git-common-dir"))
-        common = (common if common.is_absolute() else repo / common).resolve()
-    finally:
-        r.close()
-    try:
-        gitdir = worktree_gitdir(path)
-        ok = (gitdir.parent == common / "worktrees" and git_common_dir(path) == common
-              and Path((gitdir / "gitdir").read_text(encoding="utf-8").strip()).resolve() == (path / ".git").resolve())
-    except (OSError, WorktreeError):
-        ok = False
-    if not ok:
-        raise WorktreeError(f"{path} no longer points into {repo} (its .git was changed): refusing to run git there")
-
-
-def commit_all(path: str | Path, message: str, *, repo: str | Path | None = None,
-               author: tuple[str, str] = AUTHOR) -> str | None:
-    """Commit everything the worktree at ``path`` changed (new, modified, deleted; .gitignore respected)
-    onto its branch; returns the new commit's sha, or None when nothing changed.
-
-    Pass ``repo`` (the repository the worktree was added from) when the worktree was written by a run:
-    the worktree is then checked to still belong to it before any git command runs there.
-    """
-    path = Path(path).expanduser().resolve()
-    if repo is not None:
-        _check_belongs(path, Path(repo).expanduser().resolve())
-    r = _open(path, safe_dir=path)
-    try:
         try:
-            r.git.add("-A", ".")
-            if not r.git.status("--porcelain", "--untracked-files=no").strip():
-                return None
-            with r.git.custom_environment(**_env(*author)):
-                r.git.commit("--no-verify", "--no-gpg-sign", "-q", "-m", message)
-            return r.head.commit.hexsha
+            r.git.bundle("verify", "--quiet", str(bundle))
+            heads = r.git.bundle("list-heads", str(bundle), ref)
         except GitCommandError as e:
-            raise _fail(f"git could not commit the changes in {path}", e) from None
+            raise _fail("the run's work bundle does not verify", e) from None
+        if not heads.strip():
+            raise WorktreeError(f"the run's work bundle has no {ref}")
+        try:
+            r.git.fetch("--quiet", "--no-write-fetch-head", "--no-tags", "--no-recurse-submodules",
+                        str(bundle), f"+{ref}:{staging}")
+            tip = r.git.rev_parse("--verify", f"{staging}^{{commit}}").strip()
+        except GitCommandError as e:
+            raise _fail("git refused the run's work bundle", e) from None
+        try:
+            r.git.merge_base("--is-ancestor", base, tip)
+        except GitCommandError:
+            raise WorktreeError(f"the run's work ({tip[:12]}) does not descend from its base {base[:12]}: not taken") \
+                from None
+        r.git.update_ref(ref, tip)
+        return tip
     finally:
+        try:
+            r.git.update_ref("-d", staging)
+        except GitCommandError:
+            pass
         r.close()
 
 
 def diff(repo: str | Path, branch: str, *, base: str) -> str:
-    """What the run changed on ``branch`` since it left ``base`` (``git diff base...branch``, binary-safe).
-
-    When ``branch`` is checked out in a worktree that has changes not committed yet, those are included
-    too (new files as well), without touching that worktree's index: committed or not, it is the run's work.
-    """
+    """What the run changed on ``branch`` since ``base`` (binary-safe), from the team's repository only."""
     repo = Path(repo).expanduser().resolve()
     r = _open(repo)
     try:
         try:
             mb = r.git.merge_base(base, branch).strip()
+            return r.git.diff(*_DIFF, mb, branch, "--", stdout_as_string=True, strip_newline_in_stdout=False)
         except GitCommandError as e:
-            raise _fail(f"no common ancestor of {base!r} and {branch!r} in {repo}", e) from None
-        where = next((Path(w["worktree"]) for w in _worktrees(r)
-                      if w.get("branch") == f"refs/heads/{branch}" and Path(w["worktree"]) != repo), None)
-        if where is None or not where.is_dir():
-            try:
-                return r.git.diff(*_DIFF, mb, branch, "--", stdout_as_string=True, strip_newline_in_stdout=False)
-            except GitCommandError as e:
-                raise _fail(f"git could not diff {base!r}...{branch!r}", e) from None
+            raise _fail(f"git could not diff {base!r}...{branch!r} in {repo}", e) from None
     finally:
-        r.close()
-    return _diff_with_worktree(where, mb)
-
-
-def _diff_with_worktree(path: Path, mb: str) -> str:
-    """``mb`` against everything in the worktree, through a throwaway index (the real one is not touched)."""
-    r = _open(path, safe_dir=path)
-    fd, index = tempfile.mkstemp(prefix="flower-index-")
-    os.close(fd)
-    os.unlink(index)  # git wants to create it
-    try:
-        with r.git.custom_environment(GIT_INDEX_FILE=index):
-            r.git.read_tree("HEAD")
-            r.git.add("-A", ".")
-            return r.git.diff("--cached", *_DIFF, mb, "--", stdout_as_string=True, strip_newline_in_stdout=False)
-    except GitCommandError as e:
-        raise _fail(f"git could not diff the worktree {path}", e) from None
-    finally:
-        Path(index).unlink(missing_ok=True)
         r.close()

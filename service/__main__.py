@@ -10,11 +10,13 @@ then the flags. ``--port 0`` picks a free port; the log line ``service.listening
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .config import ConfigError, load_config
 from .tenants import TenantError, hash_token
 
+MAX_HEAD = 32 * 1024  # bytes of request line + headers
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -39,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
+    os.umask(0o077)  # everything the service creates (registry, run folders, logs) is its own
     from .app import create_app
     from .logging import configure_logging, get_logger
 
@@ -50,8 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"flower-service: {e}", file=sys.stderr)
         return 2
 
+    # h11 with a cap on an incomplete request head: a 10 MB header is refused (431/400), never read whole
     server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_config=None,
-                                           access_log=False, timeout_graceful_shutdown=3, lifespan="on"))
+                                           access_log=False, timeout_graceful_shutdown=3, lifespan="on",
+                                           http="h11", h11_max_incomplete_event_size=MAX_HEAD))
     original = server.startup
 
     async def startup(sockets: list | None = None) -> None:

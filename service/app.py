@@ -35,9 +35,8 @@ from litestar.exceptions import (
 from litestar.handlers import BaseRouteHandler
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
-from litestar.status_codes import HTTP_409_CONFLICT, HTTP_422_UNPROCESSABLE_ENTITY
+from litestar.status_codes import HTTP_409_CONFLICT, HTTP_422_UNPROCESSABLE_ENTITY, HTTP_429_TOO_MANY_REQUESTS
 
-from flower.core.channel import MailboxAnswers
 from sandbox.layout import RunLayout
 from sandbox.spec import RunSpec
 
@@ -81,6 +80,10 @@ class Unprocessable(ClientException):
     status_code = HTTP_422_UNPROCESSABLE_ENTITY
 
 
+class TooManyRequests(ClientException):
+    status_code = HTTP_429_TOO_MANY_REQUESTS
+
+
 # -- auth ------------------------------------------------------------------------------------
 def _bearer(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
     header = connection.headers.get("authorization", "")
@@ -113,7 +116,8 @@ def _own(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> Run:
 
 
 def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(4)
+    """Sortable by time, with 128 random bits: nobody guesses another tenant's run."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(16)
 
 
 def _sse(seq: int, ev: dict[str, Any]) -> ServerSentEventMessage:
@@ -179,10 +183,17 @@ async def events(request: Request[Any, Any, Any], tenant: Tenant, run_id: str,
     run = _own(request, tenant, run_id)
     if after is None:
         last = request.headers.get("last-event-id", "").strip()
-        after = int(last) if last.isdigit() else 0
+        if last and not re.fullmatch(r"[0-9]{1,18}", last):
+            raise ValidationException("Last-Event-ID must be the number of the last event received")
+        after = int(last) if last else 0
     registry, scheduler = _app_state(request)
-    path = scheduler.layout(run).events
+    if scheduler.streams[tenant.name] >= scheduler.config.max_streams_per_tenant:
+        raise TooManyRequests(f"tenant {tenant.name} already has {scheduler.streams[tenant.name]} event streams open "
+                              f"(at most {scheduler.config.max_streams_per_tenant}); close one first",
+                              headers={"Retry-After": "5"})
+    folder = scheduler.layout(run).dir
     queue = scheduler.subscribe(run.id)  # before the replay: nothing falls between the two
+    scheduler.streams[tenant.name] += 1
 
     async def stream() -> AsyncIterator[ServerSentEventMessage]:
         sent = after
@@ -193,7 +204,7 @@ async def events(request: Request[Any, Any, Any], tenant: Tenant, run_id: str,
             nonlocal offset, read
             out: list[tuple[int, dict[str, Any]]] = []
             while True:
-                evs, new_offset, read = await asyncio.to_thread(read_new, path, offset, read)
+                evs, new_offset, read = await asyncio.to_thread(read_new, folder, offset, read)
                 out += [(n, e) for n, e in evs if n > sent]
                 if new_offset == offset:
                     return out
@@ -233,6 +244,7 @@ async def events(request: Request[Any, Any, Any], tenant: Tenant, run_id: str,
             yield ServerSentEventMessage(data=json.dumps({"status": status, "events": sent}), event="end")
         finally:
             scheduler.unsubscribe(run.id, queue)
+            scheduler.streams[tenant.name] -= 1
 
     return ServerSentEvent(stream(), headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
@@ -242,8 +254,7 @@ async def questions(request: Request[Any, Any, Any], tenant: Tenant, run_id: str
     run = _own(request, tenant, run_id)
     if run.status not in ACTIVE:
         return {"questions": []}
-    box = request.app.state.scheduler.layout(run).mailbox
-    return {"questions": MailboxAnswers.pending(box)}
+    return {"questions": await asyncio.to_thread(request.app.state.scheduler.questions, run)}
 
 
 def _need_active(run: Run, what: str) -> None:
@@ -256,11 +267,12 @@ def _need_active(run: Run, what: str) -> None:
 async def answer(request: Request[Any, Any, Any], tenant: Tenant, run_id: str, data: AnswerBody) -> dict[str, Any]:
     run = _own(request, tenant, run_id)
     _need_active(run, "answers")
-    box = request.app.state.scheduler.layout(run).mailbox
-    if not (box / "questions" / f"{data.question_id}.json").is_file():
+    scheduler: Scheduler = request.app.state.scheduler
+    if not any(q["id"] == data.question_id for q in await asyncio.to_thread(scheduler.questions, run)):
         raise NotFoundException(f"question {data.question_id} is not open on run {run.id} "
                                 "(answered, timed out or never asked); GET its questions to see the open ones")
-    MailboxAnswers.answer(box, data.question_id, data.text)
+    await asyncio.to_thread(scheduler.mail, run, f"answers/{data.question_id}.json",
+                            {"text": data.text, "answered_at": _now()})
     log.info("run.answered", tenant=tenant.name, run=run.id, question=data.question_id)
     return {"question_id": data.question_id, "accepted": True}
 
@@ -269,18 +281,25 @@ async def answer(request: Request[Any, Any, Any], tenant: Tenant, run_id: str, d
 async def message(request: Request[Any, Any, Any], tenant: Tenant, run_id: str, data: TextBody) -> dict[str, Any]:
     run = _own(request, tenant, run_id)
     _need_active(run, "messages")
-    path = MailboxAnswers.post(request.app.state.scheduler.layout(run).mailbox, data.text)
+    mid = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(8)}"
+    await asyncio.to_thread(request.app.state.scheduler.mail, run, f"inbox/{mid}.json",
+                            {"text": data.text, "sent_at": _now()})
     log.info("run.message", tenant=tenant.name, run=run.id, chars=len(data.text))
-    return {"id": path.stem, "accepted": True}
+    return {"id": mid, "accepted": True}
 
 
 @post("/runs/{run_id:str}/interrupt", status_code=202)
 async def interrupt(request: Request[Any, Any, Any], tenant: Tenant, run_id: str, data: TextBody) -> dict[str, Any]:
     run = _own(request, tenant, run_id)
     _need_active(run, "interrupts")
-    MailboxAnswers.interrupt(request.app.state.scheduler.layout(run).mailbox, data.text)
+    await asyncio.to_thread(request.app.state.scheduler.mail, run, "interrupt.json",
+                            {"words": data.text, "at": _now()})
     log.info("run.interrupt", tenant=tenant.name, run=run.id, chars=len(data.text))
     return {"accepted": True}
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 @post("/runs/{run_id:str}/cancel", status_code=200)
@@ -305,7 +324,8 @@ async def cancel(request: Request[Any, Any, Any], tenant: Tenant, run_id: str,
 
 @get("/runs/{run_id:str}/diff")
 async def get_diff(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> Response[str]:
-    """``git diff`` of the run's branch against its base; while it runs, its uncommitted work is included."""
+    """``git diff`` of the run's branch against its base, from the tenant's repository only: while the run is
+    live, that is its last checkpoint (the runner hands its work back after every step)."""
     from sandbox.worktree import diff
 
     run = _own(request, tenant, run_id)
@@ -325,30 +345,22 @@ async def get_diff(request: Request[Any, Any, Any], tenant: Tenant, run_id: str)
 
 @get("/runs/{run_id:str}/manifest")
 async def manifest(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> dict[str, Any]:
+    from sandbox.runfiles import read_json
+
     run = _own(request, tenant, run_id)
-    layout = request.app.state.scheduler.layout(run)
-
-    def load(path: Path) -> Any:
-        try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
-        except (OSError, ValueError):
-            raise Conflict(f"{path.name} of run {run.id} is unreadable right now; try again") from None
-
-    steps = load(layout.run_dir / "manifest.json") or []
-    return {"id": run.id, "status": run.status, "steps": steps, "exit": load(layout.exit_file)}
+    folder = request.app.state.scheduler.layout(run).dir
+    steps = await asyncio.to_thread(read_json, folder, "run/manifest.json", limit=8 * 1024 * 1024)
+    exit_data = await asyncio.to_thread(read_json, folder, "outbox/exit.json")
+    return {"id": run.id, "status": run.status, "steps": steps if isinstance(steps, list) else [],
+            "exit": exit_data if isinstance(exit_data, dict) else None}
 
 
 @get("/healthz")
 async def healthz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
-    registry: Registry = request.app.state.registry
     scheduler: Scheduler = request.app.state.scheduler
     task = scheduler._task
     ok = task is not None and not task.done()
-    body = {"status": "ok" if ok else "scheduler stopped", "backend": request.app.state.config.backend,
-            "running": registry.count(statuses=ACTIVE), "queued": registry.count(statuses=["queued"]),
-            "ticks": scheduler.ticks}
+    body = {"status": "ok" if ok else "scheduler stopped", "backend": request.app.state.config.backend}
     return Response(body, status_code=200 if ok else 503)
 
 
@@ -372,6 +384,11 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     return Response(body, status_code=exc.status_code, headers=exc.headers)
 
 
+def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[dict[str, Any]]:
+    return Response({"status_code": 400, "error": "the request body nests too deeply: send a flat JSON object"},
+                    status_code=400)
+
+
 def _crash(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
     log.exception("api.unhandled", path=request.url.path, method=request.method)
     return Response({"status_code": 500, "error": "internal error in the service; the operator's log has details"},
@@ -379,12 +396,27 @@ def _crash(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str
 
 
 # -- assembly --------------------------------------------------------------------------------
-def make_backend(config: ServiceConfig) -> Any:
-    """The configured backend, scoped to this service's runs: a restarted service adopts its own runs only."""
+def make_backend(config: ServiceConfig, tenants: int = 1) -> Any:
+    """The configured backend, scoped to this service's runs: a restarted service adopts its own runs only.
+
+    The local backend walls runs in with bubblewrap; without it (not installed, or ``local_isolation="none"``)
+    it serves one tenant only, unless ``unsafe_shared_local`` says the operator accepts that every run
+    sees every tenant's files."""
     if config.backend == "local":
         from sandbox.backends import LocalBackend
+        from sandbox.backends.local import bwrap_available
 
-        return LocalBackend(root=config.runs_root)
+        isolation = config.local_isolation
+        if isolation == "auto":
+            isolation = "bwrap" if bwrap_available() else "none"
+        if isolation == "none":
+            if tenants > 1 and not config.unsafe_shared_local:
+                raise ValueError(f"the local backend without bubblewrap cannot keep {tenants} tenants apart: install "
+                                 "bubblewrap (`apt-get install bubblewrap`), use the docker backend, or set "
+                                 "unsafe_shared_local = true if every tenant may read every other's files")
+            log.warning("backend.unisolated", backend="local", tenants=tenants,
+                        hint="runs are plain processes of the service's uid: install bubblewrap to isolate them")
+        return LocalBackend(root=config.runs_root, isolation=isolation)
     scope = hashlib.sha256(str(config.runs_root).encode()).hexdigest()[:16]
     if config.backend == "kubernetes":  # in the cluster, as helm/ sets it up (FLOWER_K8S_* variables)
         from sandbox.backends.kubernetes import KubernetesBackend
@@ -399,7 +431,9 @@ def make_backend(config: ServiceConfig) -> Any:
 
         log.info("image.ensure", target="sandbox")
         image = ensure_image("sandbox")
-    return DockerBackend(image, network_mode=config.network_mode, labels={"flower.service": scope})
+    return DockerBackend(image, network_mode=config.network_mode, labels={"flower.service": scope},
+                         user=config.run_user, mem_limit=config.run_memory or None, cpus=config.run_cpus or None,
+                         pids_limit=config.run_pids or None, tmp_size=config.run_tmp_size)
 
 
 def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
@@ -407,9 +441,12 @@ def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
     state_log = get_logger("flower.service")
     tenants = Tenants(config.tenants, on_reload_error=lambda why: state_log.error("tenants.reload_failed",
                                                                                    error=why))
+    config.data_path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    config.runs_root.mkdir(parents=True, exist_ok=True, mode=0o700)
     registry = Registry(config.db_path)
-    config.runs_root.mkdir(parents=True, exist_ok=True)
-    scheduler = Scheduler(config, registry, tenants, backend if backend is not None else make_backend(config))
+    if backend is None:
+        backend = make_backend(config, tenants=len(tenants.all()))
+    scheduler = Scheduler(config, registry, tenants, backend)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -430,7 +467,7 @@ def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
         route_handlers=[v1, healthz],
         lifespan=[lifespan],
         state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants}),
-        exception_handlers={HTTPException: _http_error, Exception: _crash},
+        exception_handlers={HTTPException: _http_error, RecursionError: _too_deep, Exception: _crash},
         request_max_body_size=1024 * 1024,
         logging_config=None,
         openapi_config=None,

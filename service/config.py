@@ -44,7 +44,24 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     log_format: Literal["json", "console", "auto"] = "json"
     log_level: str = "INFO"
     remove_worktree: bool = True
-    """Remove a finished run's worktree (its branch ``flower/<run>`` stays with the committed work)."""
+    """Remove a finished run's checkout (its branch ``flower/<run>`` keeps the work it handed back)."""
+    # -- what a run may use (Docker; the chart sets the same for Kubernetes) ----------------------
+    run_user: Annotated[str, msgspec.Meta(pattern=r"^[0-9]{1,9}:[0-9]{1,9}$")] = "10001:10001"
+    run_memory: str = "2g"
+    """Memory limit of one run's container (swap included); empty for none."""
+    run_cpus: Annotated[float, msgspec.Meta(ge=0, le=256)] = 1.0
+    run_pids: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 512
+    run_tmp_size: str = "256m"
+    max_bundle_mb: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1024
+    """The largest work bundle taken from a run."""
+    # -- the local backend -----------------------------------------------------------------------
+    local_isolation: Literal["auto", "bwrap", "none"] = "auto"
+    """"auto": bubblewrap when installed, else none (then only one tenant, unless unsafe_shared_local)."""
+    unsafe_shared_local: bool = False
+    """Serve several tenants with the local backend and no isolation: every run sees every tenant's files."""
+    # -- the API ----------------------------------------------------------------------------------
+    max_streams_per_tenant: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 16
+    """Open SSE streams one tenant may hold at once (429 past that)."""
 
     @property
     def data_path(self) -> Path:

@@ -1,22 +1,32 @@
-"""Reading a run's events.jsonl: numbered lines, the same numbering for every reader.
+"""Reading a run's events.jsonl: numbered lines, the same numbering for every reader, read as hostile data.
 
 An event's number (``seq``, 1-based) is its line number among *complete* lines (ending in a
 newline): the scheduler tailing from its stored byte offset and an SSE stream replaying from
 the start count alike, so a client's ``?after=N`` means the same thing to both. A half-written last
 line is left for the next read. Lines that are not a JSON object still take their number
 and surface as ``{"kind": "unparsed"}`` so nothing silently shifts.
+
+The file is the run's: it is opened through ``sandbox.runfiles`` (never a symlink, FIFO or device), every
+pass reads at most ``MAX_CHUNK`` bytes, a line longer than ``MAX_LINE`` is cut into ``MAX_LINE`` pieces
+(each one ``unparsed`` event), and nothing past ``MAX_FILE`` is read at all — a 10 GB sparse file or a
+100 MB line costs the service bounded memory and time.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-__all__ = ["parse_line", "read_new", "MAX_CHUNK", "MAX_LINE"]
+from sandbox.runfiles import open_file
 
+__all__ = ["parse_line", "read_new", "MAX_CHUNK", "MAX_LINE", "MAX_FILE", "EVENTS"]
+
+EVENTS = "outbox/events.jsonl"
 MAX_CHUNK = 1024 * 1024  # bytes read per pass; the rest comes on the next pass
-MAX_LINE = 64 * 1024 * 1024  # a longer event line is skipped (counted, not parsed)
+MAX_LINE = 1024 * 1024  # a longer line is cut into pieces of this size
+MAX_FILE = 256 * 1024 * 1024  # nothing past this offset is read
 
 
 def parse_line(raw: bytes) -> dict[str, Any] | None:
@@ -26,47 +36,32 @@ def parse_line(raw: bytes) -> dict[str, Any] | None:
         return None
     try:
         ev = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         ev = None
     if not isinstance(ev, dict):
         return {"kind": "unparsed", "text": text[:500].decode("utf-8", "replace")}
     return ev
 
 
-def read_new(path: Path, offset: int, seq: int, *, limit: int = MAX_CHUNK
+def read_new(folder: Path, offset: int, seq: int, *, limit: int = MAX_CHUNK
              ) -> tuple[list[tuple[int, dict[str, Any]]], int, int]:
-    """Complete lines after byte ``offset`` (about ``limit`` bytes of them) → ([(seq, event)], new offset, new seq).
-
-    A single line longer than ``limit`` is read whole, up to MAX_LINE; a longer one counts as one
-    ``unparsed`` event and is skipped, so the reader never stalls on it.
-    """
+    """Complete lines of ``<folder>/outbox/events.jsonl`` after byte ``offset`` (about ``limit`` bytes of them)
+    → ([(seq, event)], new offset, new seq). A missing or non-regular file reads as nothing new."""
+    if offset >= MAX_FILE:
+        return [], offset, seq
     try:
-        f = open(path, "rb")
-    except FileNotFoundError:
+        with open_file(folder, EVENTS) as fd:
+            data = os.pread(fd, min(limit, MAX_FILE - offset), offset)
+            if b"\n" not in data and len(data) == limit < MAX_LINE:  # one line longer than a pass: find its end
+                data = os.pread(fd, min(MAX_LINE, MAX_FILE - offset), offset)
+    except OSError:  # missing, a symlink, a FIFO, a device: nothing to read
         return [], offset, seq
-    with f:
-        f.seek(offset)
-        data = f.read(limit)
-        end = data.rfind(b"\n")
-        if end < 0 and len(data) == limit:  # one line longer than limit: find where it ends
-            pos = offset + len(data)
-            while True:
-                chunk = f.read(limit)
-                if not chunk:
-                    return [], offset, seq  # still being written
-                i = chunk.find(b"\n")
-                if i >= 0:
-                    line_end = pos + i + 1
-                    break
-                pos += len(chunk)
-            if line_end - offset > MAX_LINE:
-                skipped = {"kind": "unparsed", "text": f"an event line of {line_end - offset} bytes was skipped"}
-                return [(seq + 1, skipped)], line_end, seq + 1
-            f.seek(offset)
-            data = f.read(line_end - offset)
-            end = len(data) - 1
+    end = data.rfind(b"\n")
     if end < 0:
-        return [], offset, seq
+        if len(data) < MAX_LINE:
+            return [], offset, seq  # still being written
+        piece = {"kind": "unparsed", "text": f"an event line longer than {MAX_LINE} bytes was cut here"}
+        return [(seq + 1, piece)], offset + len(data), seq + 1
     out: list[tuple[int, dict[str, Any]]] = []
     for line in data[: end + 1].split(b"\n")[:-1]:
         seq += 1

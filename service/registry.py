@@ -11,6 +11,7 @@ it up from there (``event_offset`` / ``event_seq``: how far its events.jsonl was
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -113,7 +114,8 @@ class Registry:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))  # SQLite gives -wal/-shm its mode
         self._lock = threading.RLock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
         self._db.row_factory = sqlite3.Row

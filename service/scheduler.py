@@ -5,12 +5,17 @@ One background task, one pass every ``poll_s`` (or at once when woken by a submi
 1. follow every running run — read the new lines of its events.jsonl from the stored byte
    offset, fold status/step/cost into the registry, fan the events out to SSE subscribers,
    log every audit line (guard denial, spill, isolation) as structured JSON with tenant
-   and run; when the sandbox has exited: read exit.json, commit the worktree on
-   ``flower/<run>``, store the diff stat, release the sandbox;
+   and run; on a ``checkpoint`` event, take the run's work bundle into ``flower/<run>``;
+   when the sandbox has exited: read exit.json, take the last bundle, store the diff stat,
+   release the sandbox, remove the run's credentials and checkout;
 2. start queued runs, oldest first, within the global ``max_running`` and each tenant's
-   quota: layout → worktree on ``flower/<run>`` from the repo's HEAD → env file from the
-   tenant's credentials (0600) → spec → ``backend.start``. A failure on the way removes
-   what was made and fails the run with the reason.
+   quota: layout → a checkout of its own on ``flower/<run>`` from the repo's HEAD → env file
+   from the tenant's credentials (0600) → spec → ``backend.start``. A failure on the way
+   removes what was made and fails the run with the reason.
+
+Everything under a run folder that the run can write is read as hostile data (``sandbox.runfiles``);
+git runs only in the tenant's own repository, on a copy of the bundle the run can no longer touch
+(``sandbox.worktree.import_bundle``). What the run reports (events, its audit lines) is a claim.
 
 On startup it re-attaches to the backend's live runs (by label) and resumes tailing where
 the registry says it stopped; a run whose sandbox is gone is finished from its exit.json
@@ -20,6 +25,8 @@ if it wrote one, else marked failed with a sentence saying so.
 from __future__ import annotations
 
 import asyncio
+import os
+import re
 import shutil
 import time
 from collections import Counter, defaultdict
@@ -42,6 +49,8 @@ __all__ = ["Scheduler", "END", "diffstat"]
 END = object()  # what a subscriber's queue gets when its run has ended (or the service stops)
 _RESERVED = {"event", "level", "timestamp", "logger", "tenant", "run"}
 _SUB_QUEUE = 10_000
+QUESTION_BYTES = 64 * 1024
+QUESTION_ID = re.compile(r"[\w.-]{1,200}")
 
 log = get_logger("flower.service.scheduler")
 audit_log = get_logger("flower.audit")
@@ -80,6 +89,9 @@ class Scheduler:
         self.handles: dict[str, Any] = {}
         self._stopping: dict[str, asyncio.Task[None]] = {}
         self._subs: dict[str, set[asyncio.Queue[Any]]] = defaultdict(set)
+        self._checkpoints: set[str] = set()  # runs that said they handed back work since the last import
+        self._imported: dict[str, tuple[int, int, int]] = {}  # run → (ino, size, mtime) of the bundle taken
+        self.streams: Counter[str] = Counter()  # open SSE streams per tenant
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self.ticks = 0
@@ -146,10 +158,10 @@ class Scheduler:
                 log.info("run.reattached", tenant=run.tenant, run=run.id, events=run.event_seq)
                 continue
             if run.status == "starting":
-                await asyncio.to_thread(self._discard_worktree, run, keep_branch=False)
+                await asyncio.to_thread(self._discard_workspace, run, keep_branch=False)
                 self._fail(run, "the service stopped while preparing this run; submit the ask again")
                 continue
-            if self.layout(run).exit_file.exists():
+            if read_exit(self.layout(run).dir) is not None:
                 log.info("run.ended_while_away", tenant=run.tenant, run=run.id)
                 await self._finish(run, "exited")
                 continue
@@ -200,28 +212,26 @@ class Scheduler:
 
     def _prepare_and_start(self, run: Run, tenant: Tenant) -> tuple[Any, str]:
         """Blocking: everything a run needs on disk, then the sandbox. Undoes what it made if a step fails."""
-        import git
         from sandbox.envfile import write_env_file
-        from sandbox.worktree import add_worktree
+        from sandbox.worktree import make_workspace, objects_dir
 
         layout = self.layout(run)
         values = tenant.check_ready()  # the repo or the credentials may have changed since the submit
         made_dir = not layout.dir.exists()
-        worktree = False
+        workspace = False
         try:
             layout.ensure()
-            with git.Repo(run.repo) as repo:
-                base = repo.head.commit.hexsha
-            add_worktree(run.repo, layout.workspace, layout.branch, base=base)
-            worktree = True
+            base = make_workspace(run.repo, layout.workspace, layout.branch)
+            workspace = True
             self.registry.update(run.id, branch=layout.branch, base=base)  # known even if we stop right here
             write_env_file(layout.env_file, values)
-            spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={})
+            spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
+                           base=base, objects=str(objects_dir(run.repo)))
             write_spec(layout, spec)
             return self.backend.start(layout, spec), base
         except BaseException:
-            if worktree:
-                self._discard_worktree(run, keep_branch=False)
+            if workspace:
+                self._discard_workspace(run, keep_branch=False)
                 self.registry.update(run.id, branch=None, base=None)
             if made_dir:
                 shutil.rmtree(layout.dir, ignore_errors=True)
@@ -230,6 +240,9 @@ class Scheduler:
     # -- following ---------------------------------------------------------------------------
     async def _follow(self, run: Run) -> None:
         run = self._tail(run)
+        if run.id in self._checkpoints:
+            self._checkpoints.discard(run.id)
+            await asyncio.to_thread(self._take_work, run, self.layout(run))
         handle = self.handles.get(run.id)
         if handle is None:
             await self._finish(run, "missing")
@@ -252,13 +265,15 @@ class Scheduler:
 
     def _tail(self, run: Run) -> Run:
         """Read what the run wrote since the last pass; fold, log, fan out; store the offset."""
-        events, offset, seq = read_new(self.layout(run).events, run.event_offset, run.event_seq)
+        events, offset, seq = read_new(self.layout(run).dir, run.event_offset, run.event_seq)
         if offset == run.event_offset:
             return run
         cost, step = run.cost_usd, run.step
         for n, ev in events:
             kind = ev.get("kind")
-            if kind == "audit":
+            if kind == "checkpoint":
+                self._checkpoints.add(run.id)
+            elif kind == "audit":
                 self._audit(run, ev)
             elif kind == "step" and ev.get("text"):
                 step = str(ev["text"])
@@ -293,7 +308,7 @@ class Scheduler:
                 break
         layout = self.layout(run)
         handle = self.handles.get(run.id)
-        exit_data = read_exit(layout.exit_file)
+        exit_data = read_exit(layout.dir)
         cost = run.cost_usd
         error: str | None = None
         if exit_data is not None:
@@ -329,6 +344,7 @@ class Scheduler:
                 log.warning("run.remove_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
         self.handles.pop(run.id, None)
         self._stopping.pop(run.id, None)
+        self._imported.pop(run.id, None)
         self.registry.transition(run.id, status, frm=ACTIVE, ended=time.time(), cost_usd=cost, error=error,
                                  commit_sha=commit, diffstat=stat)
         log.info("run.finished", tenant=run.tenant, run=run.id, status=status, cost_usd=round(cost, 6),
@@ -336,42 +352,113 @@ class Scheduler:
         self._publish_end(run.id)
 
     def _collect(self, run: Run, layout: RunLayout) -> tuple[str | None, dict[str, Any] | None, list[str]]:
-        """Blocking: commit the worktree, measure the diff, remove the worktree (the branch stays)."""
-        from sandbox.worktree import commit_all, diff
+        """Blocking: take the run's last bundle, measure the diff, remove its credentials and checkout."""
+        from sandbox.worktree import diff
 
         notes: list[str] = []
         commit: str | None = None
-        committed = False
-        if layout.workspace.exists():
-            try:
-                commit = commit_all(layout.workspace, f"flower run {run.id}: {_one_line(run.ask, 60)}", repo=run.repo)
-                committed = True
-            except Exception as e:  # noqa: BLE001
-                notes.append(f"committing the worktree failed ({type(e).__name__}: {_one_line(e, 200)}); "
-                             f"the work is still in {layout.workspace}")
+        try:
+            commit = self._take_work(run, layout, raise_errors=True)
+        except Exception as e:  # noqa: BLE001
+            notes.append(f"the run's work was not taken ({type(e).__name__}: {_one_line(e, 300)})")
         stat = None
         if run.base:
             try:
                 stat = diffstat(diff(run.repo, layout.branch, base=run.base))
             except Exception as e:  # noqa: BLE001
                 notes.append(f"reading the diff failed ({type(e).__name__}: {_one_line(e, 200)})")
-        if committed and self.config.remove_worktree:
-            self._discard_worktree(run, keep_branch=True)
+        layout.env_file.unlink(missing_ok=True)
+        if self.config.remove_worktree:
+            self._discard_workspace(run, keep_branch=True)
         return commit, stat, notes
 
-    def _discard_worktree(self, run: Run, *, keep_branch: bool) -> None:
-        from sandbox.worktree import remove_worktree
+    def _take_work(self, run: Run, layout: RunLayout, *, raise_errors: bool = False) -> str | None:
+        """Blocking: copy the run's work bundle out of its reach, verify it and fetch it into ``flower/<run>``;
+        the branch's tip (None when the run handed nothing back). A bundle already taken is not taken again."""
+        from sandbox.runfiles import copy_out, open_file
+        from sandbox.worktree import import_bundle
 
-        path = self.layout(run).workspace
+        if not run.base:
+            return None
+        rel = "outbox/work.bundle"
         try:
-            remove_worktree(run.repo, path, keep_branch=keep_branch)
-        except Exception as e:  # noqa: BLE001
-            log.warning("run.worktree_remove_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
+            with open_file(layout.dir, rel) as fd:
+                st = os.fstat(fd)
+        except FileNotFoundError:
+            return run.commit_sha
+        except OSError as e:
+            if raise_errors:
+                raise
+            log.warning("run.bundle_refused", tenant=run.tenant, run=run.id, error=_one_line(e))
+            return run.commit_sha
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if self._imported.get(run.id) == stamp:
+            return run.commit_sha
+        tmp = self.config.data_path / "tmp"
+        tmp.mkdir(mode=0o700, exist_ok=True)
+        copy = tmp / f"{run.id}.bundle"
+        try:
+            copy_out(layout.dir, rel, copy, limit=self.config.max_bundle_mb * 1024 * 1024)
+            tip = import_bundle(run.repo, copy, layout.branch, base=run.base)
+        except Exception as e:  # noqa: BLE001 - a bad bundle is the run's failure, never the service's
+            self._imported[run.id] = stamp
+            audit_log.warning("audit.bundle_refused", tenant=run.tenant, run=run.id, error=_one_line(e, 300))
+            if raise_errors:
+                raise
+            return run.commit_sha
+        finally:
+            copy.unlink(missing_ok=True)
+        self._imported[run.id] = stamp
+        self.registry.update(run.id, commit_sha=tip)
+        run.commit_sha = tip
+        log.info("run.checkpoint", tenant=run.tenant, run=run.id, commit=tip)
+        return tip
+
+    def _discard_workspace(self, run: Run, *, keep_branch: bool) -> None:
+        from sandbox.worktree import delete_branch, remove_workspace
+
+        layout = self.layout(run)
+        remove_workspace(layout.workspace)
+        if not keep_branch:
+            try:
+                delete_branch(run.repo, layout.branch)
+            except Exception as e:  # noqa: BLE001
+                log.warning("run.branch_remove_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
 
     def _fail(self, run: Run, error: str, *, frm: Any = ACTIVE) -> None:
         self.registry.transition(run.id, "failed", frm=frm, ended=time.time(), error=error)
         log.warning("run.failed", tenant=run.tenant, run=run.id, error=error)
         self._publish_end(run.id)
+
+    # -- the mailbox -------------------------------------------------------------------------
+    def questions(self, run: Run) -> list[dict[str, Any]]:
+        """Blocking: the run's open questions, read as hostile data — well-formed ones only, oldest first."""
+        from sandbox.runfiles import list_files, read_json
+
+        folder = self.layout(run).dir
+        out = []
+        for name in list_files(folder, "outbox/questions", suffix=".json", most=100):
+            q = read_json(folder, f"outbox/questions/{name}", limit=QUESTION_BYTES)
+            if not isinstance(q, dict) or q.get("id") != name[:-5] or not QUESTION_ID.fullmatch(name[:-5]):
+                continue
+            options = q.get("options") if isinstance(q.get("options"), list) else []
+            timeout = q.get("timeout_s")
+            out.append({"id": q["id"], "question": str(q.get("question", ""))[:QUESTION_BYTES],
+                        "options": [str(o)[:1000] for o in options[:50]],
+                        "asked_at": str(q.get("asked_at", ""))[:64],
+                        "timeout_s": timeout if isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+                        else None})
+        return out
+
+    def mail(self, run: Run, rel: str, doc: dict[str, Any]) -> None:
+        """Blocking: write one mailbox file (answers/…, inbox/…, interrupt.json) where the run can read it but
+        never replace it; owned by the run's uid when the backend runs it as another one."""
+        import json
+
+        from sandbox.runfiles import write_file
+
+        owner = getattr(self.backend, "mail_owner", lambda: None)()
+        write_file(self.layout(run).mailbox, rel, json.dumps(doc, ensure_ascii=False).encode("utf-8"), owner=owner)
 
     # -- cancelling --------------------------------------------------------------------------
     def request_cancel(self, run_id: str) -> None:

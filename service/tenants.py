@@ -12,7 +12,8 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
 
 ``token = "..."`` (plain text) is accepted for local setups and hashed at once; only the
 hash is kept in memory. Tokens are compared in constant time. The file is re-read when it
-changes; a broken edit keeps the last good tenants and logs why.
+changes; an edit that does not parse leaves **no** tenant authorised until it is fixed (a removed
+token must never keep working) and logs why.
 """
 
 from __future__ import annotations
@@ -185,8 +186,9 @@ class Tenants:
                     try:
                         self._tenants = _parse(self.path)
                     except TenantError as e:
+                        self._tenants = []  # revocation fails closed
                         if self._on_error is not None:
-                            self._on_error(str(e))
+                            self._on_error(f"{e}; no tenant is authorised until the file is fixed")
                     self._stamp = stamp
         return self._tenants
 

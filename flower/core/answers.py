@@ -9,6 +9,7 @@ mailbox's other side without it.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import re
@@ -55,19 +56,26 @@ class MailboxAnswers:
     ``inbox/`` holds unsolicited messages (consumed when read); ``interrupt.json``
     is the interrupt slot. Every write is temp + rename, so no reader ever sees
     half a file; polling costs one stat per interval.
+
+    ``questions`` (default ``<folder>/questions``) may live elsewhere: the service keeps what it
+    writes (answers, messages, interrupts) in a folder the run can read but not change, and the
+    run's questions beside its other output. In such a read-only folder nothing can be renamed
+    away, so each message and interrupt is taken once by remembering it instead.
     """
 
     def __init__(self, folder: str | Path, *, poll_s: float = 0.1,
-                 on_error: Callable[[str], None] | None = None) -> None:
+                 on_error: Callable[[str], None] | None = None, questions: str | Path | None = None) -> None:
         self.folder = Path(folder)
+        self.questions = Path(questions) if questions is not None else self.folder / "questions"
         self.poll_s = poll_s
         self.on_error = on_error
         self._suspect: dict[Path, tuple[int, int]] = {}
+        self._taken: set[tuple[str, int, int]] = set()
 
     # -- the run's side ----------------------------------------------------
     async def get(self, question: str, options: list[str] | None, timeout: float | None) -> str | None:
         qid = _new_id()
-        qfile = self.folder / "questions" / f"{qid}.json"
+        qfile = self.questions / f"{qid}.json"
         afile = self.folder / "answers" / f"{qid}.json"
         _write_json(qfile, {"id": qid, "question": question, "options": list(options or []),
                             "asked_at": _iso(), "timeout_s": timeout})
@@ -79,7 +87,7 @@ class MailboxAnswers:
                 await asyncio.sleep(self.poll_s)
         finally:
             qfile.unlink(missing_ok=True)
-            afile.unlink(missing_ok=True)
+            _discard(afile)
             self._suspect.pop(afile, None)
 
     def inbox(self) -> list[str]:
@@ -88,7 +96,7 @@ class MailboxAnswers:
             return []
         out: list[str] = []
         for path in sorted(p for p in box.iterdir() if not p.name.startswith(".") and p.suffix in (".json", ".txt", ".md")):
-            raw = _claim(path)
+            raw = self._claim(path)
             if raw is None:
                 continue  # another reader took it
             if path.suffix != ".json":
@@ -99,14 +107,17 @@ class MailboxAnswers:
                 if not isinstance(data, dict) or not isinstance(data.get("text"), str):
                     raise ValueError('需要 {"text": "..."}')
             except ValueError as e:
-                write_atomic(path.with_name(path.name + ".bad"), raw, private=True)
+                try:
+                    write_atomic(path.with_name(path.name + ".bad"), raw, private=True)
+                except OSError:
+                    pass
                 self._error(f"主动消息文件 {path} 格式不对({e}),已改名为 {path.name}.bad,未送达")
                 continue
             out.append(data["text"].strip())
         return out
 
     def take_interrupt(self) -> str | None:
-        raw = _claim(self.folder / "interrupt.json")
+        raw = self._claim(self.folder / "interrupt.json")
         if raw is None:
             return None
         try:
@@ -145,9 +156,9 @@ class MailboxAnswers:
         return path
 
     @staticmethod
-    def pending(folder: str | Path) -> list[dict[str, Any]]:
+    def pending(folder: str | Path, questions: str | Path | None = None) -> list[dict[str, Any]]:
         """Open questions, oldest first (unreadable files are skipped)."""
-        qdir = Path(folder) / "questions"
+        qdir = Path(questions) if questions is not None else Path(folder) / "questions"
         out = []
         for path in sorted(qdir.glob("*.json")) if qdir.is_dir() else []:
             if path.name.startswith("."):
@@ -159,6 +170,24 @@ class MailboxAnswers:
         return out
 
     # -- internals ---------------------------------------------------------
+    def _claim(self, path: Path) -> str | None:
+        """Take a file exactly once: renamed away where the folder allows it, else remembered as taken."""
+        try:
+            return _claim(path)
+        except OSError as e:
+            if e.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise
+        try:
+            st = path.stat()
+            key = (path.name, st.st_ino, st.st_mtime_ns)
+            if key in self._taken:
+                return None
+            raw = path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+        self._taken.add(key)
+        return raw
+
     def _read_answer(self, afile: Path) -> str | None:
         try:
             st = afile.stat()
@@ -219,6 +248,13 @@ def _new_id() -> str:
 def _write_json(path: Path, data: Any) -> None:
     """Private: what a person typed is nobody else's business."""
     write_atomic(path, json.dumps(data, ensure_ascii=False, indent=2) + "\n", private=True)
+
+
+def _discard(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:  # a read-only mailbox: the service clears it when the run ends
+        pass
 
 
 def _claim(path: Path) -> str | None:

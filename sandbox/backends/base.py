@@ -7,7 +7,6 @@ runs still running (by container label, or by the process's marker for the local
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -35,19 +34,23 @@ def check_spec(layout: RunLayout, spec: RunSpec) -> None:
                            "before starting the run")
 
 
-def check_prepared(layout: RunLayout, spec: RunSpec) -> Path:
-    """What a container backend needs as well (the env file, the worktree); returns the repo's git dir to mount."""
-    from ..worktree import WorktreeError, git_common_dir
-
+def check_prepared(layout: RunLayout, spec: RunSpec) -> Path | None:
+    """What a sandboxing backend needs as well (the env file, the checkout); returns the team's object
+    store to mount read-only (``spec.objects``), or None for a run without one."""
     check_spec(layout, spec)
     if not layout.env_file.is_file():
         raise BackendError(f"{layout.env_file} does not exist: write the env file (sandbox.envfile.write_env_file) "
                            "before starting the run")
-    try:
-        return git_common_dir(layout.workspace)
-    except WorktreeError as e:
-        raise BackendError(f"the run's workspace must be a git worktree (sandbox.worktree.add_worktree): {e}") \
-            from None
+    if not (layout.workspace / ".git").is_dir():
+        raise BackendError(f"the run's workspace {layout.workspace} must be a checkout made by "
+                           "sandbox.worktree.make_workspace before the run starts")
+    if not spec.objects:
+        return None
+    objects = Path(spec.objects)
+    if not objects.is_absolute() or not objects.is_dir():
+        raise BackendError(f"the spec's objects folder {objects} is not a folder: write the spec with the path "
+                           "sandbox.worktree.objects_dir gives")
+    return objects
 
 
 def run_env(layout: RunLayout, spec: RunSpec, env_file: str) -> dict[str, str]:
@@ -84,22 +87,23 @@ class Backend(Protocol):
 
 
 def stopped_exit(folder: Path, timeout: float) -> None:
-    """After a stop: if the run in ``folder`` could not write exit.json itself (killed before it could), write it."""
-    exit_file = folder / "exit.json"
-    if exit_file.exists():
+    """After a stop: if the run in ``folder`` could not write exit.json itself (killed before it could), write it
+    — relative to the outbox's fd, through an unguessable temp name: a symlink the run left there is replaced."""
+    if read_exit(folder) is not None:
         return
-    from ..entrypoint import write_exit
+    from ..entrypoint import exit_document
+    from ..runfiles import write_file
 
+    data = exit_document("killed", error=f"stopped; the run did not end within {timeout:g}s and was killed")
     try:
-        write_exit(exit_file, "killed", error=f"stopped; the run did not end within {timeout:g}s and was killed")
+        write_file(folder, "outbox/exit.json", data)
     except OSError:
         pass
 
 
-def read_exit(exit_file: Path) -> dict | None:
-    """exit.json as a dict; None when it is missing, unreadable or not an object."""
-    try:
-        data = json.loads(exit_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+def read_exit(folder: Path) -> dict | None:
+    """The run's outbox/exit.json as a dict (read as hostile data); None when missing, odd or not an object."""
+    from ..runfiles import read_json
+
+    data = read_json(folder, "outbox/exit.json")
     return data if isinstance(data, dict) else None

@@ -1,21 +1,19 @@
 """DockerBackend: one container per run (docker SDK), re-found by label after a service restart.
 
-What the container sees, all at the host's own absolute paths so that paths in events, the manifest
-and git's worktree pointers mean the same thing on both sides:
+What the container sees, each at the host's own absolute path so that paths in events and the manifest
+mean the same thing on both sides — and nothing else of the run folder or of the host:
 
-* the run's folder ``<root>/<run_id>/`` read-write: the worktree (the workspace), the workbench
-  ``.flower-<repo>``, ``run/``, ``mailbox/``, ``home/`` (HOME), ``events.jsonl`` and ``exit.json``;
-* the spec file read-only over itself;
-* the env file read-only at ``/run/flower/flower.env`` (``FLOWER_ENV``) and over its own path;
-* the repository's git folder (where the worktree's ``.git`` file points) **read-only**: git inside
-  can read history, status and diffs, but cannot change the team's branches, config or hooks — the
-  service commits the run's work on the host afterwards (``worktree.commit_all``).
+* read-write, each mounted on its own: the checkout (workspace), the workbench ``.flower-<repo>``, ``run/``,
+  ``home/`` (HOME) and ``outbox/`` (events, exit, questions, the work bundle) — ``RunLayout.writable``;
+* read-only: ``mailbox/`` (what the service writes), the spec, the env file at ``/run/flower/flower.env``
+  (``FLOWER_ENV``), and the team's object store the checkout borrows (``spec.objects``).
 
-The container runs with every capability dropped, ``no-new-privileges``, a read-only root file system
-(``/tmp`` is a tmpfs), tini as PID 1 (``init``), and as the service's own uid:gid (``user="auto"``): the
-run and the service exchange files both ways (flower writes mailbox files 0600), so they must be one
-owner. Run the service as a non-root user and runs are non-root too; a root service gets root runs, with
-no capabilities (the image's own user, 10001, is what ``user=None`` gives).
+Hardened by default, each a constructor argument: uid 10001 whatever the service runs as (``user``), a
+memory limit with no swap on top (``mem_limit``), a CPU quota (``cpus``), a pids limit (``pids_limit``), a
+size-capped ``/tmp`` tmpfs (``tmp_size``), a read-only root file system, every capability dropped,
+``no-new-privileges``, Docker's default seccomp profile (never ``unconfined``), tini as PID 1. A root service
+hands the run's folders to that uid before the start (``RunLayout.hand_over``); a non-root service whose
+uid differs cannot, so its runs use its own uid (see ``run_user``).
 Labels: ``flower.run=<run_id>``, ``flower.tenant=<tenant>``, ``flower.dir=<run folder>`` plus ``labels``.
 """
 
@@ -30,6 +28,8 @@ from ..layout import RunLayout
 from ..spec import RunSpec
 from .base import ENV_IN_CONTAINER, BackendError, check_prepared, run_env, stopped_exit
 
+RUN_USER = "10001:10001"
+
 __all__ = ["DockerBackend", "ENV_IN_CONTAINER"]
 
 _RUNNING = {"created", "running", "restarting", "paused"}
@@ -39,14 +39,14 @@ class DockerBackend:
     """Runs the sandbox image (entrypoint ``python -m sandbox.entrypoint``) with the run's spec file as argument.
 
     ``network_mode`` ("host" in tests, "none" for no network) applies unless ``start(network=...)`` names a
-    Docker network. ``user``: "auto" (the service's uid:gid, see the module doc), "uid:gid" (it must be able
-    to read the env file and the mailbox), or None for the image's own user.
-    ``labels`` are added to every container and ``live()`` only sees containers that carry them.
+    Docker network. ``labels`` are added to every container and ``live()`` only sees containers that carry
+    them. The hardening arguments are described in the module doc.
     """
 
-    def __init__(self, image: str, *, network_mode: str | None = None, user: str | None = "auto",
-                 labels: dict[str, str] | None = None, mem_limit: str | None = None, cpus: float | None = None,
-                 pids_limit: int | None = 4096, read_only: bool = True, client: Any = None) -> None:
+    def __init__(self, image: str, *, network_mode: str | None = None, user: str = RUN_USER,
+                 labels: dict[str, str] | None = None, mem_limit: str | None = "2g", cpus: float | None = 1.0,
+                 pids_limit: int | None = 512, tmp_size: str = "256m", read_only: bool = True,
+                 client: Any = None) -> None:
         import docker
 
         self.image = image
@@ -54,6 +54,7 @@ class DockerBackend:
         self.user = user
         self.labels = dict(labels or {})
         self.mem_limit, self.cpus, self.pids_limit, self.read_only = mem_limit, cpus, pids_limit, read_only
+        self.tmp_size = tmp_size
         self.client = client or docker.from_env()
 
     # -- the protocol ------------------------------------------------------
@@ -61,7 +62,7 @@ class DockerBackend:
         import docker
         from docker.types import Mount
 
-        common = check_prepared(layout, spec)
+        objects = check_prepared(layout, spec)
         name = self.container_name(layout)
         try:
             old = self.client.containers.get(name)
@@ -73,14 +74,18 @@ class DockerBackend:
             pass
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
-        user = self._user()
-        mounts = [
-            Mount(str(layout.dir), str(layout.dir), type="bind"),
-            Mount(str(common), str(common), type="bind", read_only=True),
+        user = self.run_user()
+        owner = self.mail_owner()
+        if owner is not None:
+            layout.hand_over(*owner)
+        mounts = [Mount(str(d), str(d), type="bind") for d in layout.writable]
+        mounts += [
+            Mount(str(layout.mailbox), str(layout.mailbox), type="bind", read_only=True),
             Mount(str(layout.spec_file), str(layout.spec_file), type="bind", read_only=True),
             Mount(ENV_IN_CONTAINER, str(layout.env_file), type="bind", read_only=True),
-            Mount(str(layout.env_file), str(layout.env_file), type="bind", read_only=True),
         ]
+        if objects is not None:
+            mounts.append(Mount(str(objects), str(objects), type="bind", read_only=True))
         env = run_env(layout, spec, ENV_IN_CONTAINER)
         labels = {**self.labels, "flower.run": layout.run_id, "flower.tenant": spec.tenant,
                   "flower.dir": str(layout.dir)}
@@ -90,19 +95,17 @@ class DockerBackend:
         elif self.network_mode is not None:
             kw["network_mode"] = self.network_mode
         if self.mem_limit:
-            kw["mem_limit"] = self.mem_limit
+            kw["mem_limit"] = kw["memswap_limit"] = self.mem_limit
         if self.cpus:
             kw["nano_cpus"] = int(self.cpus * 1e9)
         if self.pids_limit:
             kw["pids_limit"] = self.pids_limit
-        if user:
-            kw["user"] = user
         try:
             c = self.client.containers.run(
                 self.image, [str(layout.spec_file)], name=name, detach=True, labels=labels, environment=env,
-                working_dir=str(layout.dir), mounts=mounts, init=True, cap_drop=["ALL"],
+                working_dir=str(layout.workspace), mounts=mounts, init=True, cap_drop=["ALL"], user=user,
                 security_opt=["no-new-privileges"], read_only=self.read_only,
-                tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"}, **kw)
+                tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmp_size},mode=1777"}, **kw)
         except docker.errors.ImageNotFound:
             raise BackendError(f"image {self.image} does not exist here: build it with sandbox.image.ensure_image()") \
                 from None
@@ -175,9 +178,14 @@ class DockerBackend:
         except docker.errors.NotFound:
             return None
 
-    def _user(self) -> str | None:
-        """The uid:gid the container runs as: "auto" is the service's own, so every file the run and the
-        service exchange (mailbox, events, exit.json, the worktree) has one owner on both sides."""
-        if self.user == "auto":
-            return f"{os.getuid()}:{os.getgid()}"
-        return self.user
+    def mail_owner(self) -> tuple[int, int] | None:
+        """Who files the service writes for a run must belong to (so a uid-10001 run can read them)."""
+        uid, gid = (int(x) for x in self.run_user().split(":"))
+        return (uid, gid) if os.getuid() == 0 and uid != 0 else None
+
+    def run_user(self) -> str:
+        """The uid:gid runs use: ``user``, unless a non-root service of another uid could not hand the run its
+        folders — then the service's own (the run and the service must share files)."""
+        if os.getuid() == 0 or self.user.split(":")[0] == str(os.getuid()):
+            return self.user
+        return f"{os.getuid()}:{os.getgid()}"

@@ -4,10 +4,11 @@ For teams that outgrow one machine. The service runs in the cluster (the Helm ch
 ``data_dir`` on a PersistentVolumeClaim; every run is a Job in the service's namespace whose pod mounts the
 same claim, so paths mean the same thing in the service and in the run (as with the Docker backend):
 
-* ``<data_dir>/runs/<run_id>/`` read-write — the claim's ``subPath: runs/<run_id>`` at that same path;
-* the spec file read-only over itself (``subPath: runs/<run_id>/spec.json``);
-* the repository's git folder **read-only** at its own path (``subPath: <its path under data_dir>``): the
-  tenants' repositories must therefore live on the claim too (e.g. ``<data_dir>/repos/<tenant>``);
+* read-write, each at its own path: the run's checkout, workbench, ``run/``, ``home/`` and ``outbox/``
+  (``RunLayout.writable``, as ``subPath``s of the claim) — never the run folder itself;
+* read-only: ``mailbox/``, the spec file, and the team's object store the checkout borrows
+  (``spec.objects``, ``subPath: <its path under data_dir>``): the tenants' repositories must therefore live
+  on the claim too (e.g. ``<data_dir>/repos/<tenant>``);
 * the env file from a per-run Secret (created here, owned by the Job so Kubernetes deletes it with the Job,
   ``immutable``) at ``/run/flower/flower.env`` (``FLOWER_ENV``) and over its own path, mode 0400
   (0440 in practice: the pod's ``fsGroup`` is added so the non-root run can read it);
@@ -96,14 +97,21 @@ def _under(path: Path, root: Path, what: str) -> str:
 
 
 def job_manifest(layout: RunLayout, spec: RunSpec, *, image: str, namespace: str, claim: str,
-                 data_dir: str | Path, git_dir: str | Path, secret_name: str, uid: int, gid: int,
+                 data_dir: str | Path, objects: str | Path | None, secret_name: str, uid: int, gid: int,
                  labels: dict[str, str] | None = None, cpu: str | None = None, memory: str | None = None,
                  grace_s: int = 10, deadline_s: int | None = None, ttl_s: int | None = None,
-                 image_pull_secrets: list[str] | None = None, name: str | None = None) -> dict[str, Any]:
+                 image_pull_secrets: list[str] | None = None, name: str | None = None,
+                 tmp_size: str = "256Mi") -> dict[str, Any]:
     """The ``batch/v1`` Job of one run (pure: no I/O beyond resolving paths). See the module doc for the mounts."""
     name = name or job_name(layout)
     run_path = _under(layout.dir, Path(data_dir), "the run folder")
-    git_path = _under(Path(git_dir), Path(data_dir), "the repository's git folder")
+    mounts: list[dict[str, Any]] = [
+        {"name": "data", "mountPath": str(d), "subPath": f"{run_path}/{d.name}"} for d in layout.writable]
+    for path in (layout.mailbox, layout.spec_file):
+        mounts.append({"name": "data", "mountPath": str(path), "subPath": f"{run_path}/{path.name}", "readOnly": True})
+    if objects is not None:
+        mounts.append({"name": "data", "mountPath": str(Path(objects)), "readOnly": True,
+                       "subPath": _under(Path(objects), Path(data_dir), "the repository's object store")})
     meta_labels = {**(labels or {}), "flower.run": label_value(layout.run_id), "flower.tenant": label_value(spec.tenant),
                    "flower.claim": label_value(claim), "app.kubernetes.io/managed-by": "flower"}
     pod_labels = {**meta_labels, "flower.job": name}
@@ -114,17 +122,14 @@ def job_manifest(layout: RunLayout, spec: RunSpec, *, image: str, namespace: str
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "sandbox.entrypoint", str(layout.spec_file)],
-        "workingDir": str(layout.dir),
+        "workingDir": str(layout.workspace),
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": uid != 0, "capabilities": {"drop": ["ALL"]}},
+                            "runAsNonRoot": uid != 0, "capabilities": {"drop": ["ALL"]},
+                            "seccompProfile": {"type": "RuntimeDefault"}},
         "volumeMounts": [
-            {"name": "data", "mountPath": str(layout.dir), "subPath": run_path},
-            {"name": "data", "mountPath": str(Path(git_dir)), "subPath": git_path, "readOnly": True},
-            {"name": "data", "mountPath": str(layout.spec_file), "subPath": f"{run_path}/{layout.spec_file.name}",
-             "readOnly": True},
+            *mounts,
             {"name": "env", "mountPath": str(Path(ENV_IN_CONTAINER).parent), "readOnly": True},
-            {"name": "env", "mountPath": str(layout.env_file), "subPath": ENV_KEY, "readOnly": True},
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
@@ -144,7 +149,7 @@ def job_manifest(layout: RunLayout, spec: RunSpec, *, image: str, namespace: str
             {"name": "data", "persistentVolumeClaim": {"claimName": claim}},
             {"name": "env", "secret": {"secretName": secret_name, "defaultMode": 0o400,
                                        "items": [{"key": ENV_KEY, "path": ENV_KEY}]}},
-            {"name": "tmp", "emptyDir": {}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": tmp_size}},
         ],
     }
     if image_pull_secrets:
@@ -324,13 +329,13 @@ class KubernetesBackend:
         if network is not None:
             raise BackendError("the Kubernetes backend does not take a network name: isolate runs with the "
                                "chart's NetworkPolicy, and pass network=None")
-        common = check_prepared(layout, spec)
+        objects = check_prepared(layout, spec)
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
         name = job_name(layout)
         secret_name = f"{name}-env-{secrets.token_hex(4)}"
         manifest = job_manifest(layout, spec, image=self.image, namespace=self.namespace, claim=self.claim,
-                                data_dir=self.data_dir, git_dir=common, secret_name=secret_name, uid=self.uid,
+                                data_dir=self.data_dir, objects=objects, secret_name=secret_name, uid=self.uid,
                                 gid=self.gid, labels=self.labels, cpu=self.cpu, memory=self.memory,
                                 grace_s=self.grace_s, deadline_s=self.deadline_s, ttl_s=self.ttl_s,
                                 image_pull_secrets=self.image_pull_secrets, name=name)
@@ -379,7 +384,7 @@ class KubernetesBackend:
                 if cs.get("name") == CONTAINER and term and isinstance(term.get("exitCode"), int):
                     return term["exitCode"]
         folder = (job.get("metadata", {}).get("annotations") or {}).get("flower.dir")
-        data = read_exit(Path(folder) / "exit.json") if folder else None
+        data = read_exit(Path(folder)) if folder else None
         if data and isinstance(data.get("exit_code"), int):
             return data["exit_code"]
         return 0 if _finished(job, ("Complete",)) else None

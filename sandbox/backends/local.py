@@ -1,28 +1,87 @@
-"""LocalBackend: a run as a subprocess of this machine (development and tests without Docker).
+"""LocalBackend: a run as a process of this machine, walled in by bubblewrap (Debian ``bubblewrap``).
 
-No isolation beyond a clean environment — PATH, HOME (the run's own ``home/``), FLOWER_ENV and the
-spec's non-secret extras, never the service's environment wholesale. The process gets its own session
-(process group), so ``stop`` can end everything the run started. A handle is
-``local:<pid>:<start time>:<run folder>``; ``live()`` re-finds runs by the ``FLOWER_RUN_ID`` marker in the
-environment of ``python -m sandbox.entrypoint`` processes, so a restarted service re-attaches.
+With ``isolation="bwrap"`` (the default) the run gets its own user, pid, ipc and uts namespaces, no
+capabilities, a read-only view of only what it needs to execute — ``/usr``, a few files of ``/etc``, the
+Python it runs and flower's own code — and, read-write, only its own folders (``RunLayout.writable``); its
+mailbox, spec, env file and the team's object store are read-only. No other tenant's path exists inside,
+and ``/proc`` shows only the run's own processes. ``isolation="none"`` is a plain subprocess with a clean
+environment (development only: it sees everything the service's uid sees).
+
+The process gets its own session, so ``stop`` can end everything the run started. A handle is
+``local:<pid>:<start time>:<run folder>`` of the process this backend started (bubblewrap's outer
+process, or the entrypoint itself without isolation); ``live()`` re-finds runs by the ``FLOWER_RUN_ID``
+marker in the environment of such processes — in this service's own pid namespace only, so nothing a
+run starts inside its sandbox can pose as a run.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Literal
 
 from ..layout import RunLayout
 from ..spec import RunSpec
-from .base import RUN_MARK, BackendError, check_spec, read_exit, run_env, stopped_exit
+from .base import RUN_MARK, BackendError, check_prepared, check_spec, read_exit, run_env, stopped_exit
 
-__all__ = ["LocalBackend"]
+__all__ = ["LocalBackend", "bwrap_available", "Isolation"]
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+Isolation = Literal["bwrap", "none"]
+# What of /etc a run needs: name lookups, TLS roots, the dynamic linker. Nothing else (keys, shadow…) is there.
+ETC = ("passwd", "group", "hosts", "resolv.conf", "nsswitch.conf", "host.conf", "ssl", "ca-certificates",
+       "ca-certificates.conf", "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime")
+RUN_UID = 10001
+
+
+def bwrap_available() -> bool:
+    return shutil.which("bwrap") is not None
+
+
+def _code_dirs() -> list[Path]:
+    """Where the run's Python and flower's own code live (an editable install points outside the venv)."""
+    import flower
+    from flower.core.agent import PLUGIN_DIR
+
+    dirs = {Path(sys.prefix), Path(sys.base_prefix), Path(flower.__file__).parent, Path(__file__).parents[1]}
+    if Path(PLUGIN_DIR).is_dir():
+        dirs.add(Path(PLUGIN_DIR))
+    return sorted(d.resolve() for d in dirs)
+
+
+def bwrap_argv(layout: RunLayout, objects: Path | None, command: list[str], *, bwrap: str = "bwrap",
+               share_net: bool = True) -> list[str]:
+    """The bubblewrap command line of one run (pure: reads nothing of the run's folders)."""
+    argv = [bwrap, "--unshare-user", "--uid", str(RUN_UID), "--gid", str(RUN_UID), "--unshare-pid",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--new-session", "--cap-drop", "ALL",
+            "--hostname", "flower-run"]
+    if not share_net:
+        argv.append("--unshare-net")
+    for top in ("bin", "lib", "lib64", "lib32", "libx32", "sbin"):
+        p = Path("/") / top
+        if p.is_symlink():
+            argv += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            argv += ["--ro-bind", str(p), str(p)]
+    argv += ["--ro-bind", "/usr", "/usr"]
+    for name in ETC:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for d in _code_dirs():
+        argv += ["--ro-bind", str(d), str(d)]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for d in layout.writable:
+        argv += ["--bind", str(d), str(d)]
+    for f in (layout.mailbox, layout.spec_file, layout.env_file):
+        argv += ["--ro-bind", str(f), str(f)]
+    if objects is not None:
+        argv += ["--ro-bind", str(objects), str(objects)]
+    argv += ["--remount-ro", "/", "--chdir", str(layout.dir), "--", *command]
+    return argv
 
 
 def _stat(pid: int) -> tuple[str, int] | None:
@@ -33,6 +92,27 @@ def _stat(pid: int) -> tuple[str, int] | None:
         return None
     fields = raw[raw.rindex(")") + 2:].split()
     return fields[0], int(fields[19])
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _entrypoint_of(pid: int) -> int:
+    """The entrypoint a handle's process runs: itself, or under bubblewrap the first child of its init (the
+    outer bwrap does not pass signals on)."""
+    try:
+        if Path(f"/proc/{pid}/exe").resolve().name != "bwrap":
+            return pid
+    except OSError:
+        return pid
+    for init in _children(pid):
+        for child in _children(init):
+            return child
+    return pid
 
 
 def _parse(handle: str) -> tuple[int, int, Path]:
@@ -46,30 +126,45 @@ def _parse(handle: str) -> tuple[int, int, Path]:
 
 
 class LocalBackend:
-    """Runs ``<python> -m sandbox.entrypoint <spec>`` as a subprocess; ``root`` limits ``live()`` to one runs folder."""
+    """Runs ``<python> -m sandbox.entrypoint <spec>``; ``root`` limits ``live()`` to one runs folder.
 
-    def __init__(self, *, python: str | None = None, root: str | Path | None = None, path: str | None = None) -> None:
+    ``isolation``: "bwrap" (see the module doc; BackendError at start when bubblewrap is missing) or "none".
+    ``share_net``: the run keeps the host's network (it reaches the model on 127.0.0.1); False gives it none.
+    """
+
+    def __init__(self, *, python: str | None = None, root: str | Path | None = None, path: str | None = None,
+                 isolation: Isolation = "bwrap", share_net: bool = True) -> None:
         self.python = python or sys.executable
         self.root = Path(root).resolve() if root else None
         self.path = path or os.environ.get("PATH") or DEFAULT_PATH
+        self.isolation, self.share_net = isolation, share_net
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
         self._removed: set[str] = set()
 
     # -- the protocol ------------------------------------------------------
     def start(self, layout: RunLayout, spec: RunSpec, *, network: str | None = None) -> str:
         if network is not None:
-            raise BackendError("the local backend cannot put a run on a network (it shares the host's): "
-                               "use the Docker backend for network isolation, or pass network=None")
-        check_spec(layout, spec)
+            raise BackendError("the local backend cannot put a run on a named network: "
+                               "use the Docker backend for that, or pass network=None")
+        command = [self.python, "-m", "sandbox.entrypoint", str(layout.spec_file)]
+        if self.isolation == "bwrap":
+            bwrap = shutil.which("bwrap")
+            if bwrap is None:
+                raise BackendError("bubblewrap is not installed (`apt-get install bubblewrap`): without it a local "
+                                   "run is not isolated; install it, or set isolation='none' for development")
+            objects = check_prepared(layout, spec)
+            command = bwrap_argv(layout, objects, command, bwrap=bwrap, share_net=self.share_net)
+        else:
+            check_spec(layout, spec)
         running = self.live().get(layout.run_id)
         if running:
             raise BackendError(f"run {layout.run_id} is already running ({running})")
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
         env = {"PATH": self.path, **run_env(layout, spec, str(layout.env_file))}
-        with open(layout.log, "ab") as out:
-            proc = subprocess.Popen([self.python, "-m", "sandbox.entrypoint", str(layout.spec_file)],
-                                    cwd=layout.dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
+        fd = os.open(layout.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "ab") as out:
+            proc = subprocess.Popen(command, cwd=layout.dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         self._procs[proc.pid] = proc
         st = _stat(proc.pid)
@@ -90,7 +185,7 @@ class LocalBackend:
         proc = self._procs.get(pid)
         if proc is not None and proc.returncode is not None:
             return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
-        data = read_exit(folder / "exit.json")
+        data = read_exit(folder)
         code = data.get("exit_code") if data else None
         return code if isinstance(code, int) else None
 
@@ -99,7 +194,7 @@ class LocalBackend:
         verified = self._alive(pid, start)  # the group is this run's: safe to kill after its leader is gone
         if verified:
             try:
-                os.kill(pid, signal.SIGTERM)
+                os.kill(_entrypoint_of(pid), signal.SIGTERM)
             except ProcessLookupError:
                 pass
             deadline = time.monotonic() + timeout
@@ -112,10 +207,13 @@ class LocalBackend:
         out: dict[str, str] = {}
         for proc in list(self._procs.values()):
             proc.poll()  # reap our own children
+        own_ns = os.readlink("/proc/self/ns/pid")
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             try:
+                if os.readlink(entry / "ns" / "pid") != own_ns:
+                    continue  # inside some sandbox: whatever it claims to be, it is not a run we started
                 cmd = [a for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
                 at = cmd.index(b"sandbox.entrypoint") if b"sandbox.entrypoint" in cmd else -1
                 if at < 1 or cmd[at - 1] != b"-m" or at + 1 >= len(cmd):
@@ -176,9 +274,15 @@ class LocalBackend:
         """
         if not (verified or pid in self._procs or self._alive(pid, start)):
             return
+        children = _children(pid)  # bubblewrap's init: its end ends the sandbox's pid namespace
         if force and self._alive(pid, start):
             try:
                 os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for child in children:
+            try:
+                os.kill(child, signal.SIGKILL)
             except ProcessLookupError:
                 pass
         try:

@@ -86,9 +86,10 @@ def test_messages_interrupts_and_a_live_diff_reach_a_running_run(svc: tuple[Serv
     r = acme.get(f"/v1/runs/{waiting_run}/diff")
     assert r.status_code == 200 and r.text == "" and r.headers["x-flower-status"] == "running"
     (dep.data / "runs" / waiting_run / dep.repos["acme"].name / "draft.txt").write_text("wip\n")
-    assert "+wip" in acme.get(f"/v1/runs/{waiting_run}/diff").text, "uncommitted work shows while it runs"
+    assert acme.get(f"/v1/runs/{waiting_run}/diff").text == "", "the diff is what the run handed back, nothing else"
     m = acme.get(f"/v1/runs/{waiting_run}/manifest").json()
     assert m["status"] == "running" and m["exit"] is None
+
 
 
 # -- bad input creates nothing -------------------------------------------------------------------------
@@ -102,7 +103,12 @@ BAD_BODIES: list[tuple[Any, str]] = [
     (b'{"ask": "   "}', "`ask` is blank"),
     (b'{"ask": "x", "options": []}', "options: Expected `object`"),
     (b'{"ask": "x", "options": {"rounds": "two"}}', "option 'rounds': Expected `int`"),
-    (b'{"ask": "x", "options": {"rounds": 0}}', "'rounds' must be at least 1"),
+    (b'{"ask": "x", "options": {"rounds": 0}}', "'rounds' must be from 1 to 100"),
+    (b'{"ask": "x", "options": {"rounds": 1000000000000000000000000000000}}', "'rounds' must be from 1 to 100"),
+    (b'{"ask": "x", "options": {"max_asks": -1}}', "'max_asks' must be from 0 to 1000"),
+    (b'{"ask": "x", "options": {"timeout_s": 1e300}}', "'timeout_s' must be from 0 to 604800"),
+    (b'{"ask": "x", "options": {"instructions": ' + b"[" * 20 + b"]" * 20 + b"}}", "nest deeper than 8"),
+    (b'{"ask": "x", "options": {"instructions": ' + b"[" * 100_000 + b"]" * 100_000 + b"}}", "nests too deeply"),
     (b'{"ask": "x", "options": {"workspace": "/etc"}}', "not allowed for tenant acme"),
     (b'{"ask": "x", "options": {"new": true}}', "not allowed for tenant acme"),
 ]
@@ -169,5 +175,4 @@ def test_a_repo_that_is_not_git_or_missing_credentials_is_422_with_nothing_creat
 def test_healthz(svc: tuple[Service, Deployment]):
     service, _ = svc
     r = httpx.get(f"{service.url}/healthz")
-    assert r.status_code == 200 and r.json()["status"] == "ok" and r.json()["backend"] == "local"
-    assert r.json()["ticks"] > 0
+    assert r.status_code == 200 and r.json() == {"status": "ok", "backend": "local"}, "no tenant's counts"

@@ -136,7 +136,7 @@ def test_bad_tenants_file_is_one_clear_error(tmp_path: Path, body: str, fragment
     assert fragment in str(e.value)
 
 
-def test_tenants_file_is_reread_on_change_and_a_broken_edit_keeps_the_last_good(tmp_path: Path):
+def test_tenants_file_is_reread_on_change_and_a_broken_edit_authorises_nobody(tmp_path: Path):
     p = _write_tenants(tmp_path / "t.toml", '[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\nrepo = "r"\n'
                                             'credentials = "c"\n')
     errors: list[str] = []
@@ -147,7 +147,11 @@ def test_tenants_file_is_reread_on_change_and_a_broken_edit_keeps_the_last_good(
     assert tenants.authenticate("0123456789abcdef") is None and tenants.get("b") is not None
     p.write_text("[[tenant]\n")
     os.utime(p, ns=(2, 2))
-    assert tenants.get("b") is not None and errors and "not valid TOML" in errors[0]
+    assert tenants.authenticate("0123456789abcdeX") is None and tenants.all() == [], "revocation fails closed"
+    assert errors and "not valid TOML" in errors[0] and "no tenant is authorised" in errors[0]
+    p.write_text('[[tenant]]\nname = "b"\ntoken = "0123456789abcdeX"\nrepo = "r"\ncredentials = "c"\n')
+    os.utime(p, ns=(3, 3))
+    assert tenants.authenticate("0123456789abcdeX").name == "b", "and the fixed file is served again"
 
 
 def test_check_ready_names_what_is_missing(tmp_path: Path, git_repo):
@@ -200,19 +204,25 @@ def test_registry_is_a_wal_sqlite_file_that_survives_reopening(tmp_path: Path):
 
 
 # -- events ----------------------------------------------------------------------------------------
+def _events_file(folder: Path, data: bytes) -> Path:
+    (folder / "outbox").mkdir(parents=True, exist_ok=True)
+    path = folder / "outbox" / "events.jsonl"
+    path.write_bytes(data)
+    return path
+
+
 def test_events_are_numbered_by_complete_lines_whoever_reads(tmp_path: Path):
-    path = tmp_path / "events.jsonl"
-    path.write_bytes(b'{"kind": "step", "text": "a"}\n\nnot json\n{"kind": "text", "te')
-    got, offset, seq = read_new(path, 0, 0)
+    path = _events_file(tmp_path, b'{"kind": "step", "text": "a"}\n\nnot json\n{"kind": "text", "te')
+    got, offset, seq = read_new(tmp_path, 0, 0)
     assert [(n, e["kind"]) for n, e in got] == [(1, "step"), (3, "unparsed")] and seq == 3
     with open(path, "ab") as f:
         f.write(b'xt": "b"}\n')
-    more, offset2, seq2 = read_new(path, offset, seq)
+    more, offset2, seq2 = read_new(tmp_path, offset, seq)
     assert [(n, e["text"]) for n, e in more] == [(4, "b")] and seq2 == 4 and offset2 == path.stat().st_size
     # small reads give the same numbers as one big read
     seen, off, n = [], 0, 0
     while True:
-        evs, new_off, n = read_new(path, off, n, limit=8)
+        evs, new_off, n = read_new(tmp_path, off, n, limit=8)
         seen += [k for k, _ in evs]
         if new_off == off:
             break
@@ -221,16 +231,18 @@ def test_events_are_numbered_by_complete_lines_whoever_reads(tmp_path: Path):
     assert read_new(tmp_path / "absent", 0, 0) == ([], 0, 0)
 
 
-def test_a_huge_event_line_is_skipped_not_stalled_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_a_huge_event_line_is_cut_not_stalled_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     import service.events as events
 
-    monkeypatch.setattr(events, "MAX_LINE", 100)
-    path = tmp_path / "events.jsonl"
-    path.write_bytes(b'{"kind": "text", "text": "' + b"x" * 300 + b'"}\n{"kind": "step", "text": "b"}\n')
-    got, offset, seq = events.read_new(path, 0, 0, limit=64)
-    assert got[0][1]["kind"] == "unparsed" and seq == 1
-    got, offset, seq = events.read_new(path, offset, seq, limit=64)
-    assert got == [(2, {"kind": "step", "text": "b"})] and offset == path.stat().st_size
+    monkeypatch.setattr(events, "MAX_LINE", 64)
+    path = _events_file(tmp_path, b'{"kind": "text", "text": "' + b"x" * 100 + b'"}\n{"kind": "step", "text": "b"}\n')
+    got, offset, seq = events.read_new(tmp_path, 0, 0, limit=64)
+    assert got[0][1]["kind"] == "unparsed" and seq == 1 and offset == 64, "a piece of MAX_LINE bytes, no more"
+    seen = []
+    for _ in range(5):  # every pass moves on
+        more, offset, seq = events.read_new(tmp_path, offset, seq, limit=64)
+        seen += more
+    assert [e["kind"] for _, e in seen] == ["unparsed", "step"] and offset == path.stat().st_size
 
 
 def test_diffstat_counts_files_and_lines():

@@ -99,7 +99,8 @@ def test_a_run_end_to_end_question_events_audit_diff(deployment: Deployment, ser
     assert git(repo, "show", f"flower/{run_id}:hello.py") == "print('hello')\n"
     assert final["commit"] == git(repo, "rev-parse", f"flower/{run_id}").strip()
     assert not (repo / "hello.py").exists() and git(repo, "status", "--porcelain") == ""
-    assert git(repo, "worktree", "list").count("\n") == 1, "the finished run's worktree is removed"
+    assert git(repo, "worktree", "list").count("\n") == 1, "no worktree of the team's repository is ever made"
+    assert not (deployment.data / "runs" / run_id / repo.name).exists(), "the finished run's checkout is removed"
     assert {f["path"] for f in final["diffstat"]["files"]} == {"hello.py"}
     r = acme.get(f"/v1/runs/{run_id}/diff")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/x-diff")
@@ -113,8 +114,7 @@ def test_a_run_end_to_end_question_events_audit_diff(deployment: Deployment, ser
     assert acme.post(f"/v1/runs/{run_id}/cancel").status_code == 409
     listed = acme.get("/v1/runs").json()["runs"]
     assert [r["id"] for r in listed] == [run_id]
-    env_file = deployment.data / "runs" / run_id / "flower.env"
-    assert env_file.stat().st_mode & 0o777 == 0o600
+    assert not (deployment.data / "runs" / run_id / "flower.env").exists(), "credentials go when the run ends"
 
 
 # -- 2. quotas ------------------------------------------------------------------------------------------
