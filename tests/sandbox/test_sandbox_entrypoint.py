@@ -17,7 +17,7 @@ from sandbox.entrypoint import EventLog, jsonable
 from sandbox.envfile import write_env_file
 from sandbox.layout import RunLayout
 from sandbox.spec import RunSpec, write_spec
-from sandbox.worktree import add_worktree
+from sandbox.worktree import make_workspace
 
 
 def _run(spec_file: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -29,7 +29,7 @@ def _run(spec_file: Path, env: dict[str, str]) -> subprocess.CompletedProcess[st
 @pytest.fixture
 def layout(git_workspace: Path, tmp_path: Path) -> RunLayout:
     lay = RunLayout(tmp_path / "runs", "r1", git_workspace.name).ensure()
-    add_worktree(git_workspace, lay.workspace, lay.branch)
+    make_workspace(git_workspace, lay.workspace, lay.branch)
     write_spec(lay, RunSpec("r1", "team", "做个东西"))
     return lay
 
@@ -77,7 +77,7 @@ def test_a_bad_spec_fails_in_one_line(tmp_path: Path) -> None:
     (run / "spec.json").write_text(json.dumps({"run_id": "r1", "tenant": "t", "ask": "x", "options": {"x": 1}}))
     out = _run(run / "spec.json", {})
     assert out.returncode == 2 and "Traceback" not in out.stderr and "unknown option 'x'" in out.stderr
-    assert json.loads((run / "exit.json").read_text())["status"] == "failed"
+    assert json.loads((run / "outbox" / "exit.json").read_text())["status"] == "failed"
 
 
 def test_a_run_without_its_worktree_fails_in_one_line(tmp_path: Path) -> None:

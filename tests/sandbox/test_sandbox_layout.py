@@ -15,8 +15,11 @@ def test_every_path_of_a_run(tmp_path: Path) -> None:
     d = (tmp_path / "runs" / "r-1").resolve()
     assert lay.dir == d and lay.workspace == d / "team" and lay.workbench == d / ".flower-team"
     assert (lay.run_dir, lay.mailbox, lay.home) == (d / "run", d / "mailbox", d / "home")
-    assert (lay.env_file, lay.spec_file, lay.events, lay.exit_file) == (
-        d / "flower.env", d / "spec.json", d / "events.jsonl", d / "exit.json")
+    assert (lay.env_file, lay.spec_file, lay.events, lay.exit_file, lay.questions, lay.bundle) == (
+        d / "flower.env", d / "spec.json", d / "outbox/events.jsonl", d / "outbox/exit.json",
+        d / "outbox/questions", d / "outbox/work.bundle")
+    assert lay.writable == (lay.workspace, lay.workbench, lay.run_dir, lay.home, lay.outbox), \
+        "the mailbox, spec and env file are never the run's to write"
     assert lay.branch == "flower/r-1"
     # exactly flower's isolate rule: <ws>.parent/.flower-<ws.name>
     assert lay.workbench == starter_paths(lay.workspace, run_dir=lay.run_dir, isolate=True).workbench
@@ -24,7 +27,8 @@ def test_every_path_of_a_run(tmp_path: Path) -> None:
 
 def test_ensure_makes_the_folders_but_not_the_worktree(tmp_path: Path) -> None:
     lay = RunLayout(tmp_path, "r1", "repo").ensure()
-    assert all(p.is_dir() for p in (lay.dir, lay.workbench, lay.run_dir, lay.mailbox, lay.home))
+    assert all(p.is_dir() for p in (lay.dir, lay.workbench, lay.run_dir, lay.mailbox, lay.home, lay.questions))
+    assert all(p.stat().st_mode & 0o777 == 0o700 for p in (lay.dir, lay.outbox, lay.mailbox)), "private folders"
     assert not lay.workspace.exists()
     assert lay.ensure() == lay  # idempotent
 

@@ -14,7 +14,7 @@ from flower.testing import ScriptedModel
 from sandbox.backends import Backend, LocalBackend
 from sandbox.layout import RunLayout
 from sandbox.testing import QUESTION, Person, prepare, read_events, starter_rules, wait_asking, waiting_rules
-from sandbox.worktree import commit_all, diff
+from sandbox.worktree import diff, import_bundle
 
 pytestmark = pytest.mark.cli
 
@@ -55,7 +55,7 @@ def test_a_scripted_run_end_to_end(git_workspace: Path, runs: Path) -> None:
         assert isinstance(backend, Backend)
         t0 = time.monotonic()
         handle = backend.start(layout, spec)
-        with Person(layout.mailbox, ["1"]) as person:
+        with Person(layout.mailbox, ["1"], questions=layout.questions) as person:
             code = backend.wait(handle, 180)
         took = time.monotonic() - t0
         assert code == 0, layout.log.read_text()[-3000:]
@@ -84,7 +84,8 @@ def test_a_scripted_run_end_to_end(git_workspace: Path, runs: Path) -> None:
     assert not (layout.workspace / ".flower").exists() and not (layout.workspace / "boss.txt").exists()
     assert (layout.workspace / "hello.py").read_text() == "print('hello')\n"
 
-    sha = commit_all(layout.workspace, f"flower run {run_id}", repo=repo)
+    assert any(x["kind"] == "checkpoint" for x in lines), "the runner handed its work back"
+    sha = import_bundle(repo, layout.bundle, f"flower/{run_id}", base=spec.base)
     assert sha and git(repo, "rev-parse", f"flower/{run_id}").strip() == sha
     changed = diff(repo, f"flower/{run_id}", base="main")
     assert "+++ b/hello.py" in changed and "+print('hello')" in changed
@@ -150,7 +151,11 @@ def test_a_sigterm_from_anyone_ends_the_whole_run(git_workspace: Path, runs: Pat
         handle = backend.start(layout, spec)
         wait_asking(backend, handle, layout)
         assert len(pids_of("local-term")) >= 2, "the entrypoint and its CLI"
-        os.kill(int(handle.split(":")[1]), signal.SIGTERM)
+        from sandbox.backends.local import _entrypoint_of
+
+        entry = _entrypoint_of(int(handle.split(":")[1]))
+        assert entry != int(handle.split(":")[1]), "under bubblewrap the entrypoint is a process of its own"
+        os.kill(entry, signal.SIGTERM)
         assert backend.wait(handle, 10) == 143
     assert json.loads(layout.exit_file.read_text())["status"] == "killed"
     assert _gone("local-term")
@@ -160,7 +165,7 @@ def test_the_local_backend_has_no_networks(git_workspace: Path, tmp_path: Path) 
     from sandbox.backends import BackendError
     from sandbox.spec import RunSpec
 
-    with pytest.raises(BackendError, match="cannot put a run on a network"):
+    with pytest.raises(BackendError, match="cannot put a run on a named network"):
         LocalBackend().start(RunLayout(tmp_path, "r1", "ws"), RunSpec("r1", "t", "x"), network="flower-runs")
 
 
@@ -195,6 +200,6 @@ def test_an_interrupt_through_the_mailbox_redirects_the_step(git_workspace: Path
         assert len({r.session for r in clarifier}) == 1, "the same session continued"
     done = json.loads(layout.exit_file.read_text())
     assert done["status"] == "succeeded" and [s["step"] for s in done["steps"]] == ["确认需求"]
-    assert not (layout.mailbox / "interrupt.json").exists() and MailboxAnswers.pending(layout.mailbox) == []
+    assert MailboxAnswers.pending(layout.mailbox, layout.questions) == []
     log = (layout.workbench / "notes" / "问答记录.md").read_text()
     assert "打断" in log and words in log

@@ -1,4 +1,5 @@
-"""Worktrees on a real repository: a branch per run, the team's checkout untouched, the run's work as a diff."""
+"""A run's checkout and its work coming back as a bundle, on real repositories: the team's repository only
+ever changes on ``flower/<run>``, and git never runs with anything the run wrote."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.checkpoint import checkpoint
 from sandbox.worktree import (
     BranchExists,
     NotAGitRepo,
     WorktreeError,
-    add_worktree,
-    commit_all,
+    delete_branch,
     diff,
-    git_common_dir,
-    remove_worktree,
-    worktree_gitdir,
+    import_bundle,
+    make_workspace,
+    objects_dir,
+    remove_workspace,
 )
 
 
@@ -30,67 +32,128 @@ def repo(git_workspace: Path) -> Path:
     return git_workspace
 
 
-def test_add_commit_diff_remove(repo: Path, tmp_path: Path) -> None:
-    wt = tmp_path / "runs" / "r1" / "ws"
-    base = git(repo, "rev-parse", "HEAD").strip()
-    add_worktree(repo, wt, "flower/r1")
-    assert (wt / "README.md").read_text() == "scratch repo\n"
-    assert git(wt, "branch", "--show-current").strip() == "flower/r1"
-    assert worktree_gitdir(wt).parent == repo / ".git" / "worktrees" and git_common_dir(wt) == repo / ".git"
+def refs(repo: Path) -> str:
+    return git(repo, "for-each-ref", "--format=%(refname) %(objectname)")
 
-    assert commit_all(wt, "nothing yet") is None, "nothing changed: no commit"
-    (wt / "new.txt").write_text("new\n")
-    (wt / "README.md").write_text("changed\n")
-    sha = commit_all(wt, "run r1", repo=repo)
-    assert sha and git(repo, "rev-parse", "flower/r1").strip() == sha
-    assert git(repo, "log", "-1", "--format=%an <%ae>|%s", "flower/r1").strip() == "flower <flower@localhost>|run r1"
+
+def test_checkout_checkpoint_bundle_import_diff(repo: Path, tmp_path: Path) -> None:
+    ws, bundle = tmp_path / "runs" / "r1" / "ws", tmp_path / "runs" / "r1" / "work.bundle"
+    base = make_workspace(repo, ws, "flower/r1")
+    assert base == git(repo, "rev-parse", "HEAD").strip() == git(repo, "rev-parse", "flower/r1").strip()
+    assert (ws / "README.md").read_text() == "scratch repo\n"
+    assert git(ws, "branch", "--show-current").strip() == "flower/r1"
+    assert (ws / ".git").is_dir(), "a git dir of its own, not a linked worktree's pointer"
+    assert (ws / ".git/objects/info/alternates").read_text().strip() == str(objects_dir(repo))
+    assert git(repo, "worktree", "list").count("\n") == 1
+
+    assert checkpoint(ws, bundle, branch="flower/r1", base=base, message="nothing yet") is None
+    assert not bundle.exists(), "nothing past the base: no bundle"
+    (ws / "new.txt").write_text("new\n")
+    (ws / "README.md").write_text("changed\n")
+    tip = checkpoint(ws, bundle, branch="flower/r1", base=base, message="step 1")
+    assert tip and bundle.is_file() and git(repo, "rev-parse", "flower/r1").strip() == base, \
+        "the team's repository does not change until the service takes the bundle"
+    assert import_bundle(repo, bundle, "flower/r1", base=base) == tip == git(repo, "rev-parse", "flower/r1").strip()
+    assert git(repo, "log", "-1", "--format=%an <%ae>|%s", "flower/r1").strip() == "flower <flower@localhost>|step 1"
     out = diff(repo, "flower/r1", base=base)
     assert "+++ b/new.txt" in out and "+changed" in out and out.endswith("\n")
+    assert git(repo, "status", "--porcelain") == "" and (repo / "README.md").read_text() == "scratch repo\n"
+    assert "refs/flower-import" not in refs(repo) and not (repo / ".git" / "FETCH_HEAD").exists()
 
-    # not committed yet: still part of what the run changed (new files too), the worktree's index untouched
-    (wt / "later.txt").write_text("later\n")
-    (wt / "new.txt").unlink()
-    index_before = (worktree_gitdir(wt) / "index").read_bytes()
-    out = diff(repo, "flower/r1", base="main")
-    assert "+++ b/later.txt" in out and "new.txt" not in out and "+changed" in out
-    assert (worktree_gitdir(wt) / "index").read_bytes() == index_before
-    assert sorted(git(wt, "status", "--porcelain").splitlines()) == [" D new.txt", "?? later.txt"], \
-        "diff staged nothing in the worktree's own index"
-
-    # the team's checkout never saw any of it
-    assert git(repo, "status", "--porcelain") == "" and git(repo, "branch", "--show-current").strip() == "main"
-    assert (repo / "README.md").read_text() == "scratch repo\n" and not (repo / "later.txt").exists()
-
-    remove_worktree(repo, wt)
-    assert not wt.exists() and "flower/r1" in git(repo, "branch", "--list", "flower/r1")
-    assert "+++ b/new.txt" in diff(repo, "flower/r1", base=base), "the branch keeps the committed work"
+    remove_workspace(ws)
+    assert not ws.exists() and "+++ b/new.txt" in diff(repo, "flower/r1", base=base), "the branch keeps the work"
+    delete_branch(repo, "flower/r1")
+    assert git(repo, "branch", "--list", "flower/r1") == ""
 
 
-def test_remove_can_delete_the_branch_and_prunes_a_vanished_folder(repo: Path, tmp_path: Path) -> None:
-    wt = tmp_path / "wt"
-    add_worktree(repo, wt, "flower/gone")
-    subprocess.run(["rm", "-rf", str(wt)], check=True)
-    remove_worktree(repo, wt, keep_branch=False)
-    assert git(repo, "branch", "--list", "flower/gone") == ""
-    assert str(wt) not in git(repo, "worktree", "list")
-    with pytest.raises(WorktreeError, match="is not a worktree of"):
-        remove_worktree(repo, wt)
+def test_a_symlink_is_handed_back_as_a_symlink_never_its_target(repo: Path, tmp_path: Path) -> None:
+    secret = tmp_path / "other-tenant.env"
+    secret.write_text("ANTHROPIC_API_KEY=canary-of-another-tenant\n")
+    ws, bundle = tmp_path / "checkout", tmp_path / "work.bundle"
+    base = make_workspace(repo, ws, "flower/s")
+    (ws / "passwd").symlink_to("/etc/passwd")
+    (ws / "their.env").symlink_to(secret)
+    checkpoint(ws, bundle, branch="flower/s", base=base, message="links")
+    import_bundle(repo, bundle, "flower/s", base=base)
+    tree = git(repo, "ls-tree", "flower/s")
+    assert "120000 blob" in tree.split("passwd")[0].splitlines()[-1]
+    out = diff(repo, "flower/s", base=base)
+    assert "new file mode 120000" in out and "canary-of-another-tenant" not in out and "root:" not in out
+    assert git(repo, "cat-file", "-p", "flower/s:their.env") == str(secret)
+
+
+def test_a_bundle_that_does_not_hold_up_changes_nothing(repo: Path, tmp_path: Path) -> None:
+    ws = tmp_path / "checkout"
+    base = make_workspace(repo, ws, "flower/b")
+    before = refs(repo)
+    junk = tmp_path / "junk.bundle"
+    junk.write_bytes(b"# v2 git bundle\nnot a bundle at all\n")
+    with pytest.raises(WorktreeError, match="does not verify"):
+        import_bundle(repo, junk, "flower/b", base=base)
+    # a history of its own, not descending from the base: refused
+    other = tmp_path / "other"
+    git(tmp_path, "init", "-q", "-b", "flower/b", str(other))
+    (other / "x").write_text("x\n")
+    git(other, "add", ".")
+    git(other, "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "unrelated")
+    git(other, "bundle", "create", str(tmp_path / "unrelated.bundle"), "flower/b")
+    with pytest.raises(WorktreeError, match="does not descend from its base"):
+        import_bundle(repo, tmp_path / "unrelated.bundle", "flower/b", base=base)
+    # a bundle of another branch: not taken for this one
+    (ws / "y").write_text("y\n")
+    git(ws, "checkout", "-qb", "main")
+    checkpoint(ws, tmp_path / "main.bundle", branch="main", base=base, message="on main")
+    with pytest.raises(WorktreeError, match="has no refs/heads/flower/b"):
+        import_bundle(repo, tmp_path / "main.bundle", "flower/b", base=base)
+    assert refs(repo) == before and "refs/flower-import" not in refs(repo)
+
+
+def test_git_dir_tricks_in_the_checkout_never_reach_the_service(repo: Path, tmp_path: Path) -> None:
+    """The run rewrites its .git, config, hooks and attributes: the service's git never looks there."""
+    marker = tmp_path / "pwned"
+    ws, bundle = tmp_path / "checkout", tmp_path / "work.bundle"
+    base = make_workspace(repo, ws, "flower/g")
+    cmd = f"touch {marker}"
+    git(ws, "config", "filter.x.clean", cmd)
+    git(ws, "config", "core.fsmonitor", cmd)
+    (ws / ".gitattributes").write_text("* filter=x diff=x\n")
+    git(ws, "config", "diff.x.textconv", cmd)
+    (ws / "f").write_text("f\n")
+    tip = checkpoint(ws, bundle, branch="flower/g", base=base, message="tricks")
+    marker.unlink(missing_ok=True)  # the run's own git may run its own filter: that is inside the sandbox
+    assert import_bundle(repo, bundle, "flower/g", base=base) == tip
+    assert "diff --git a/f b/f" in diff(repo, "flower/g", base=base)
+    assert not marker.exists(), "no filter, fsmonitor or textconv of the run ran on the service's side"
+
+
+def test_the_repositorys_hooks_never_run(repo: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "hook-ran"
+    for name in ("post-checkout", "reference-transaction", "post-merge"):
+        hook = repo / ".git" / "hooks" / name
+        hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
+        hook.chmod(0o755)
+    ws = tmp_path / "checkout"
+    base = make_workspace(repo, ws, "flower/h")
+    (ws / "f").write_text("f\n")
+    checkpoint(ws, tmp_path / "b", branch="flower/h", base=base, message="m")
+    import_bundle(repo, tmp_path / "b", "flower/h", base=base)
+    assert not marker.exists()
 
 
 def test_not_a_git_repository(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
     with pytest.raises(NotAGitRepo, match="is not a git repository"):
-        add_worktree(plain, tmp_path / "wt", "flower/x")
+        make_workspace(plain, tmp_path / "wt", "flower/x")
     with pytest.raises(NotAGitRepo):
-        add_worktree(tmp_path / "nowhere", tmp_path / "wt", "flower/x")
+        make_workspace(tmp_path / "nowhere", tmp_path / "wt", "flower/x")
     assert issubclass(NotAGitRepo, ValueError) and not (tmp_path / "wt").exists()
 
 
 def test_an_existing_branch_is_a_clear_error(repo: Path, tmp_path: Path) -> None:
     git(repo, "branch", "flower/taken")
     with pytest.raises(BranchExists, match="branch 'flower/taken' already exists"):
-        add_worktree(repo, tmp_path / "wt", "flower/taken")
+        make_workspace(repo, tmp_path / "wt", "flower/taken")
     assert not (tmp_path / "wt").exists()
 
 
@@ -100,50 +163,29 @@ def test_an_existing_branch_is_a_clear_error(repo: Path, tmp_path: Path) -> None
     ("flower/ok", "no-such-ref", "is not a commit"),
 ])
 def test_other_refusals(repo: Path, tmp_path: Path, branch: str, base: str, message: str) -> None:
+    before = refs(repo)
     with pytest.raises(WorktreeError, match=message):
-        add_worktree(repo, tmp_path / "wt", branch, base=base)
+        make_workspace(repo, tmp_path / "wt", branch, base=base)
+    assert refs(repo) == before
 
 
 def test_a_folder_in_the_way(repo: Path, tmp_path: Path) -> None:
     (tmp_path / "wt").mkdir()
     (tmp_path / "wt" / "x").write_text("x")
+    before = refs(repo)
     with pytest.raises(WorktreeError, match="already exists and is not an empty folder"):
-        add_worktree(repo, tmp_path / "wt", "flower/y")
+        make_workspace(repo, tmp_path / "wt", "flower/y")
+    assert refs(repo) == before, "no branch left behind"
 
 
-def test_the_repositorys_hooks_never_run(repo: Path, tmp_path: Path) -> None:
-    marker = tmp_path / "hook-ran"
-    hook = repo / ".git" / "hooks" / "pre-commit"
-    hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
-    hook.chmod(0o755)
-    wt = tmp_path / "wt"
-    add_worktree(repo, wt, "flower/h")
-    (wt / "f").write_text("f\n")
-    assert commit_all(wt, "m", repo=repo)
-    assert not marker.exists()
-
-
-def test_a_worktree_pointing_elsewhere_is_refused(repo: Path, tmp_path: Path) -> None:
-    wt = tmp_path / "wt"
-    add_worktree(repo, wt, "flower/t")
-    evil = tmp_path / "evil"
-    evil.mkdir()
-    git(evil, "init", "-q")
-    (wt / ".git").write_text(f"gitdir: {evil / '.git'}\n")
-    (wt / "f").write_text("f\n")
-    with pytest.raises(WorktreeError, match="no longer points into"):
-        commit_all(wt, "m", repo=repo)
-    assert git(evil, "status", "--porcelain") == "", "git never ran in the redirected repository"
-
-
-def test_a_worktree_owned_by_another_uid_still_commits(repo: Path, tmp_path: Path) -> None:
-    """A container that ran as another uid: git on the host would call the worktree 'dubious'."""
+def test_a_checkout_owned_by_another_uid_still_hands_its_work_back(repo: Path, tmp_path: Path) -> None:
+    """A container that ran as uid 10001: the service only reads the bundle, never the checkout."""
     if os.geteuid() != 0:
         pytest.skip("needs root to chown")
-    wt = tmp_path / "wt"
-    add_worktree(repo, wt, "flower/u")
-    (wt / "f").write_text("f\n")
-    for p in [wt, *wt.rglob("*")]:
-        os.chown(p, 10001, 10001, follow_symlinks=False)
-    assert commit_all(wt, "m", repo=repo)
+    ws = tmp_path / "checkout"
+    base = make_workspace(repo, ws, "flower/u")
+    (ws / "f").write_text("f\n")
+    checkpoint(ws, tmp_path / "b", branch="flower/u", base=base, message="m")
+    os.chown(tmp_path / "b", 10001, 10001)
+    import_bundle(repo, tmp_path / "b", "flower/u", base=base)
     assert "+++ b/f" in diff(repo, "flower/u", base="main")
