@@ -16,7 +16,7 @@ from typing import Any
 from flower.core.channel import HumanChannel, MailboxAnswers
 from flower.testing import Rule, ScriptedModel, say, tool
 
-__all__ = ["starter_rules", "waiting_rules", "credentials", "Person", "prepare", "read_events", "wait_asking",
+__all__ = ["starter_rules", "waiting_rules", "credentials", "Person", "answer", "prepare", "read_events", "wait_asking",
            "GIT_CHECKED", "ASK", "CLARIFIER", "JUDGE", "LEAD", "BRIEF", "GOAL", "ACHIEVED", "REPORT", "QUESTION",
            "ANSWER"]
 
@@ -102,6 +102,15 @@ def wait_asking(backend: Any, handle: str, layout: Any, timeout: float = 60) -> 
         time.sleep(0.05)
 
 
+def answer(mailbox: str | Path, qid: str, text: str) -> None:
+    """Answer as the service does: in the read-only mailbox, owned like the mailbox (a run of uid 10001 reads it)."""
+    from .runfiles import write_file
+
+    st = Path(mailbox).stat()
+    write_file(mailbox, f"answers/{qid}.json", json.dumps({"text": text}, ensure_ascii=False).encode(),
+               owner=(st.st_uid, st.st_gid))
+
+
 class Person:
     """Answers each question that appears in ``questions`` (default ``<mailbox>/questions``) with the next of
     ``answers``, through ``mailbox`` (a thread; ``with``)."""
@@ -121,7 +130,7 @@ class Person:
                     continue
                 self.asked.append(q)
                 if self.answers:
-                    MailboxAnswers.answer(self.mailbox, q["id"], self.answers.pop(0))
+                    answer(self.mailbox, q["id"], self.answers.pop(0))
             self._stop.wait(self.poll_s)
 
     def __enter__(self) -> "Person":

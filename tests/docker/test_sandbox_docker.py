@@ -15,11 +15,12 @@ from flower.testing import ScriptedModel
 from sandbox.layout import RunLayout
 from sandbox.testing import (GIT_CHECKED, QUESTION, Person, prepare, read_events, starter_rules, wait_asking,
                              waiting_rules)
-from sandbox.worktree import commit_all, diff
+from sandbox.worktree import diff, import_bundle
 
 pytestmark = [pytest.mark.docker, pytest.mark.cli]
 
-GIT_PROBE = f"git status --short; git log --oneline -1; git add -A 2>&1 | tail -1; echo {GIT_CHECKED}"
+GIT_PROBE = (f"git status --short; git log --oneline -1; echo uid=$(id -u); touch /etc/x 2>&1 | tail -1; "
+             f"ls {{runs}} 2>&1 | tail -1; echo {GIT_CHECKED}")
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -53,11 +54,11 @@ def backend(sandbox_image: str):
 def test_a_scripted_run_in_a_container(backend, git_workspace: Path, tmp_path: Path) -> None:
     repo, run_id, runs = git_workspace, "docker-e2e", tmp_path / "runs"
     main_head = git(repo, "rev-parse", "HEAD")
-    with ScriptedModel(starter_rules(runs / run_id / repo.name, bash=GIT_PROBE)) as model:
+    with ScriptedModel(starter_rules(runs / run_id / repo.name, bash=GIT_PROBE.format(runs=runs))) as model:
         layout, spec = prepare(repo, runs, run_id, model, options={"timeout_s": 60})
         t0 = time.monotonic()
         handle = backend.start(layout, spec)
-        with Person(layout.mailbox, ["1"]) as person:
+        with Person(layout.mailbox, ["1"], questions=layout.questions) as person:
             code = backend.wait(handle, 180)
         took = time.monotonic() - t0
         assert code == 0, backend.logs(handle)[-3000:]
@@ -77,12 +78,13 @@ def test_a_scripted_run_in_a_container(backend, git_workspace: Path, tmp_path: P
     denied = [x for x in lines if x["kind"] == "audit" and x["text"] == "deny"]
     assert [(x["tool"], x["payload"]["guard"]) for x in denied] == [("Write", "delegate")]
 
-    # git works inside at the host's paths, and the team's repository is read-only there
-    assert "?? hello.py" in probe and "Read-only file system" in probe, probe
+    # git works inside at the host's paths, as uid 10001, on a read-only root; no other run folder is there
+    assert "?? hello.py" in probe and "uid=10001" in probe and "Read-only file system" in probe, probe
+    assert run_id in probe and "Permission denied" not in probe
     # the workbench is outside the worktree, on the host, written by the container
     assert (layout.workbench / "notes" / "需求.md").is_file() and not (layout.workspace / ".flower").exists()
 
-    assert commit_all(layout.workspace, f"flower run {run_id}", repo=repo)
+    assert import_bundle(repo, layout.bundle, f"flower/{run_id}", base=spec.base)
     changed = diff(repo, f"flower/{run_id}", base="main")
     assert "+++ b/hello.py" in changed and git(repo, "diff", "--name-only", "main", f"flower/{run_id}") == "hello.py\n"
     assert git(repo, "rev-parse", "HEAD") == main_head and git(repo, "status", "--porcelain") == ""
@@ -127,7 +129,7 @@ def test_start_refuses_what_cannot_run(backend, git_workspace: Path, tmp_path: P
         backend.start(lay, spec)
     lay.env_file.write_text("ANTHROPIC_API_KEY='x'\n")
     lay.workspace.mkdir()
-    with pytest.raises(BackendError, match="must be a git worktree"):
+    with pytest.raises(BackendError, match="must be a checkout made by"):
         backend.start(lay, spec)
     assert backend.live() == {}
 

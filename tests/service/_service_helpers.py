@@ -38,7 +38,8 @@ def make_repo(path: Path) -> Path:
 class Deployment:
     """Config, tenants file, repositories and credentials of one service installation."""
 
-    def __init__(self, root: Path, *, quota: int = 1, max_running: int = 4, env: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, *, quota: int = 1, max_running: int = 4, env: dict[str, str] | None = None,
+                 backend: str = "local", extra_config: str = "") -> None:
         self.root = root
         self.data = root / "data"
         self.repos = {name: make_repo(root / "repos" / name) for name in TOKENS}
@@ -47,8 +48,8 @@ class Deployment:
         self.quota = quota
         self.write_tenants()
         self.config = root / "service.toml"
-        self.config.write_text(f'data_dir = "data"\ntenants = "tenants.toml"\nbackend = "local"\n'
-                               f"max_running = {max_running}\npoll_s = 0.1\n")
+        self.config.write_text(f'data_dir = "data"\ntenants = "tenants.toml"\nbackend = "{backend}"\n'
+                               f"max_running = {max_running}\npoll_s = 0.1\n{extra_config}")
 
     def set_credentials(self, env: dict[str, str]) -> None:
         for path in self.creds.values():
