@@ -152,8 +152,8 @@ def test_state_and_exit_code_follow_the_job_status(api, token_file, data_dir) ->
 def test_exit_code_of_a_finished_job_whose_pod_is_gone(api, token_file, data_dir) -> None:
     name, run = "flower-r2-0a1b2c3d", "r2"
     folder = data_dir / "runs" / run
-    folder.mkdir(parents=True)
-    (folder / "exit.json").write_text(json.dumps({"status": "aborted", "exit_code": 3}))
+    (folder / "outbox").mkdir(parents=True)
+    (folder / "outbox" / "exit.json").write_text(json.dumps({"status": "aborted", "exit_code": 3}))
     api.reply("GET", f"{JOBS}/{name}", 200, "job_failed.json", name=name, run=run, dir=str(folder))
     api.reply("GET", PODS, 200, "pod_list_empty.json")
     api.reply("GET", f"{JOBS}/{name}", 200, "job_succeeded.json", name=name, run=run, dir=str(data_dir / "none"))
@@ -176,7 +176,7 @@ def test_live_lists_this_services_running_jobs_by_label(api, token_file, data_di
 def test_stop_deletes_the_pod_with_the_grace_period_then_waits_for_the_job(api, token_file, data_dir) -> None:
     name, run = "flower-r3-0a1b2c3d", "r3"
     folder = data_dir / "runs" / run
-    folder.mkdir(parents=True)
+    (folder / "outbox").mkdir(parents=True)
     subs = dict(name=name, run=run, dir=str(folder))
     api.reply("GET", f"{JOBS}/{name}", 200, "job_running.json", **subs)
     api.reply("GET", PODS, 200, "pod_list_running.json", name=name)
@@ -186,7 +186,7 @@ def test_stop_deletes_the_pod_with_the_grace_period_then_waits_for_the_job(api, 
     backend_for(api, token_file, data_dir).stop(name, timeout=5)
     delete = next(r for r in api.requests if r.method == "DELETE")
     assert delete.query == {"gracePeriodSeconds": ["5"]}
-    exit_data = json.loads((folder / "exit.json").read_text())  # the run could not write one: stop() did
+    exit_data = json.loads((folder / "outbox" / "exit.json").read_text())  # the run could not write one: stop() did
     assert exit_data["status"] == "killed"
 
 
@@ -195,7 +195,7 @@ def test_stop_deletes_the_job_when_there_is_no_pod_to_signal_or_it_outlives_its_
                                                                                      pods) -> None:
     name, run = "flower-r8-0a1b2c3d", "r8"
     folder = data_dir / "runs" / run
-    folder.mkdir(parents=True)
+    (folder / "outbox").mkdir(parents=True)
     api.reply("GET", f"{JOBS}/{name}", 200, "job_created.json", name=name, run=run, dir=str(folder))  # no pod yet
     api.reply("GET", PODS, 200, pods, name=name)
     if pods == "pod_list_running.json":
@@ -205,21 +205,21 @@ def test_stop_deletes_the_job_when_there_is_no_pod_to_signal_or_it_outlives_its_
     assert api.requests[-1].method == "DELETE" and api.requests[-1].q("propagationPolicy") == "Background"
     if pods == "pod_list_running.json":
         assert api.requests[-2].query == {"gracePeriodSeconds": ["0"]}
-    assert json.loads((folder / "exit.json").read_text())["status"] == "killed"
+    assert json.loads((folder / "outbox" / "exit.json").read_text())["status"] == "killed"
 
 
 def test_stop_of_an_ended_or_unknown_job_deletes_nothing(api, token_file, data_dir) -> None:
     name = "flower-r4-0a1b2c3d"
     folder = data_dir / "runs" / "r4"
-    folder.mkdir(parents=True)
-    (folder / "exit.json").write_text(json.dumps({"status": "succeeded", "exit_code": 0}))
+    (folder / "outbox").mkdir(parents=True)
+    (folder / "outbox" / "exit.json").write_text(json.dumps({"status": "succeeded", "exit_code": 0}))
     api.reply("GET", f"{JOBS}/{name}", 200, "job_succeeded.json", name=name, run="r4", dir=str(folder))
     api.reply("GET", f"{JOBS}/{name}", 404, "status_not_found.json", name=name, resource="jobs.batch", kind="jobs")
     b = backend_for(api, token_file, data_dir)
     b.stop(name)
     b.stop(name)
     assert [r.method for r in api.requests] == ["GET", "GET"]
-    assert json.loads((folder / "exit.json").read_text())["status"] == "succeeded"  # left as the run wrote it
+    assert json.loads((folder / "outbox" / "exit.json").read_text())["status"] == "succeeded"  # left as the run wrote it
 
 
 def test_remove_deletes_the_job_in_the_background_and_tolerates_404(api, token_file, data_dir) -> None:

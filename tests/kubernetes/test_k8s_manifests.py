@@ -13,12 +13,12 @@ from sandbox.backends.kubernetes import (ENV_IN_CONTAINER, job_manifest, job_nam
                                          secret_manifest)
 from sandbox.layout import RunLayout
 from sandbox.spec import RunSpec
-from sandbox.worktree import git_common_dir
+from sandbox.worktree import objects_dir
 
 
 def build(layout: RunLayout, spec: RunSpec, data_dir: Path, **kw) -> dict:
     args = dict(image="flower/sandbox:0.1.0", namespace="flower", claim="flower-data", data_dir=data_dir,
-                git_dir=git_common_dir(layout.workspace), secret_name="flower-run-env-0a1b2c3d", uid=10001,
+                objects=objects_dir(layout.dir.parent.parent / "repos" / "acme"), secret_name="flower-run-env-0a1b2c3d", uid=10001,
                 gid=10001, labels={"flower.service": "0123456789abcdef"})
     args.update(kw)
     return job_manifest(layout, spec, **args)
@@ -47,9 +47,10 @@ def test_the_job_of_a_run_is_valid_and_says_what_the_design_says(prepared, data_
     assert pod["securityContext"]["fsGroup"] == 10001  # what makes the 0400 Secret file readable by the run
     (c,) = pod["containers"]
     assert c["command"] == ["python", "-m", "sandbox.entrypoint", str(layout.spec_file)]
-    assert c["workingDir"] == str(layout.dir)
+    assert c["workingDir"] == str(layout.workspace)
     assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                    "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]}}
+                                    "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
+                                    "seccompProfile": {"type": "RuntimeDefault"}}
     assert c["resources"]["limits"] == {"cpu": "2", "memory": "4Gi"}
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["FLOWER_ENV"] == ENV_IN_CONTAINER and env["HOME"] == str(layout.home)
@@ -57,11 +58,15 @@ def test_the_job_of_a_run_is_valid_and_says_what_the_design_says(prepared, data_
     assert not any("sk-test" in v for v in env.values())  # credentials never travel in the Job
     m = mounts(job)
     run_sub = f"runs/{layout.run_id}"
-    assert m[str(layout.dir)] == {"name": "data", "mountPath": str(layout.dir), "subPath": run_sub}
-    git_dir = str(data_dir / "repos" / "acme" / ".git")
-    assert m[git_dir] == {"name": "data", "mountPath": git_dir, "subPath": "repos/acme/.git", "readOnly": True}
+    assert str(layout.dir) not in m, "the run folder itself is never the run's"
+    for d in layout.writable:
+        assert m[str(d)] == {"name": "data", "mountPath": str(d), "subPath": f"{run_sub}/{d.name}"}
+    objects = str(data_dir / "repos" / "acme" / ".git" / "objects")
+    assert m[objects] == {"name": "data", "mountPath": objects, "subPath": "repos/acme/.git/objects", "readOnly": True}
     assert m[str(layout.spec_file)]["subPath"] == f"{run_sub}/spec.json" and m[str(layout.spec_file)]["readOnly"]
-    assert m["/run/flower"]["name"] == "env" and m[str(layout.env_file)]["subPath"] == "flower.env"
+    assert m[str(layout.mailbox)]["subPath"] == f"{run_sub}/mailbox" and m[str(layout.mailbox)]["readOnly"]
+    assert m["/run/flower"]["name"] == "env" and str(layout.env_file) not in m
+    assert pod["volumes"][-1] == {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "flower-data"}
     assert volumes["env"]["secret"] == {"secretName": "flower-run-env-0a1b2c3d", "defaultMode": 0o400,
@@ -93,11 +98,11 @@ def test_the_env_secret_is_valid_immutable_and_owned_by_the_job(prepared) -> Non
 
 def test_long_ids_and_odd_tenants_still_make_valid_names_and_labels(data_dir: Path) -> None:
     repo = data_dir / "repos" / "acme"
-    from sandbox.worktree import add_worktree
+    from sandbox.worktree import make_workspace
 
     run_id = "a" * 62 + "-"  # 63 characters, ending in '-': a valid run id, not a valid label value
     layout = RunLayout(data_dir / "runs", run_id, "acme").ensure()
-    add_worktree(repo, layout.workspace, layout.branch)
+    make_workspace(repo, layout.workspace, layout.branch)
     spec = RunSpec(run_id, "team_b-", "ask")
     job = build(layout, spec, data_dir)
     validate(job)  # names ≤ 63, every label value valid
@@ -111,6 +116,6 @@ def test_long_ids_and_odd_tenants_still_make_valid_names_and_labels(data_dir: Pa
 def test_a_repository_outside_the_data_volume_is_refused(prepared, data_dir: Path, tmp_path: Path) -> None:
     layout, spec = prepared
     with pytest.raises(BackendError, match="not under the data volume"):
-        build(layout, spec, data_dir, git_dir=tmp_path / "elsewhere" / ".git")
+        build(layout, spec, data_dir, objects=tmp_path / "elsewhere" / ".git" / "objects")
     with pytest.raises(BackendError, match="not under the data volume"):
         build(layout, spec, tmp_path / "other-volume")
