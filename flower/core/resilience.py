@@ -48,12 +48,12 @@ async def reachable(host: str, port: int, timeout: float = 5.0) -> bool:
     """DNS + a TCP handshake only: no HTTP, no credentials, no spend. Any failure is False."""
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except Exception:
+    except (OSError, asyncio.TimeoutError, UnicodeError):  # refused, unreachable, DNS, timeout, bad name
         return False
     writer.close()
     try:
         await writer.wait_closed()
-    except Exception:
+    except OSError:  # the peer reset a connection we only opened to see it open
         pass
     return True
 

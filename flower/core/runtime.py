@@ -16,13 +16,19 @@ from ..docs.handoff import HANDOFF_PROMPT, Handoff, degraded, is_overflow
 from ..store.ephemeral import EphemeralPolicy
 from ..store.prune import PrunePolicy, PruningSessionStore
 from ..store.trim import TrimPolicy
+import structlog
+
 from . import manifest
+from .errors import ManifestError
 from .agent import AgentSpec, CompactPolicy, HandoffPolicy, build_options
 from .credentials import check_credentials, load_dotenv
 from .events import Event, OnEvent, normalize
 from .guard import merge_hooks, whitelist_guard, workbench_hooks
 from .resilience import Resilience, classify
 from .workbench import Workbench
+
+
+_log = structlog.get_logger("flower.runtime")
 
 
 @dataclass
@@ -208,8 +214,8 @@ class Runtime:
             self.results.append(cur)
         try:
             self._record()
-        except Exception:
-            pass
+        except (OSError, ManifestError) as e:  # dying anyway: say why the row is missing, do not mask the signal
+            _log.warning("runtime.rescue_failed", manifest=str(self.manifest_path), error=repr(e))
 
     @property
     def manifest_path(self) -> Path:
@@ -309,8 +315,8 @@ class Runtime:
         finally:
             try:
                 await client.disconnect()
-            except Exception:
-                pass
+            except Exception as e:  # noqa: BLE001 - the attempt's outcome is already decided; keep it
+                _log.warning("runtime.disconnect_failed", step=name, error=repr(e))
         if stop:
             r.ok, r.error = False, stop["cause"]
         return r

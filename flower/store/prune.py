@@ -47,6 +47,7 @@ from typing import Any
 
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
+from flower.core.errors import ConfigError, ConfigTypeError
 from flower.store.ephemeral import EphemeralPolicy
 from flower.store.trim import Entry, TranscriptIndex, TrimmingSessionStore, TrimPolicy, _content
 
@@ -127,15 +128,16 @@ class PruningSessionStore(TrimmingSessionStore):
         ephemeral: EphemeralPolicy | None = None,
     ) -> None:
         if prune is not None and not isinstance(prune, PrunePolicy):
-            raise TypeError(
+            raise ConfigTypeError(
                 f"PruningSessionStore's 4th argument is prune=PrunePolicy, got {type(prune).__name__}; "
-                "pass the policies by keyword (policy=, prune=, ephemeral=)."
+                "pass the policies by keyword (policy=, prune=, ephemeral=).", setting="prune"
             )
         super().__init__(path, workspace, policy, ephemeral)
         self.prune_policy = prune if prune is not None else PrunePolicy()
         if self.prune_policy.keep_denials < 0:
-            raise ValueError(
-                f"PrunePolicy.keep_denials={self.prune_policy.keep_denials} is negative; use 0 to drop them all."
+            raise ConfigError(
+                f"PrunePolicy.keep_denials={self.prune_policy.keep_denials} is negative; use 0 to drop them all.",
+                setting="PrunePolicy.keep_denials",
             )
         self._zero()
 

@@ -331,6 +331,6 @@ class SqliteSessionStore(SessionStore):
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - a half-built store, or interpreter shutdown
+        except (AttributeError, sqlite3.Error):  # a half-built store, or interpreter shutdown
             pass
 

@@ -32,6 +32,7 @@ from typing import Any
 import anyio.to_thread
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
+from flower.core.errors import ConfigError
 from flower.core.files import spill_file
 from flower.store.ephemeral import EphemeralPolicy, is_ephemeral
 from flower.store.sqlite import SqliteSessionStore, _gc_paused
@@ -189,9 +190,9 @@ class TrimmingSessionStore(SqliteSessionStore):
         self.last_report: dict[str, int] = {}
         spill = Path(self.policy.spill_dirname)
         if spill.is_absolute() or ".." in spill.parts:
-            raise ValueError(
+            raise ConfigError(
                 f"TrimPolicy.spill_dirname={self.policy.spill_dirname!r} must be a relative path inside the "
-                "workspace; use something like '.flower/spill'."
+                "workspace; use something like '.flower/spill'.", setting="TrimPolicy.spill_dirname"
             )
 
     @property

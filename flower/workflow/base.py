@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any, Callable
 
 from ..core.agent import AgentSpec
+from ..core.errors import StepAbort, StepError
 from ..core.events import Event, OnEvent
 from ..core.lineage import Lineage
 from ..core.runtime import Runtime, StepResult
@@ -38,14 +39,6 @@ ON_FAIL = ("stop", "skip", "continue")
 
 Pass or fail, ``ctx["_results"][name]`` is the last attempt's StepResult.
 """
-
-
-class StepAbort(Exception):
-    """Raised by a gate: stop this step now — another round would not help either.
-
-    Returning False means "not this time, go another round"; raising this ends the retry loop at
-    once (remaining retries unused), sets ``ctx["_aborted"] = str(exc)`` and follows ``on_fail``.
-    """
 
 
 def _text(value: str | Callable[[Ctx], str], ctx: Ctx) -> str:
@@ -90,15 +83,15 @@ class Step:
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
-            raise ValueError("Step needs a non-empty name")
+            raise StepError("Step needs a non-empty name")
         if self.name.startswith("_"):
-            raise ValueError(f"Step name {self.name!r} starts with '_': those ctx keys belong to the framework")
+            raise StepError(f"Step name {self.name!r} starts with '_': those ctx keys belong to the framework", step=self.name)
         if "#" in self.name:
-            raise ValueError(f"Step name {self.name!r} contains '#': it marks retry labels (name#round2)")
+            raise StepError(f"Step name {self.name!r} contains '#': it marks retry labels (name#round2)", step=self.name)
         if self.on_fail not in ON_FAIL:
-            raise ValueError(f"Step {self.name!r}: on_fail must be one of {', '.join(ON_FAIL)}, not {self.on_fail!r}")
+            raise StepError(f"Step {self.name!r}: on_fail must be one of {', '.join(ON_FAIL)}, not {self.on_fail!r}", step=self.name)
         if self.retries < 0:
-            raise ValueError(f"Step {self.name!r}: retries must be >= 0, not {self.retries}")
+            raise StepError(f"Step {self.name!r}: retries must be >= 0, not {self.retries}", step=self.name)
 
     def render(self, ctx: Ctx, *, resuming: bool = False) -> str:
         """The prompt to send: ``resume_prompt`` when resuming and there is one, else ``prompt``."""
@@ -223,8 +216,8 @@ class Workflow:
                 return step.render(ctx), None, False
             source = ctx["_sessions"].get(step.resume_from)
             if not source:
-                raise ValueError(f"Step {name!r} resumes from {step.resume_from!r}, which has no session (it did "
-                                 "not run, or produced none): put that step before it, or drop resume_from")
+                raise StepError(f"Step {name!r} resumes from {step.resume_from!r}, which has no session (it did "
+                                 "not run, or produced none): put that step before it, or drop resume_from", step=name)
             return step.render(ctx), source, step.fork
 
         own = ctx["_sessions"].get(name) if lineage is not None else None
