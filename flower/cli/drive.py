@@ -99,7 +99,7 @@ async def drive(wf: Any, runtime: Any, screen: Screen, *, listen: bool, oracle_c
 def finish(ctx: dict[str, Any], runtime: Any, screen: Screen) -> int:
     """The total; 0 when the workflow got through, else why it stopped, as one line (with a hint for credentials)."""
     screen.say(f"\n总花费 ${runtime.total_cost():.4f} · 清单 {runtime.manifest_path}")
-    stopped = ctx.get("_failed_at") or ctx.get("_stopped")
+    stopped = ctx.get("_failed_at")  # RunState.failed_at, as mirrored into the context
     if not stopped:
         return 0
     r = (ctx.get("_results") or {}).get(stopped)

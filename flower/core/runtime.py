@@ -8,7 +8,10 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, Protocol
 
 from claude_agent_sdk import ClaudeSDKClient, ResultMessage, SystemMessage, project_key_for_directory
 
@@ -42,6 +45,28 @@ from .workbench import Workbench
 
 
 _log = structlog.get_logger("flower.runtime")
+
+
+class _Question(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class InterruptSource(Protocol):
+    """What the runtime needs of a channel: the person's interrupts, and the questions to settle then."""
+
+    def pending(self) -> Sequence[_Question]: ...
+
+    def decline(self, ask_id: str, reason: str = "") -> bool: ...
+
+    def take_interrupt(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class _Binding:
+    channel: InterruptSource | None = None
+    workbench: Workbench | None = None
+    on_session: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -109,22 +134,70 @@ class Runtime:
                                          ephemeral=self.ephemeral, prune=PrunePolicy(keep_denials=keep_denials))
         if workbench is True:
             workbench = Workbench(self.workspace, home=self.run_dir / "workbench")
-        self.workbench: Workbench | None = workbench or None
-        if self.workbench:
-            self.workbench.refresh()
+        self._own = _Binding(workbench=workbench or None)
+        self._lent: ContextVar[_Binding | None] = ContextVar(f"flower.runtime.{id(self)}", default=None)
+        if self._own.workbench:
+            self._own.workbench.refresh()
         self.results: list[StepResult] = []
         self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        self.on_session: Callable[[str], None] | None = None
         # Observers, instead of subclassing: each run() tells on_attempt its step name when it starts
         # and on_result its StepResult when it ends (not when it is cancelled).
         self.on_attempt: list[Callable[[str], None]] = []
         self.on_result: list[Callable[[StepResult], None]] = []
-        self.channel: Any = None  # set by a Workflow; polled for the person's interrupts
         self._interrupt_words: str | None = None
         self._interrupt = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._current: StepResult | None = None
         self._ctx, self._warned = 0, False
+
+    # -- what a Workflow lends for a while: its channel, its workbench, a session listener ----------
+    @property
+    def _binding(self) -> _Binding:
+        return self._lent.get() or self._own
+
+    @property
+    def channel(self) -> InterruptSource | None:
+        """The channel polled for the person's interrupts (a Workflow lends its own for its run)."""
+        return self._binding.channel
+
+    @channel.setter
+    def channel(self, value: InterruptSource | None) -> None:
+        self._own = replace(self._own, channel=value)
+
+    @property
+    def workbench(self) -> Workbench | None:
+        return self._binding.workbench
+
+    @workbench.setter
+    def workbench(self, value: Workbench | None) -> None:
+        self._own = replace(self._own, workbench=value)
+
+    @property
+    def on_session(self) -> Callable[[str], None] | None:
+        """Told each session id as soon as the CLI names it (a Workflow lends one around each run)."""
+        return self._binding.on_session
+
+    @on_session.setter
+    def on_session(self, value: Callable[[str], None] | None) -> None:
+        self._own = replace(self._own, on_session=value)
+
+    @contextmanager
+    def lend(self, *, channel: InterruptSource | None = None, workbench: Workbench | None = None,
+             on_session: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Within the block (and the tasks it starts), use these instead of the runtime's own.
+
+        Only what is given replaces; nesting adds to the outer loan. Scoped to the current
+        context, so it is undone however the block ends and two concurrent workflows sharing
+        a runtime never see each other's channel.
+        """
+        b = self._binding
+        token = self._lent.set(_Binding(channel=channel if channel is not None else b.channel,
+                                        workbench=workbench if workbench is not None else b.workbench,
+                                        on_session=on_session if on_session is not None else b.on_session))
+        try:
+            yield
+        finally:
+            self._lent.reset(token)
 
     # -- the one verb ------------------------------------------------------
     async def run(
@@ -364,12 +437,15 @@ class Runtime:
     def _drop_open_questions(self) -> None:
         """Questions the interrupted turn was waiting on will never be read: settle them."""
         channel = self.channel
-        for a in list(getattr(channel, "pending", lambda: [])()):
+        if channel is None:
+            return
+        for a in channel.pending():
             channel.decline(a.id, "interrupted")
 
     async def _watch_interrupts(self) -> None:
         """Returns when the person interrupts: through `interrupt()` or the channel's mailbox."""
-        take = getattr(self.channel, "take_interrupt", None)
+        channel = self.channel
+        take = channel.take_interrupt if channel is not None else None
         while not self._interrupt.is_set():
             if take:
                 words = take()
