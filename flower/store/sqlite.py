@@ -30,7 +30,7 @@ from claude_agent_sdk.types import (
     SessionSummaryEntry,
 )
 
-from flower.core.events import context_of
+from flower.core.usage import context_of
 
 __all__ = ["SqliteSessionStore", "store_key"]
 
