@@ -24,11 +24,12 @@ def _mask(value: str) -> str:
 def require(args: argparse.Namespace, screen: Screen | None = None) -> None:
     """Gate one: credentials must be found. On a terminal, offer to write them; else one line, exit 1."""
     from ..core.credentials import SETTINGS_KEYS, check_credentials, load_dotenv
+    from ..core.errors import CredentialsError
 
     taken = load_dotenv()
     try:
         check_credentials()
-    except RuntimeError as e:
+    except CredentialsError as e:
         if getattr(args, "verbose", False):
             print(f"flower: {e}", file=sys.stderr)
         # configure() returns True only once the token it wrote is in the environment

@@ -7,7 +7,7 @@ import os
 import re
 import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .console import Console
 from .errors import Exit
@@ -15,19 +15,18 @@ from .oracle import aside
 from .screen import Screen
 from .terminal import isatty, one_line
 
+if TYPE_CHECKING:
+    from ..core.runtime import Runtime
 
-def shown_runtime(screen: Screen, **kw: Any) -> Any:
+
+def shown_runtime(screen: Screen, **kw: Any) -> Runtime:
     """A Runtime whose every ``run`` (steps, rounds, verdicts) is announced and summed up on the screen."""
     from ..core.runtime import Runtime
 
-    class ShownRuntime(Runtime):
-        async def run(self, spec: Any, prompt: str, *, step_name: str | None = None, **more: Any) -> Any:
-            screen.attempt(step_name or spec.name)
-            r = await super().run(spec, prompt, step_name=step_name, **more)
-            screen.attempt_done(r, self.total_cost())
-            return r
-
-    return ShownRuntime(**kw)
+    runtime = Runtime(**kw)
+    runtime.on_attempt.append(screen.attempt)
+    runtime.on_result.append(lambda r: screen.attempt_done(r, runtime.total_cost()))
+    return runtime
 
 
 def install_signals(loop: asyncio.AbstractEventLoop, runtime: Any, screen: Screen, console: Console | None) -> None:
@@ -100,7 +99,7 @@ async def drive(wf: Any, runtime: Any, screen: Screen, *, listen: bool, oracle_c
 def finish(ctx: dict[str, Any], runtime: Any, screen: Screen) -> int:
     """The total; 0 when the workflow got through, else why it stopped, as one line (with a hint for credentials)."""
     screen.say(f"\n总花费 ${runtime.total_cost():.4f} · 清单 {runtime.manifest_path}")
-    stopped = ctx.get("_failed_at") or ctx.get("_stopped")
+    stopped = ctx.get("_failed_at")  # RunState.failed_at, as mirrored into the context
     if not stopped:
         return 0
     r = (ctx.get("_results") or {}).get(stopped)

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import ConfigError, ManifestError
 from . import credentials, places
 from .drive import drive, finish, shown_runtime
 from .errors import Exit
@@ -103,7 +104,7 @@ def cmd_go(args: argparse.Namespace) -> int:
     credentials.require(args, screen)
     try:
         state = read_state(ws, rd, isolate=args.isolate)
-    except (RuntimeError, OSError) as e:
+    except (ManifestError, OSError) as e:
         raise Exit(1, f"读不了上次的运行状态:{one_line(e, 300)}")
     ask, new = " ".join(args.ask).strip(), args.new
     if ask.startswith(("?", "？")):
@@ -117,7 +118,7 @@ def cmd_go(args: argparse.Namespace) -> int:
     rd = places.run_dir(args, ws)
     try:
         wf = starter_flow(ask, workspace=ws, run_dir=rd, new=new, **kw)
-    except ValueError as e:
+    except ConfigError as e:
         raise Exit(1, str(e)) from None
     screen = Screen(verbose=args.verbose, brief_path=paths.brief, events_path=rd / EVENTS_FILE)
     runtime = shown_runtime(screen, workspace=ws, run_dir=rd, trim=not args.no_trim, handoff=_handoff_policy(args))

@@ -11,6 +11,8 @@ from typing import Any
 from claude_agent_sdk import ClaudeAgentOptions
 from claude_agent_sdk.types import SessionStore
 
+from .errors import ConfigError
+
 # The plugin that travels with the repo; after a wheel install it may not exist.
 PLUGIN_DIR = Path(__file__).resolve().parents[2] / "plugin"
 
@@ -46,7 +48,8 @@ class CompactPolicy:
     def env(self) -> dict[str, str]:
         modes = {"auto": {}, "no_summary": {"DISABLE_AUTO_COMPACT": "1"}, "off": {"DISABLE_COMPACT": "1"}}
         if self.mode not in modes:
-            raise ValueError(f"CompactPolicy.mode must be one of {sorted(modes)}, not {self.mode!r}")
+            raise ConfigError(f"CompactPolicy.mode must be one of {sorted(modes)}, not {self.mode!r}",
+                              setting="CompactPolicy.mode")
         env = dict(modes[self.mode])
         if self.window is not None:
             env["CLAUDE_CODE_AUTO_COMPACT_WINDOW"] = str(self.window)

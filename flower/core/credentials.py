@@ -22,6 +22,7 @@ from pathlib import Path
 from dotenv import dotenv_values
 
 from .agent import PLUGIN_DIR
+from .errors import CredentialsError
 
 CODE_ROOT = PLUGIN_DIR.parent
 
@@ -91,14 +92,15 @@ def load_dotenv(*, cwd: Path | None = None, home: Path | None = None, code_root:
 
 
 def check_credentials(*, cwd: Path | None = None, home: Path | None = None, code_root: Path | None = None) -> str:
-    """Return the credential key in use, or raise RuntimeError naming every place looked."""
+    """Return the credential key in use, or raise CredentialsError (a RuntimeError) naming every place looked."""
     for key in TOKEN_KEYS:
         if os.environ.get(key):
             return key
     looked = ["the process environment"] + [
         f"{label} ({path})" if path else f"{label} (not set)" for label, path in _places(cwd, home, code_root)
     ]
-    raise RuntimeError(
+    raise CredentialsError(
         "No Anthropic credentials found: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN / CLAUDE_CODE_OAUTH_TOKEN) "
-        "in one of: " + "; ".join(looked)
+        "in one of: " + "; ".join(looked),
+        looked=looked,
     )

@@ -24,6 +24,8 @@ from claude_agent_sdk import (
     UserMessage,
 )
 
+from .usage import context_of
+
 __all__ = ["Event", "EventKind", "OnEvent", "normalize", "EVENT_KINDS"]
 
 EventKind = Literal[
@@ -91,14 +93,6 @@ def _common(parent_tool_use_id: str | None, usage: dict[str, Any] | None) -> dic
         payload["parent_tool_use_id"] = parent_tool_use_id
     payload["context"] = context_of(usage)
     return payload
-
-
-def context_of(usage: dict[str, Any] | None) -> int:
-    """input + cache_read + cache_creation: what the model really saw (input_tokens alone undercounts)."""
-    if not usage:
-        return 0
-    return sum(int(usage.get(k) or 0) for k in
-               ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"))
 
 
 def _assistant(msg: AssistantMessage) -> list[Event]:

@@ -22,7 +22,7 @@ from claude_agent_sdk import AgentDefinition, HookMatcher
 from flower.core.audit import emit
 from flower.core.files import spill_file
 from flower.core.workbench import Workbench
-from flower.store.ephemeral import is_ephemeral
+from flower.core.shell import is_ephemeral
 
 __all__ = [
     "whitelist_guard",

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .errors import ManifestError
 from .files import locked, write_atomic
 
 
@@ -15,7 +16,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     except FileNotFoundError:
         return []
     except ValueError as e:
-        raise RuntimeError(f"{path} is not valid JSON ({e}); move it aside to start a new manifest") from e
+        raise ManifestError(f"{path} is not valid JSON ({e}); move it aside to start a new manifest", path=path) from e
     return rows if isinstance(rows, list) else []
 
 

@@ -8,7 +8,7 @@ import random
 import re
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal
 from urllib.parse import urlparse
 
 # Fatal is tested before transient: a 401's text often says "connection" too, and
@@ -27,7 +27,10 @@ _TRANSIENT = re.compile(
 )
 
 
-def classify(text: str | None) -> str:
+ErrorKind = Literal["transient", "fatal", "unknown"]
+
+
+def classify(text: str | None) -> ErrorKind:
     """"transient", "fatal" or "unknown" for an error text."""
     if not text:
         return "unknown"
@@ -48,12 +51,12 @@ async def reachable(host: str, port: int, timeout: float = 5.0) -> bool:
     """DNS + a TCP handshake only: no HTTP, no credentials, no spend. Any failure is False."""
     try:
         _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except Exception:
+    except (OSError, asyncio.TimeoutError, UnicodeError):  # refused, unreachable, DNS, timeout, bad name
         return False
     writer.close()
     try:
         await writer.wait_closed()
-    except Exception:
+    except OSError:  # the peer reset a connection we only opened to see it open
         pass
     return True
 
@@ -75,7 +78,7 @@ class Resilience:
         """Exponential backoff from base_delay, capped, with ±25% jitter."""
         return min(self.base_delay * 2 ** max(0, attempt - 1), self.max_delay) * (0.75 + random.random() * 0.5)
 
-    def should_retry(self, kind: str) -> bool:
+    def should_retry(self, kind: ErrorKind | str) -> bool:
         return kind == "transient" or (kind == "unknown" and self.retry_unknown)
 
     async def wait_online(self, notify: Callable[[str], None] | None = None) -> bool:

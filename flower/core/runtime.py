@@ -8,21 +8,65 @@ import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, Callable, Protocol
 
 from claude_agent_sdk import ClaudeSDKClient, ResultMessage, SystemMessage, project_key_for_directory
 
-from ..docs.handoff import HANDOFF_PROMPT, Handoff, degraded, is_overflow
+from ..docs.handoff import HANDOFF_PROMPT, Handoff, degraded
 from ..store.ephemeral import EphemeralPolicy
 from ..store.prune import PrunePolicy, PruningSessionStore
 from ..store.trim import TrimPolicy
+import structlog
+
 from . import manifest
+from .errors import ManifestError
 from .agent import AgentSpec, CompactPolicy, HandoffPolicy, build_options
 from .credentials import check_credentials, load_dotenv
 from .events import Event, OnEvent, normalize
+from .outcome import (
+    INTERRUPT_NOTE,
+    Call,
+    Continue,
+    Failed,
+    Finish,
+    HandOff,
+    HandoffDue,
+    Outcome,
+    StopCause,
+    outcome_of,
+    what_next,
+)
 from .guard import merge_hooks, whitelist_guard, workbench_hooks
 from .resilience import Resilience, classify
 from .workbench import Workbench
+
+
+_log = structlog.get_logger("flower.runtime")
+
+
+class _Question(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+class InterruptSource(Protocol):
+    """What the runtime needs of a channel: the person's interrupts, and the questions to settle then."""
+
+    def pending(self) -> Sequence[_Question]: ...
+
+    def decline(self, ask_id: str, reason: str = "") -> bool: ...
+
+    def take_interrupt(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class _Binding:
+    channel: InterruptSource | None = None
+    workbench: Workbench | None = None
+    on_session: Callable[[str], None] | None = None
 
 
 @dataclass
@@ -57,10 +101,7 @@ def _policy(value: Any, cls: type, **off: Any) -> Any:
 class Runtime:
     INTERRUPTED = "interrupted-by-human"
     HANDOFF_DUE = "context-full-handoff"
-    INTERRUPT_NOTE = (
-        "\n\n[说明] 上面是人在运行途中插进来的话,请按它调整后继续。"
-        "被打断时正在进行的工具调用返回 interrupted,是打断的正常副作用,不是环境故障,不用排查。"
-    )
+    INTERRUPT_NOTE = INTERRUPT_NOTE
 
     def __init__(
         self,
@@ -93,18 +134,70 @@ class Runtime:
                                          ephemeral=self.ephemeral, prune=PrunePolicy(keep_denials=keep_denials))
         if workbench is True:
             workbench = Workbench(self.workspace, home=self.run_dir / "workbench")
-        self.workbench: Workbench | None = workbench or None
-        if self.workbench:
-            self.workbench.refresh()
+        self._own = _Binding(workbench=workbench or None)
+        self._lent: ContextVar[_Binding | None] = ContextVar(f"flower.runtime.{id(self)}", default=None)
+        if self._own.workbench:
+            self._own.workbench.refresh()
         self.results: list[StepResult] = []
         self.run_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
-        self.on_session: Callable[[str], None] | None = None
-        self.channel: Any = None  # set by a Workflow; polled for the person's interrupts
+        # Observers, instead of subclassing: each run() tells on_attempt its step name when it starts
+        # and on_result its StepResult when it ends (not when it is cancelled).
+        self.on_attempt: list[Callable[[str], None]] = []
+        self.on_result: list[Callable[[StepResult], None]] = []
         self._interrupt_words: str | None = None
         self._interrupt = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._current: StepResult | None = None
         self._ctx, self._warned = 0, False
+
+    # -- what a Workflow lends for a while: its channel, its workbench, a session listener ----------
+    @property
+    def _binding(self) -> _Binding:
+        return self._lent.get() or self._own
+
+    @property
+    def channel(self) -> InterruptSource | None:
+        """The channel polled for the person's interrupts (a Workflow lends its own for its run)."""
+        return self._binding.channel
+
+    @channel.setter
+    def channel(self, value: InterruptSource | None) -> None:
+        self._own = replace(self._own, channel=value)
+
+    @property
+    def workbench(self) -> Workbench | None:
+        return self._binding.workbench
+
+    @workbench.setter
+    def workbench(self, value: Workbench | None) -> None:
+        self._own = replace(self._own, workbench=value)
+
+    @property
+    def on_session(self) -> Callable[[str], None] | None:
+        """Told each session id as soon as the CLI names it (a Workflow lends one around each run)."""
+        return self._binding.on_session
+
+    @on_session.setter
+    def on_session(self, value: Callable[[str], None] | None) -> None:
+        self._own = replace(self._own, on_session=value)
+
+    @contextmanager
+    def lend(self, *, channel: InterruptSource | None = None, workbench: Workbench | None = None,
+             on_session: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Within the block (and the tasks it starts), use these instead of the runtime's own.
+
+        Only what is given replaces; nesting adds to the outer loan. Scoped to the current
+        context, so it is undone however the block ends and two concurrent workflows sharing
+        a runtime never see each other's channel.
+        """
+        b = self._binding
+        token = self._lent.set(_Binding(channel=channel if channel is not None else b.channel,
+                                        workbench=workbench if workbench is not None else b.workbench,
+                                        on_session=on_session if on_session is not None else b.on_session))
+        try:
+            yield
+        finally:
+            self._lent.reset(token)
 
     # -- the one verb ------------------------------------------------------
     async def run(
@@ -119,69 +212,73 @@ class Runtime:
         on_event: OnEvent | None = None,
     ) -> StepResult:
         name = step_name or spec.name
+        for watch in list(self.on_attempt):
+            watch(name)
         self._ctx, self._warned = 0, False
         self._loop = asyncio.get_running_loop()
         out = self._current = StepResult(step=name, started_at=time.time())
+        call = Call(prompt, resume, fork, resume_at)
         last_session: str | None = None
-        attempt = 0
+        attempt = 1  # counted attempts: interrupts and handoffs do not count
         try:
             while True:
-                attempt += 1
-                r = await self._attempt(spec, prompt, name, resume=resume, fork=fork, resume_at=resume_at,
-                                        on_event=on_event)
+                r, outcome = await self._attempt_outcome(spec, call, name, on_event)
                 out.cost_usd += r.cost_usd
                 out.num_turns += r.num_turns
                 out.text, out.error, out.ok = r.text, r.error, r.ok
                 out.errors += r.errors
                 last_session = r.session_id or last_session
-                if r.ok:
-                    break
-                if r.error not in (self.INTERRUPTED, self.HANDOFF_DUE) and r.error not in r.errors:
+                if isinstance(outcome, (Failed, HandoffDue)) and r.error not in (self.INTERRUPTED, self.HANDOFF_DUE) \
+                        and r.error not in r.errors:
                     out.errors.append(r.error or "unknown error")
-                if r.error == self.INTERRUPTED:
-                    words, self._interrupt_words = self._interrupt_words or "", None
-                    if not r.session_id:
-                        break
-                    prompt, resume, fork, resume_at = words + self.INTERRUPT_NOTE, r.session_id, False, None
-                    attempt -= 1
-                    continue
-                if r.error == self.HANDOFF_DUE or (self.handoff.enabled and r.session_id
-                                                   and is_overflow(r.error, *r.errors)):
-                    if len(out.retired) >= self.handoff.max_generations:
-                        out.error = (f"context filled {len(out.retired) + 1} sessions in a row "
-                                     f"(max_generations={self.handoff.max_generations}): raise HandoffPolicy.window "
-                                     f"if it is set too small, split the step, or turn handoff off")
-                        break
-                    assert r.session_id  # HANDOFF_DUE is only set once a session exists
-                    doc = await self._write_handoff(spec, name, r.session_id, prompt, r.error or "", on_event)
-                    out.retired.append(r.session_id)
-                    prompt, resume, fork, resume_at = doc.prompt_block(), None, False, None
+                move = what_next(outcome, call=call, attempt=attempt, last_session=last_session,
+                                 retired=len(out.retired), resilience=self.resilience, handoff=self.handoff)
+                if isinstance(move, Finish):
+                    if move.error is not None:
+                        out.error = move.error
+                    break
+                if isinstance(move, Continue):
+                    call = move.call
+                elif isinstance(move, HandOff):
+                    doc = await self._write_handoff(spec, name, move.session_id, call.prompt, move.why, on_event)
+                    out.retired.append(move.session_id)
+                    call = Call(doc.prompt_block())
                     self._ctx, self._warned = 0, False
-                    attempt -= 1
-                    continue
-                res = self.resilience
-                if not res.enabled or attempt >= res.max_attempts or not res.should_retry(classify(r.error)):
-                    break
-                delay = res.delay_for(attempt)
-                _emit(on_event, "retry", f"第 {attempt} 次失败,{delay:.0f}s 后重试", name, attempt=attempt,
-                      error=r.error, delay=round(delay, 2), session_id=last_session)
-                if not await res.wait_online():
-                    out.error = f"{r.error} (offline for more than {res.max_offline_wait:.0f}s; gave up)"
-                    break
-                await asyncio.sleep(delay)
-                if last_session:
-                    prompt, resume, fork, resume_at = res.resume_prompt, last_session, False, None
-                    out.resumed = True
+                else:
+                    res = self.resilience
+                    delay = res.delay_for(attempt)
+                    _emit(on_event, "retry", f"第 {attempt} 次失败,{delay:.0f}s 后重试", name, attempt=attempt,
+                          error=r.error, delay=round(delay, 2), session_id=last_session)
+                    if not await res.wait_online():
+                        out.error = f"{r.error} (offline for more than {res.max_offline_wait:.0f}s; gave up)"
+                        break
+                    await asyncio.sleep(delay)
+                    call, attempt = move.call, move.attempt
+                    out.resumed = out.resumed or move.resumed
         finally:
             out.session_id = last_session
-            out.attempts = max(1, attempt)
+            out.attempts = attempt
             out.context = self._ctx
             out.ended_at = time.time()
             self._current = None
             if not any(x is out for x in self.results):  # rescue() may have filed it already
                 self.results.append(out)
             self._record()
+        for watch_result in list(self.on_result):
+            watch_result(out)
         return out
+
+    async def _attempt_outcome(self, spec: AgentSpec, call: Call, name: str,
+                               on_event: OnEvent | None) -> tuple[StepResult, Outcome]:
+        """One attempt and what it came to."""
+        r = await self._attempt(spec, call.prompt, name, resume=call.resume, fork=call.fork,
+                                resume_at=call.resume_at, on_event=on_event)
+        stop: StopCause | None = {self.INTERRUPTED: "interrupt", self.HANDOFF_DUE: "handoff"}.get(r.error or "")  # type: ignore[assignment]
+        words: str | None = None
+        if stop == "interrupt":
+            words, self._interrupt_words = self._interrupt_words or "", None
+        return r, outcome_of(ok=r.ok, error=r.error, errors=r.errors, session_id=r.session_id, stop=stop,
+                             words=words, handoff=self.handoff.enabled)
 
     def _record(self) -> None:
         manifest.record(self.manifest_path, self.run_id, [asdict(x) for x in self.results])
@@ -208,8 +305,8 @@ class Runtime:
             self.results.append(cur)
         try:
             self._record()
-        except Exception:
-            pass
+        except (OSError, ManifestError) as e:  # dying anyway: say why the row is missing, do not mask the signal
+            _log.warning("runtime.rescue_failed", manifest=str(self.manifest_path), error=repr(e))
 
     @property
     def manifest_path(self) -> Path:
@@ -309,8 +406,8 @@ class Runtime:
         finally:
             try:
                 await client.disconnect()
-            except Exception:
-                pass
+            except Exception as e:  # noqa: BLE001 - the attempt's outcome is already decided; keep it
+                _log.warning("runtime.disconnect_failed", step=name, error=repr(e))
         if stop:
             r.ok, r.error = False, stop["cause"]
         return r
@@ -340,12 +437,15 @@ class Runtime:
     def _drop_open_questions(self) -> None:
         """Questions the interrupted turn was waiting on will never be read: settle them."""
         channel = self.channel
-        for a in list(getattr(channel, "pending", lambda: [])()):
+        if channel is None:
+            return
+        for a in channel.pending():
             channel.decline(a.id, "interrupted")
 
     async def _watch_interrupts(self) -> None:
         """Returns when the person interrupts: through `interrupt()` or the channel's mailbox."""
-        take = getattr(self.channel, "take_interrupt", None)
+        channel = self.channel
+        take = channel.take_interrupt if channel is not None else None
         while not self._interrupt.is_set():
             if take:
                 words = take()

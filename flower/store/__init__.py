@@ -1,18 +1,26 @@
 """Session store: SQLite persistence; trimming, expiry and pruning when a session is resumed.
 
-Three levels, each adding one concern: ``SqliteSessionStore`` (persist) ←
-``TrimmingSessionStore`` (spill old bulk, expire stale ephemeral results) ←
-``PruningSessionStore`` (drop old denials and API errors, neutralize interrupt residue,
-heal orphan calls). ``Runtime`` uses the outermost. Reshaping happens in ``load()`` only,
-on a copy: the rows never change.
+The reshaping is composed, not inherited: passes (``Expire``, ``Trim``, ``Prune`` — functions
+of one transcript that report what they did) run in order over what ``load()`` returns, and
+``ReshapingSessionStore(inner, passes)`` puts them on any SessionStore. The reference's three
+levels stay as classes: ``SqliteSessionStore`` (persist) ← ``TrimmingSessionStore`` (expiry
+and trimming passes) ← ``PruningSessionStore`` (plus pruning); ``Runtime`` uses the outermost.
+Reshaping happens in ``load()`` only, on a copy: the rows never change.
 """
 
 from flower.store.ephemeral import EphemeralPolicy, is_ephemeral
-from flower.store.prune import PrunePolicy, PruningSessionStore
+from flower.store.prune import Prune, PrunePolicy, PruningSessionStore
+from flower.store.reshape import Pass, ReshapingSessionStore, run_passes
 from flower.store.sqlite import SqliteSessionStore
-from flower.store.trim import TrimmingSessionStore, TrimPolicy, trim_report
+from flower.store.trim import Expire, Trim, TrimmingSessionStore, TrimPolicy, trim_report
 
 __all__ = [
+    "Expire",
+    "Pass",
+    "Prune",
+    "ReshapingSessionStore",
+    "Trim",
+    "run_passes",
     "EphemeralPolicy",
     "PrunePolicy",
     "PruningSessionStore",

@@ -45,12 +45,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
+from flower.core.errors import ConfigError, ConfigTypeError
 from flower.store.ephemeral import EphemeralPolicy
-from flower.store.trim import Entry, TranscriptIndex, TrimmingSessionStore, TrimPolicy, _content
+from flower.store.reshape import Pass, Report
+from flower.store.transcript import Entry, TranscriptIndex, _content
+from flower.store.trim import TrimmingSessionStore, TrimPolicy
 
-__all__ = ["PrunePolicy", "PruningSessionStore", "is_api_error", "is_denial", "is_interrupt_residue"]
+__all__ = ["Prune", "PrunePolicy", "PruningSessionStore", "heal_orphans", "is_api_error", "is_denial",
+           "is_interrupt_residue", "neutralize_interrupts", "prune"]
 
 _RARE_LINKS = ("logicalParentUuid", "leafUuid", "sourceToolAssistantUUID")  # besides parentUuid
 _COPIED = ("isSidechain", "userType", "entrypoint", "cwd", "sessionId", "version", "gitBranch", "agentId",
@@ -108,14 +111,154 @@ def is_api_error(entry: Entry) -> bool:
                                                   for b in content))
 
 
+# ---------------------------------------------------------------------------
+# The pass: functions of one transcript
+# ---------------------------------------------------------------------------
+
+_COUNTS = ("pruned", "denials_dropped", "api_errors_dropped", "interrupts_neutralized", "orphans_healed")
+
+
+def prune(entries: list[Entry], ix: TranscriptIndex, policy: PrunePolicy) -> tuple[list[Entry], Report]:
+    """Heal orphans, neutralize interrupt residue, drop old denials and API errors; relink.
+
+    Returns the entries to go on with (a new list when any were removed or inserted; kept
+    entries are edited in place) and the counts: ``pruned`` = entries removed,
+    ``denials_dropped`` = denied calls removed, ``api_errors_dropped``,
+    ``interrupts_neutralized``, ``orphans_healed``.
+    """
+    report: Report = dict.fromkeys(_COUNTS, 0)
+    if policy.heal_orphans:
+        healed, report["orphans_healed"] = heal_orphans(entries, ix, policy)
+        if healed is not entries:
+            entries, ix = healed, TranscriptIndex(healed)
+    if policy.neutralize_interrupts:
+        report["interrupts_neutralized"] = neutralize_interrupts(entries, ix, policy)
+
+    gone: set[int] = set()
+    if policy.drop_api_errors:
+        errors = [i for i in ix.failed if is_api_error(entries[i])]
+        gone.update(errors)
+        report["api_errors_dropped"] = len(errors)
+    drop = _old_denials(entries, ix, policy.keep_denials)
+    if drop:
+        for i, b in ix.results:
+            if b.get("tool_use_id") in drop and _remove_block(entries[i], b):
+                gone.add(i)
+        for tid in drop:
+            i, b = ix.uses[tid]
+            if _remove_block(entries[i], b):
+                gone.add(i)
+        gone.update(i for i, tid in ix.tied if tid in drop)
+        report["denials_dropped"] = len(drop)
+    if not gone:
+        return entries, report
+    report["pruned"] = len(gone)
+    return _relink(entries, gone), report
+
+
+def _old_denials(entries: list[Entry], ix: TranscriptIndex, keep: int) -> set[str]:
+    """Ids of the denied calls beyond the newest ``keep`` (only calls whose use is here)."""
+    denied = list(dict.fromkeys(
+        b["tool_use_id"] for i, b in ix.results
+        if isinstance(b.get("tool_use_id"), str) and b["tool_use_id"] in ix.uses and is_denial(entries[i])
+    ))
+    return set(denied[: max(0, len(denied) - keep)])
+
+
+def neutralize_interrupts(entries: list[Entry], ix: TranscriptIndex, policy: PrunePolicy) -> int:
+    """Replace the body of interrupt residue results by ``policy.interrupt_text``; returns how many."""
+    n = 0
+    for i, block in ix.results:
+        if is_interrupt_residue(entries[i]):
+            block["content"] = policy.interrupt_text
+            n += 1
+    return n
+
+
+def heal_orphans(entries: list[Entry], ix: TranscriptIndex, policy: PrunePolicy) -> tuple[list[Entry], int]:
+    """Give every ``tool_use`` without a ``tool_result`` a synthetic result entry; returns (entries, how many).
+
+    Each is inserted right after the assistant message holding the call (Claude Code
+    writes one entry per content block, so "the message" is the run of entries
+    sharing its ``message.id``); the entries that hung off that message's last entry
+    now hang off the inserted one. Returns ``entries`` itself when nothing is orphaned.
+    """
+    answered = {b.get("tool_use_id") for _, b in ix.results}
+    orphans = [(i, tid) for tid, (i, _) in ix.uses.items() if tid not in answered]
+    if orphans:  # rare: confirm against every user entry, meta ones included
+        answered = {b.get("tool_use_id") for e in entries if e.get("type") == "user"
+                    and isinstance(c := _content(e), list)
+                    for b in c if isinstance(b, dict) and b.get("type") == "tool_result"}
+        orphans = [(i, tid) for i, tid in orphans if tid not in answered]
+    if not orphans:
+        return entries, 0
+    last_of: dict[Any, int] = {}  # message id -> index of the message's last entry
+    for i, e in enumerate(entries):
+        if e.get("type") == "assistant" and isinstance(e.get("message"), dict):
+            last_of[e["message"].get("id") or e.get("uuid")] = i
+    after: dict[int, list[Entry]] = {}  # index of a message's last entry -> result entries to insert
+    for i, tid in sorted(orphans):
+        holder = entries[i]
+        end = last_of.get(holder["message"].get("id") or holder.get("uuid"), i)
+        chain = after.setdefault(end, [])
+        parent = chain[-1]["uuid"] if chain else entries[end].get("uuid")
+        chain.append(_orphan_result(holder, tid, parent, policy.orphan_text))
+    repoint: dict[str, str] = {}
+    for end, chain in after.items():
+        tail = entries[end].get("uuid")
+        if isinstance(tail, str):
+            repoint[tail] = chain[-1]["uuid"]
+    out: list[Entry] = []
+    for i, e in enumerate(entries):
+        for f in ("parentUuid", "leafUuid"):
+            v = e.get(f)
+            if isinstance(v, str) and v in repoint:
+                e[f] = repoint[v]
+        out.append(e)
+        if i in after:
+            out.extend(after[i])
+    return out, len(orphans)
+
+
+def _orphan_result(holder: Entry, tool_use_id: str, parent: Any, text: str) -> Entry:
+    sid = holder.get("sessionId", "")
+    entry: Entry = {k: holder[k] for k in _COPIED if k in holder}
+    entry.update({
+        "type": "user",
+        "parentUuid": parent,
+        "uuid": str(uuidlib.uuid5(_HEAL_NS, f"{sid}/{tool_use_id}")),
+        "message": {"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": tool_use_id, "content": text, "is_error": True}]},
+        "toolUseResult": text,
+        "sourceToolAssistantUUID": holder.get("uuid"),
+    })
+    return entry
+
+
+@dataclass(frozen=True)
+class Prune:
+    """The pruning pass (``PrunePolicy``), for ``ReshapingSessionStore``."""
+
+    policy: PrunePolicy
+    name: str = "prune"
+
+    def __call__(self, entries: list[Entry], ix: TranscriptIndex) -> tuple[list[Entry], Report]:
+        return prune(entries, ix, self.policy)
+
+
+# ---------------------------------------------------------------------------
+# The store of the reference: the trimming store plus pruning
+# ---------------------------------------------------------------------------
+
+
 class PruningSessionStore(TrimmingSessionStore):
-    """``TrimmingSessionStore`` that also prunes at ``load()``: the ``Runtime``'s store.
+    """``TrimmingSessionStore`` whose passes end with ``Prune``: the ``Runtime``'s store.
 
     Note the order: the 4th positional parameter is ``prune``, not ``ephemeral`` as in the
     parent — pass policies by keyword. The policy is ``prune_policy`` (``prune`` is the
     method). After each ``load()``: ``pruned`` = entries removed from the replayed
     transcript, ``denials_dropped`` = denied calls removed; also ``api_errors_dropped``,
-    ``interrupts_neutralized``, ``orphans_healed``.
+    ``interrupts_neutralized``, ``orphans_healed`` — read from that load's report.
     """
 
     def __init__(
@@ -127,146 +270,64 @@ class PruningSessionStore(TrimmingSessionStore):
         ephemeral: EphemeralPolicy | None = None,
     ) -> None:
         if prune is not None and not isinstance(prune, PrunePolicy):
-            raise TypeError(
+            raise ConfigTypeError(
                 f"PruningSessionStore's 4th argument is prune=PrunePolicy, got {type(prune).__name__}; "
-                "pass the policies by keyword (policy=, prune=, ephemeral=)."
+                "pass the policies by keyword (policy=, prune=, ephemeral=).", setting="prune"
             )
         super().__init__(path, workspace, policy, ephemeral)
         self.prune_policy = prune if prune is not None else PrunePolicy()
         if self.prune_policy.keep_denials < 0:
-            raise ValueError(
-                f"PrunePolicy.keep_denials={self.prune_policy.keep_denials} is negative; use 0 to drop them all."
+            raise ConfigError(
+                f"PrunePolicy.keep_denials={self.prune_policy.keep_denials} is negative; use 0 to drop them all.",
+                setting="PrunePolicy.keep_denials",
             )
-        self._zero()
 
-    def _zero(self) -> None:
-        self.pruned = self.denials_dropped = 0
-        self.api_errors_dropped = self.interrupts_neutralized = self.orphans_healed = 0
-
-    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
-        self._zero()  # a missing key reports nothing pruned
-        return await super().load(key)
-
-    def _apply(self, entries: list[Entry], ix: TranscriptIndex) -> list[Entry]:
+    def passes(self) -> list[Pass]:
         # after expiry and trimming, which edit blocks in place and keep the index valid
-        return self.prune(super()._apply(entries, ix), ix)
+        return [*super().passes(), Prune(self.prune_policy)]
 
-    # -- the passes -------------------------------------------------------------
+    def _count(self, name: str) -> int:
+        return self.reports.get("prune", {}).get(name, 0)
+
+    @property
+    def pruned(self) -> int:
+        return self._count("pruned")
+
+    @property
+    def denials_dropped(self) -> int:
+        return self._count("denials_dropped")
+
+    @property
+    def api_errors_dropped(self) -> int:
+        return self._count("api_errors_dropped")
+
+    @property
+    def interrupts_neutralized(self) -> int:
+        return self._count("interrupts_neutralized")
+
+    @property
+    def orphans_healed(self) -> int:
+        return self._count("orphans_healed")
+
+    # -- the pass as methods, on a plain list (the counts read like after a load) -----------------
+    def _note(self, **counts: int) -> None:
+        self.reports = {**self.reports, "prune": {**self.reports.get("prune", {}), **counts}}
+
     def prune(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
-        """Heal orphans, neutralize interrupt residue, drop old denials and API errors; relink.
-
-        Returns a new list (kept entries are edited in place) and sets the counters.
-        """
-        pol = self.prune_policy
-        self._zero()
-        ix = ix or TranscriptIndex(entries)
-        if pol.heal_orphans:
-            healed = self.heal_orphans(entries, ix)
-            if healed is not entries:
-                entries, ix = healed, TranscriptIndex(healed)
-        if pol.neutralize_interrupts:
-            self.neutralize_interrupts(entries, ix)
-
-        gone: set[int] = set()
-        if pol.drop_api_errors:
-            errors = [i for i in ix.failed if is_api_error(entries[i])]
-            gone.update(errors)
-            self.api_errors_dropped = len(errors)
-        drop = self._old_denials(entries, ix)
-        if drop:
-            for i, b in ix.results:
-                if b.get("tool_use_id") in drop and _remove_block(entries[i], b):
-                    gone.add(i)
-            for tid in drop:
-                i, b = ix.uses[tid]
-                if _remove_block(entries[i], b):
-                    gone.add(i)
-            gone.update(i for i, tid in ix.tied if tid in drop)
-            self.denials_dropped = len(drop)
-        if not gone:
-            return entries
-        self.pruned = len(gone)
-        return _relink(entries, gone)
-
-    def _old_denials(self, entries: list[Entry], ix: TranscriptIndex) -> set[str]:
-        """Ids of the denied calls beyond the newest ``keep_denials`` (only calls whose use is here)."""
-        denied = list(dict.fromkeys(
-            b["tool_use_id"] for i, b in ix.results
-            if isinstance(b.get("tool_use_id"), str) and b["tool_use_id"] in ix.uses and is_denial(entries[i])
-        ))
-        return set(denied[: max(0, len(denied) - self.prune_policy.keep_denials)])
+        """``prune()`` with this store's policy; returns a new list (kept entries edited in place)."""
+        out, report = prune(entries, ix or TranscriptIndex(entries), self.prune_policy)
+        self.reports = {**self.reports, "prune": report}
+        return out
 
     def neutralize_interrupts(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> int:
-        """Replace the body of interrupt residue results by ``interrupt_text``; returns how many."""
-        ix = ix or TranscriptIndex(entries)
-        n = 0
-        for i, block in ix.results:
-            if is_interrupt_residue(entries[i]):
-                block["content"] = self.prune_policy.interrupt_text
-                n += 1
-        self.interrupts_neutralized = n
+        n = neutralize_interrupts(entries, ix or TranscriptIndex(entries), self.prune_policy)
+        self._note(interrupts_neutralized=n)
         return n
 
     def heal_orphans(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
-        """Give every ``tool_use`` without a ``tool_result`` a synthetic result entry.
-
-        Each is inserted right after the assistant message holding the call (Claude Code
-        writes one entry per content block, so "the message" is the run of entries
-        sharing its ``message.id``); the entries that hung off that message's last entry
-        now hang off the inserted one. Returns ``entries`` itself when nothing is orphaned.
-        """
-        ix = ix or TranscriptIndex(entries)
-        answered = {b.get("tool_use_id") for _, b in ix.results}
-        orphans = [(i, tid) for tid, (i, _) in ix.uses.items() if tid not in answered]
-        if orphans:  # rare: confirm against every user entry, meta ones included
-            answered = {b.get("tool_use_id") for e in entries if e.get("type") == "user"
-                        and isinstance(c := _content(e), list)
-                        for b in c if isinstance(b, dict) and b.get("type") == "tool_result"}
-            orphans = [(i, tid) for i, tid in orphans if tid not in answered]
-        if not orphans:
-            return entries
-        last_of: dict[Any, int] = {}  # message id -> index of the message's last entry
-        for i, e in enumerate(entries):
-            if e.get("type") == "assistant" and isinstance(e.get("message"), dict):
-                last_of[e["message"].get("id") or e.get("uuid")] = i
-        after: dict[int, list[Entry]] = {}  # index of a message's last entry -> result entries to insert
-        for i, tid in sorted(orphans):
-            holder = entries[i]
-            end = last_of.get(holder["message"].get("id") or holder.get("uuid"), i)
-            chain = after.setdefault(end, [])
-            parent = chain[-1]["uuid"] if chain else entries[end].get("uuid")
-            chain.append(self._orphan_result(holder, tid, parent))
-        repoint: dict[str, str] = {}
-        for end, chain in after.items():
-            tail = entries[end].get("uuid")
-            if isinstance(tail, str):
-                repoint[tail] = chain[-1]["uuid"]
-        out: list[Entry] = []
-        for i, e in enumerate(entries):
-            for f in ("parentUuid", "leafUuid"):
-                v = e.get(f)
-                if isinstance(v, str) and v in repoint:
-                    e[f] = repoint[v]
-            out.append(e)
-            if i in after:
-                out.extend(after[i])
-        self.orphans_healed = len(orphans)
+        out, n = heal_orphans(entries, ix or TranscriptIndex(entries), self.prune_policy)
+        self._note(orphans_healed=n)
         return out
-
-    def _orphan_result(self, holder: Entry, tool_use_id: str, parent: Any) -> Entry:
-        text = self.prune_policy.orphan_text
-        sid = holder.get("sessionId", "")
-        entry: Entry = {k: holder[k] for k in _COPIED if k in holder}
-        entry.update({
-            "type": "user",
-            "parentUuid": parent,
-            "uuid": str(uuidlib.uuid5(_HEAL_NS, f"{sid}/{tool_use_id}")),
-            "message": {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": tool_use_id, "content": text, "is_error": True}]},
-            "toolUseResult": text,
-            "sourceToolAssistantUUID": holder.get("uuid"),
-        })
-        return entry
 
 
 def _remove_block(entry: Entry, block: dict[str, Any]) -> bool:

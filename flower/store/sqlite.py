@@ -30,7 +30,7 @@ from claude_agent_sdk.types import (
     SessionSummaryEntry,
 )
 
-from flower.core.events import context_of
+from flower.core.usage import context_of
 
 __all__ = ["SqliteSessionStore", "store_key"]
 
@@ -331,6 +331,6 @@ class SqliteSessionStore(SessionStore):
     def __del__(self) -> None:
         try:
             self.close()
-        except Exception:  # noqa: BLE001 - a half-built store, or interpreter shutdown
+        except (AttributeError, sqlite3.Error):  # a half-built store, or interpreter shutdown
             pass
 

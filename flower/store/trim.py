@@ -32,16 +32,18 @@ from typing import Any
 import anyio.to_thread
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
+from flower.core.errors import ConfigError
 from flower.core.files import spill_file
-from flower.store.ephemeral import EphemeralPolicy, is_ephemeral
-from flower.store.sqlite import SqliteSessionStore, _gc_paused
+from flower.core.shell import is_ephemeral
+from flower.store.ephemeral import EphemeralPolicy
+from flower.store.reshape import Pass, Report, run_passes
+from flower.store.sqlite import SqliteSessionStore
+from flower.store.transcript import Entry, TranscriptIndex, _content, _only_text, _plain_text, _short_cmd, _with_text
 
-__all__ = ["TranscriptIndex", "TrimPolicy", "TrimmingSessionStore", "trim_report"]
-
-Entry = dict[str, Any]
+__all__ = ["Entry", "Expire", "Trim", "TranscriptIndex", "TrimPolicy", "TrimmingSessionStore", "expire", "trim",
+           "trim_report", "_content"]
 
 SPILL_TEXT = "[这段工具结果共 {n} 字符,已转存到 {path},需要时用 Read 读取全文]"
-CMD_CHARS = 80
 
 
 @dataclass
@@ -67,112 +69,90 @@ class TrimPolicy:
 
 
 # ---------------------------------------------------------------------------
-# Transcript shape (shared with prune.py)
+# The passes: functions of one transcript
 # ---------------------------------------------------------------------------
 
 
-def _content(entry: Entry) -> Any:
-    msg = entry.get("message")
-    return msg.get("content") if isinstance(msg, dict) else None
+def expire(entries: list[Entry], ix: TranscriptIndex, policy: EphemeralPolicy) -> int:
+    """Replace the body of old ephemeral Bash results by ``policy.placeholder(cmd, age)``; returns how many.
 
-
-class TranscriptIndex:
-    """One pass over a transcript: what expiry, trimming and pruning look at, found once.
-
-    Blocks are referenced, not copied, so the passes edit the entries in place. Lists
-    are in transcript order. ``results`` leaves out ``isMeta`` / ``isCompactSummary``
-    entries: those are never edited.
+    The command comes from the matching ``tool_use``; results above ``max_chars``,
+    results holding images, and denied calls (which never ran) are skipped. Only Bash:
+    a Read is never a snapshot of a moment. Edits ``entries`` in place.
     """
-
-    __slots__ = ("uses", "results", "tied", "failed")
-
-    def __init__(self, entries: list[Entry]) -> None:
-        self.uses: dict[str, tuple[int, dict[str, Any]]] = {}  # tool_use id -> (entry index, block)
-        self.results: list[tuple[int, dict[str, Any]]] = []  # (entry index, tool_result block)
-        self.tied: list[tuple[int, str]] = []  # entries that reference a tool call: (index, tool_use id)
-        self.failed: list[int] = []  # assistant entries flagged as a failed API call (candidates)
-        uses, results, tied = self.uses, self.results, self.tied
-        for i, e in enumerate(entries):
-            kind = e.get("type")
-            if kind == "user":
-                content = _content(e)
-                if isinstance(content, list) and not e.get("isCompactSummary") and not e.get("isMeta"):
-                    for b in content:
-                        if isinstance(b, dict) and b.get("type") == "tool_result":
-                            results.append((i, b))
-            elif kind == "assistant":
-                if "isApiErrorMessage" in e or "error" in e:
-                    self.failed.append(i)
-                content = _content(e)
-                if isinstance(content, list):
-                    for b in content:
-                        if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str):
-                            uses[b["id"]] = (i, b)
-            elif kind == "attachment" or kind == "progress":
-                att = e.get("attachment")
-                tid = e.get("toolUseID") or (att.get("toolUseID") if isinstance(att, dict) else None)
-                if isinstance(tid, str):
-                    tied.append((i, tid))
-            src = e.get("sourceToolUseID")
-            if isinstance(src, str):
-                tied.append((i, src))
-
-    def older(self, keep: int) -> list[tuple[int, dict[str, Any]]]:
-        """The results outside the newest ``keep`` (all of them when ``keep <= 0``)."""
-        return self.results[: max(0, len(self.results) - max(0, keep))]
+    total, expired = len(ix.results), 0
+    for pos, (i, block) in enumerate(ix.older(policy.keep_recent)):
+        use = ix.uses.get(block.get("tool_use_id", ""))
+        if use is None or use[1].get("name") != "Bash":
+            continue
+        inp = use[1].get("input")
+        cmd = inp.get("command") if isinstance(inp, dict) else None
+        if not isinstance(cmd, str) or not is_ephemeral(cmd) or "toolDenialKind" in entries[i]:
+            continue
+        content = block.get("content")
+        text = _plain_text(content)
+        if not _only_text(content) or (text is not None and len(text) > policy.max_chars):
+            continue
+        block["content"] = policy.placeholder(_short_cmd(cmd), total - 1 - pos)
+        expired += 1
+    return expired
 
 
-def _plain_text(content: Any) -> str | None:
-    """A result body as text: the string, or its text blocks joined. None if nothing to cut."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        texts = [b["text"] for b in content
-                 if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)]
-        return "\n".join(texts) if texts else None
-    return None
+def trim(entries: list[Entry], ix: TranscriptIndex, policy: TrimPolicy, spill_dir: Path) -> Report:
+    """Spill old result bodies of ``min_chars`` or more under ``spill_dir``; the newest ``keep_recent`` are exempt.
+
+    Edits ``entries`` in place; reports ``cleared`` / ``kept`` / ``chars_saved``.
+    """
+    old = ix.older(policy.keep_recent)
+    cleared = saved = 0
+    for _, block in old:
+        content = block.get("content")
+        text = _plain_text(content)
+        if text is None or len(text) < policy.min_chars:
+            continue
+        pointer = policy.placeholder(str(spill_file(spill_dir, text)), len(text))
+        block["content"] = _with_text(content, pointer)
+        cleared += 1
+        saved += max(0, len(text) - len(pointer))
+    return {"cleared": cleared, "kept": len(ix.results) - len(old), "chars_saved": saved}
 
 
-def _only_text(content: Any) -> bool:
-    return isinstance(content, str) or (
-        isinstance(content, list) and all(isinstance(b, dict) and b.get("type") == "text" for b in content)
-    )
+@dataclass(frozen=True)
+class Expire:
+    """The expiry pass (``EphemeralPolicy``), for ``ReshapingSessionStore``."""
+
+    policy: EphemeralPolicy
+    name: str = "expire"
+
+    def __call__(self, entries: list[Entry], ix: TranscriptIndex) -> tuple[list[Entry], Report]:
+        return entries, {"expired": expire(entries, ix, self.policy)}
 
 
-def _with_text(content: Any, text: str) -> Any:
-    """``content`` with its text replaced by ``text``; image/document blocks kept, in place."""
-    if isinstance(content, str):
-        return text
-    out, placed = [], False
-    for b in content:
-        if isinstance(b, dict) and b.get("type") == "text":
-            if not placed:
-                out.append({**b, "text": text})
-                placed = True
-        else:
-            out.append(b)
-    return out
+@dataclass(frozen=True)
+class Trim:
+    """The trimming pass (``TrimPolicy``): spills under ``spill_dir``, which the agent must be able to Read."""
 
+    policy: TrimPolicy
+    spill_dir: Path
+    name: str = "trim"
 
-def _short_cmd(cmd: str) -> str:
-    """The command's first line, at most ``CMD_CHARS``; "…" says something was cut."""
-    whole = cmd.strip()
-    line = whole.splitlines()[0]
-    return line if line == whole and len(line) <= CMD_CHARS else line[:CMD_CHARS].rstrip() + "…"
+    def __call__(self, entries: list[Entry], ix: TranscriptIndex) -> tuple[list[Entry], Report]:
+        return entries, trim(entries, ix, self.policy, self.spill_dir)
 
 
 # ---------------------------------------------------------------------------
-# The store
+# The store of the reference: SQLite with expiry and trimming on load
 # ---------------------------------------------------------------------------
 
 
 class TrimmingSessionStore(SqliteSessionStore):
     """``SqliteSessionStore`` whose ``load()`` expires stale ephemeral results and spills old bulk.
 
-    ``last_report`` describes the latest ``load()`` (of one key): ``expired`` (written by
-    ``expire``), ``cleared`` / ``kept`` / ``chars_saved`` (written by ``trim``: results
-    spilled, results exempt as recent, characters no longer sent). A disabled pass
-    writes nothing.
+    The reshaping is the composed one (``run_passes`` over ``passes()``); this class only
+    builds the passes from its policies. ``last_report`` describes the latest ``load()``
+    (of one key): ``expired`` (expiry), ``cleared`` / ``kept`` / ``chars_saved`` (trimming:
+    results spilled, results exempt as recent, characters no longer sent). A disabled
+    pass reports nothing.
     """
 
     def __init__(
@@ -187,11 +167,12 @@ class TrimmingSessionStore(SqliteSessionStore):
         self.policy = policy if policy is not None else TrimPolicy()
         self.ephemeral = ephemeral if ephemeral is not None else EphemeralPolicy()
         self.last_report: dict[str, int] = {}
+        self.reports: dict[str, Report] = {}
         spill = Path(self.policy.spill_dirname)
         if spill.is_absolute() or ".." in spill.parts:
-            raise ValueError(
+            raise ConfigError(
                 f"TrimPolicy.spill_dirname={self.policy.spill_dirname!r} must be a relative path inside the "
-                "workspace; use something like '.flower/spill'."
+                "workspace; use something like '.flower/spill'.", setting="TrimPolicy.spill_dirname"
             )
 
     @property
@@ -199,75 +180,38 @@ class TrimmingSessionStore(SqliteSessionStore):
         """``<workspace>/<spill_dirname>``, absolute: the pointer lines name it for ``Read``."""
         return self.workspace.resolve() / self.policy.spill_dirname
 
+    def passes(self) -> list[Pass]:
+        """The load-time passes, in order, from the current policies; subclasses append theirs."""
+        out: list[Pass] = []
+        if self.ephemeral.enabled:
+            out.append(Expire(self.ephemeral))
+        if self.policy.enabled:
+            out.append(Trim(self.policy, self.spill_dir))
+        return out
+
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
         entries = await super().load(key)
-        self.last_report = {}
+        self._file({})
         if not entries:
             return entries
-        return await anyio.to_thread.run_sync(self._reshape, entries)
+        out, reports = await anyio.to_thread.run_sync(run_passes, entries, self.passes())
+        self._file(reports)
+        return out  # type: ignore[return-value]  # plain JSON dicts, as the SDK's TypedDict describes
 
-    def _reshape(self, entries: list[Any]) -> list[Any]:
-        with _gc_paused():
-            return self._apply(entries, TranscriptIndex(entries))
+    def _file(self, reports: dict[str, Report]) -> None:
+        """Keep one load's reports (replaced whole, never added to)."""
+        self.reports = reports
+        self.last_report = {**reports.get("expire", {}), **reports.get("trim", {})}
 
-    def _apply(self, entries: list[Entry], ix: TranscriptIndex) -> list[Entry]:
-        """The load-time passes, in order; subclasses append theirs."""
-        if self.ephemeral.enabled:
-            entries = self.expire(entries, ix)
-        if self.policy.enabled:
-            entries = self.trim(entries, ix)
-        return entries
-
-    # -- expiry -----------------------------------------------------------------
+    # -- the passes as methods, on a plain list (sets ``last_report`` like a load) ----------------
     def expire(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
-        """Replace the body of old ephemeral Bash results by ``ephemeral.placeholder(cmd, age)``.
-
-        The command comes from the matching ``tool_use``; results above ``max_chars``,
-        results holding images, and denied calls (which never ran) are skipped. Edits
-        ``entries`` in place and returns it; sets ``last_report["expired"]``.
-        """
-        pol = self.ephemeral
-        ix = ix or TranscriptIndex(entries)
-        total, expired = len(ix.results), 0
-        for pos, (i, block) in enumerate(ix.older(pol.keep_recent)):
-            use = ix.uses.get(block.get("tool_use_id", ""))
-            if use is None or use[1].get("name") != "Bash":
-                continue
-            inp = use[1].get("input")
-            cmd = inp.get("command") if isinstance(inp, dict) else None
-            if not isinstance(cmd, str) or not is_ephemeral(cmd) or "toolDenialKind" in entries[i]:
-                continue
-            content = block.get("content")
-            text = _plain_text(content)
-            if not _only_text(content) or (text is not None and len(text) > pol.max_chars):
-                continue
-            block["content"] = pol.placeholder(_short_cmd(cmd), total - 1 - pos)
-            expired += 1
-        self.last_report["expired"] = expired
+        """``expire()`` with this store's policy; edits ``entries`` in place and returns it."""
+        self.last_report["expired"] = expire(entries, ix or TranscriptIndex(entries), self.ephemeral)
         return entries
 
-    # -- trimming ---------------------------------------------------------------
     def trim(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
-        """Spill old result bodies of ``min_chars`` or more; the newest ``keep_recent`` are exempt.
-
-        Edits ``entries`` in place and returns it; sets ``cleared`` / ``kept`` /
-        ``chars_saved`` in ``last_report``.
-        """
-        pol = self.policy
-        ix = ix or TranscriptIndex(entries)
-        old = ix.older(pol.keep_recent)
-        root = self.spill_dir
-        cleared = saved = 0
-        for _, block in old:
-            content = block.get("content")
-            text = _plain_text(content)
-            if text is None or len(text) < pol.min_chars:
-                continue
-            pointer = pol.placeholder(str(spill_file(root, text)), len(text))
-            block["content"] = _with_text(content, pointer)
-            cleared += 1
-            saved += max(0, len(text) - len(pointer))
-        self.last_report.update(cleared=cleared, kept=len(ix.results) - len(old), chars_saved=saved)
+        """``trim()`` with this store's policy and spill folder; edits ``entries`` in place and returns it."""
+        self.last_report.update(trim(entries, ix or TranscriptIndex(entries), self.policy, self.spill_dir))
         return entries
 
 

@@ -13,13 +13,19 @@ import inspect
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..core.agent import AgentSpec
+from ..core.errors import StepAbort, StepError
 from ..core.events import Event, OnEvent
 from ..core.lineage import Lineage
+from ..core.outcome import Call
 from ..core.runtime import Runtime, StepResult
 from ..core.workbench import Workbench
+from .state import RunState
+
+if TYPE_CHECKING:
+    from ..core.channel import HumanChannel
 
 __all__ = ["Ctx", "Step", "Workflow", "StepAbort", "ON_FAIL"]
 
@@ -38,14 +44,6 @@ ON_FAIL = ("stop", "skip", "continue")
 
 Pass or fail, ``ctx["_results"][name]`` is the last attempt's StepResult.
 """
-
-
-class StepAbort(Exception):
-    """Raised by a gate: stop this step now — another round would not help either.
-
-    Returning False means "not this time, go another round"; raising this ends the retry loop at
-    once (remaining retries unused), sets ``ctx["_aborted"] = str(exc)`` and follows ``on_fail``.
-    """
 
 
 def _text(value: str | Callable[[Ctx], str], ctx: Ctx) -> str:
@@ -90,15 +88,15 @@ class Step:
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
-            raise ValueError("Step needs a non-empty name")
+            raise StepError("Step needs a non-empty name")
         if self.name.startswith("_"):
-            raise ValueError(f"Step name {self.name!r} starts with '_': those ctx keys belong to the framework")
+            raise StepError(f"Step name {self.name!r} starts with '_': those ctx keys belong to the framework", step=self.name)
         if "#" in self.name:
-            raise ValueError(f"Step name {self.name!r} contains '#': it marks retry labels (name#round2)")
+            raise StepError(f"Step name {self.name!r} contains '#': it marks retry labels (name#round2)", step=self.name)
         if self.on_fail not in ON_FAIL:
-            raise ValueError(f"Step {self.name!r}: on_fail must be one of {', '.join(ON_FAIL)}, not {self.on_fail!r}")
+            raise StepError(f"Step {self.name!r}: on_fail must be one of {', '.join(ON_FAIL)}, not {self.on_fail!r}", step=self.name)
         if self.retries < 0:
-            raise ValueError(f"Step {self.name!r}: retries must be >= 0, not {self.retries}")
+            raise StepError(f"Step {self.name!r}: retries must be >= 0, not {self.retries}", step=self.name)
 
     def render(self, ctx: Ctx, *, resuming: bool = False) -> str:
         """The prompt to send: ``resume_prompt`` when resuming and there is one, else ``prompt``."""
@@ -133,9 +131,11 @@ class Workflow:
     steps: list[Step]
     name: str = "workflow"
     context: Ctx = field(default_factory=dict)
-    channel: Any = None
-    workbench: Any = None
+    channel: HumanChannel | None = None
+    workbench: Workbench | bool | None = None
     continuous: bool = True
+    state: RunState | None = field(default=None, init=False, repr=False, compare=False)
+    """The typed state of the latest ``run`` (the private ctx keys mirror it)."""
 
     async def run(
         self,
@@ -146,7 +146,8 @@ class Workflow:
     ) -> Ctx:
         """Run the steps in order and return the context (``self.context``, updated in place).
 
-        Private keys written: ``_runtime`` (gates dispatch agents through it), ``_on_event``,
+        The framework's own state is ``self.state`` (a typed ``RunState``); the private keys below
+        mirror it for gates and callers written against the reference. Private keys written: ``_runtime`` (gates dispatch agents through it), ``_on_event``,
         ``_sessions`` ({step: session_id}, kept with setdefault), ``_results`` ({step: StepResult of
         the last attempt}), ``_lineage`` (only when ``continuous`` and the runtime has a run_dir and a
         workspace), ``_woke`` (``lineage.bump()``: 1 on the first run in a place, N on the N-th; 0
@@ -162,93 +163,73 @@ class Workflow:
         ``Event("step", <name>, payload={"index", "total", "resumed", "woke"})`` marks the start of
         each step that runs. The channel's ``on_event`` is wired to ``on_event`` for the run when it
         is None (and unwired afterwards); the channel and a Workbench are lent to the runtime for the
-        run (interrupts, guards, the index) and given back afterwards.
+        run (interrupts, guards, the index) through ``Runtime.lend``, and the lineage's listener
+        around each ``runtime.run`` only: scoped loans, undone however the run ends.
         """
         ctx = self.context
-        ctx.setdefault("_results", {})
-        ctx.setdefault("_sessions", {})
-        ctx.pop("_aborted", None)
-        ctx.pop("_failed_at", None)
-        ctx["_runtime"], ctx["_on_event"] = runtime, on_event
-
-        lineage: Lineage | None = None
-        run_dir, workspace = getattr(runtime, "run_dir", None), getattr(runtime, "workspace", None)
-        if self.continuous and run_dir and workspace:
-            lineage = Lineage.open(run_dir, workspace)
+        state = self.state = RunState.adopt(ctx, runtime, on_event)
+        if self.continuous:
+            lineage = Lineage.open(runtime.run_dir, runtime.workspace)
             for step_name, sid in lineage.steps.items():
-                if step_name not in ctx["_sessions"] and runtime.has_session(sid):
-                    ctx["_sessions"][step_name] = sid
-            ctx["_lineage"] = lineage
-            ctx["_woke"] = lineage.bump()
-        else:
-            ctx.pop("_lineage", None)
-            ctx["_woke"] = 0
+                if step_name not in state.sessions and runtime.has_session(sid):
+                    state.sessions[step_name] = sid
+            state.lineage, state.woke = lineage, lineage.bump()
+        state.publish(ctx)
 
         ch, wb = self.channel, self.workbench
         if wb is True:
             wb = Workbench(runtime.workspace)
-        saved = runtime.channel, runtime.workbench
-        wired = ch is not None and on_event is not None and getattr(ch, "on_event", False) is None
-        if ch is not None:
-            runtime.channel = ch
-        if isinstance(wb, Workbench):
-            runtime.workbench = wb
+        wired = ch is not None and on_event is not None and ch.on_event is None
         if wired:
+            assert ch is not None
             ch.on_event = on_event
         try:
-            for i, step in enumerate(self.steps):
-                result = await self._run_step(i, step, ctx, runtime, lineage, on_event)
-                if result is None:
-                    continue
-                if on_step:
-                    on_step(step, result)
-                if ctx.get("_failed_at") == step.name:
-                    break
+            with runtime.lend(channel=ch, workbench=wb if isinstance(wb, Workbench) else None):
+                for i, step in enumerate(self.steps):
+                    result = await self._run_step(i, step, ctx, state)
+                    if result is None:
+                        continue
+                    if on_step:
+                        on_step(step, result)
+                    if state.failed_at == step.name:
+                        break
         finally:
-            runtime.channel, runtime.workbench = saved
-            if wired and ch.on_event is on_event:
+            if wired and ch is not None and ch.on_event is on_event:
                 ch.on_event = None
         return ctx
 
-    async def _run_step(self, i: int, step: Step, ctx: Ctx, runtime: Runtime, lineage: Lineage | None,
-                        on_event: OnEvent | None) -> StepResult | None:
+    async def _run_step(self, i: int, step: Step, ctx: Ctx, state: RunState) -> StepResult | None:
         """One step, all its attempts; None when ``when`` turned it down."""
-        name = step.name
+        name, runtime, lineage, on_event = step.name, state.runtime, state.lineage, state.on_event
         if step.when is not None and not await _maybe(step.when(ctx)):
             return None
 
-        def fresh() -> tuple[str, str | None, bool]:
+        def fresh() -> Call:
             """Attempt 0 without a session of its own, and every retry that starts over."""
             if not step.resume_from:
-                return step.render(ctx), None, False
-            source = ctx["_sessions"].get(step.resume_from)
+                return Call(step.render(ctx))
+            source = state.sessions.get(step.resume_from)
             if not source:
-                raise ValueError(f"Step {name!r} resumes from {step.resume_from!r}, which has no session (it did "
-                                 "not run, or produced none): put that step before it, or drop resume_from")
-            return step.render(ctx), source, step.fork
+                raise StepError(f"Step {name!r} resumes from {step.resume_from!r}, which has no session (it did "
+                                "not run, or produced none): put that step before it, or drop resume_from", step=name)
+            return Call(step.render(ctx), source, step.fork)
 
-        own = ctx["_sessions"].get(name) if lineage is not None else None
-        if own:  # continuity: this step already has a live session — continue it
-            prompt_cur, resume_cur, fork_cur = step.render(ctx, resuming=True), own, False
-        else:
-            prompt_cur, resume_cur, fork_cur = fresh()
-        _emit(on_event, "step", name, index=i, total=len(self.steps), resumed=resume_cur is not None,
-              woke=ctx["_woke"])
+        own = state.sessions.get(name) if lineage is not None else None
+        # continuity: a step that already has a live session continues it
+        call = Call(step.render(ctx, resuming=True), own) if own else fresh()
+        _emit(on_event, "step", name, index=i, total=len(self.steps), resumed=call.resume is not None,
+              woke=state.woke)
 
         # the lineage learns a session as soon as the CLI names it: a kill -9 keeps it
         remember = partial(lineage.remember, name) if lineage is not None else None
         attempt = 0
         while True:
-            previous = runtime.on_session
-            runtime.on_session = remember or previous
-            try:
-                result = await runtime.run(step.spec, prompt_cur, step_name=step.label(attempt), resume=resume_cur,
-                                           fork=fork_cur, on_event=on_event)
-            finally:
-                runtime.on_session = previous
-            ctx["_results"][name] = result
+            with runtime.lend(on_session=remember):
+                result = await runtime.run(step.spec, call.prompt, step_name=step.label(attempt), resume=call.resume,
+                                           fork=call.fork, on_event=on_event)
+            state.results[name] = result
             if result.session_id:
-                ctx["_sessions"][name] = result.session_id
+                state.sessions[name] = result.session_id
                 if lineage is not None:
                     lineage.remember(name, result.session_id)
             passed, aborted = result.ok, False
@@ -256,20 +237,19 @@ class Workflow:
                 try:
                     passed = bool(await _maybe(step.gate(result, ctx)))
                 except StepAbort as e:
-                    ctx["_aborted"], passed, aborted = str(e), False, True
+                    state.aborted, passed, aborted = str(e), False, True
+                    state.publish(ctx)
             if passed or aborted or attempt >= step.retries:
                 break
             back = await _maybe(step.on_reject(result, ctx)) if step.on_reject is not None else ""
-            if back and result.session_id:
-                prompt_cur, resume_cur, fork_cur = back, result.session_id, False
-            else:
-                prompt_cur, resume_cur, fork_cur = fresh()
+            call = Call(back, result.session_id) if back and result.session_id else fresh()
             attempt += 1
 
         if passed:
             ctx[name] = step.output(result, ctx)
         elif step.on_fail == "stop":
-            ctx["_failed_at"] = name
+            state.failed_at = name
+            state.publish(ctx)
         elif step.on_fail == "continue":
             ctx[name] = result.text
         return result

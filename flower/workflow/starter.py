@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..core.channel import HumanChannel
+from ..core.errors import ConfigError
 from ..core.events import Event
 from ..core.lineage import FILENAME as LINEAGE_FILE, Lineage
 from ..core.roles import coordinator, worker
@@ -134,13 +135,13 @@ def starter_flow(
     paths = starter_paths(workspace, run_dir=run_dir, isolate=isolate, brief_name=brief_name,
                           goal_name=goal_name, log_name=log_name)
     if isolate and not is_git_repo(paths.workspace):
-        raise ValueError(f"isolate=True needs a git repository, and {paths.workspace} is not one: "
-                         "run `git init` there (and commit), or drop isolation")
+        raise ConfigError(f"isolate=True needs a git repository, and {paths.workspace} is not one: "
+                          "run `git init` there (and commit), or drop isolation", setting="isolate")
     said = (ask or "").strip()
     brief = None if new else Brief.load(paths.brief)
     woke = brief is not None and brief.complete()
     if not woke and not said:
-        raise ValueError(NO_ASK)
+        raise ConfigError(NO_ASK, setting="ask")
     fresh_word = woke and bool(said)
     if new and any(p.exists() for p in (paths.lineage, paths.brief, paths.goal)):
         Lineage.open(paths.run_dir, paths.workspace).archive(paths.run_dir / "archive", extra=[paths.brief, paths.goal])
@@ -184,8 +185,9 @@ class _Starter(Workflow):
         """Refuse a Runtime keeping its runs elsewhere (before anything is written), then run the steps."""
         rt_dir = getattr(runtime, "run_dir", None)
         if self.run_dir is not None and rt_dir is not None and Path(rt_dir).resolve() != self.run_dir:
-            raise ValueError(f"the Runtime keeps its runs in {rt_dir} but starter_flow was built with "
-                             f"run_dir={self.run_dir}: pass the same run_dir to both, or continuity is lost")
+            raise ConfigError(f"the Runtime keeps its runs in {rt_dir} but starter_flow was built with "
+                              f"run_dir={self.run_dir}: pass the same run_dir to both, or continuity is lost",
+                              setting="run_dir")
         if self.said and self.channel is not None:  # once: a wake-up repeating the same words does not pile up
             self.channel.amend(self.said, label=WAKE_LABEL)
         return await super().run(runtime, on_event=on_event, on_step=on_step)

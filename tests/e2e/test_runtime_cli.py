@@ -208,3 +208,17 @@ async def test_rescue_files_the_step_in_flight_once(workspace, tmp_path, scripte
     assert rescued and [row["error"] for row in rescued[0]] == ["killed-by-signal"]
     rows = json.loads(rt.manifest_path.read_text())
     assert len(rows) == 1 and rows[0]["step"] == "工作" and r in rt.results and len(rt.results) == 1
+
+
+async def test_observers_watch_every_run_without_a_subclass(workspace, tmp_path, scripted):
+    """What cli/drive.py and the sandbox entrypoint need: a name when a run starts, its result when it ends."""
+    seen: list[str] = []
+    rules = [Rule(fail(529), fail(529), prompt="first", agent=False), Rule(say("one"), user=FAST.resume_prompt),
+             Rule(say("two"), prompt="second")]
+    with scripted(rules):
+        rt = _runtime(workspace, tmp_path, resilience=FAST)
+        rt.on_attempt += [lambda name: seen.append(f"start {name}"), lambda name: seen.append(f"also {name}")]
+        rt.on_result.append(lambda r: seen.append(f"end {r.step} {r.text} attempts={r.attempts}"))
+        await rt.run(SPEC, "first", step_name="甲")
+        await rt.run(SPEC, "second")
+    assert seen == ["start 甲", "also 甲", "end 甲 one attempts=2", "start 工人", "also 工人", "end 工人 two attempts=1"]

@@ -1,49 +1,51 @@
-"""The Helm chart, rendered without helm (tests/kubernetes/render.py) and validated with kubernetes-validate.
+"""The Helm chart, rendered by Helm's own library (helm-python-sdk) and validated with kubernetes-validate.
 
 No helm binary and no cluster exist here: this shows the chart renders to valid Kubernetes documents that wire
-the service the way the backend expects, not that a cluster runs it.
+the service and its runs' pods the way the backend expects, not that a cluster runs it.
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
-from pathlib import Path
 
 import pytest
-from _k8s_checks import validate
-from render import RenderError, render_chart, render_text
+import yaml
+from _k8s_checks import CHART, HARDENED, OVERRIDE, chart, documents, helm_render, selects, validate
 
-from sandbox.backends.kubernetes import API_PERMISSIONS, KubeAPI, KubernetesBackend
+from sandbox.backends.kubernetes import API_PERMISSIONS, KubeAPI, KubernetesBackend, job_manifest, label_value
+from sandbox.layout import RunLayout
+from sandbox.spec import RunSpec
 from service.config import load_config
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm"
+ROOT = CHART.parent
 
-OVERRIDE = {
-    "image": {"repository": "registry.example.com/flower/service", "tag": "2025.5.1"},
-    "imagePullSecret": "regcred",
-    "dataDir": "/srv/flower",
-    "persistence": {"existingClaim": "team-data"},
-    "config": {"maxRunning": 16, "pollS": 0.5, "logLevel": "DEBUG", "removeWorktree": False},
-    "tenants": {"secretName": "acme-tenants"},
-    "credentials": {"secretName": "acme-creds"},
-    "runs": {"image": "registry.example.com/flower/sandbox:2025.5.1", "cpu": "500m", "memory": "",
-             "deadlineSeconds": "7200", "networkPolicy": {"enabled": False}},
-    "serviceAccount": {"create": False, "name": "ops-flower"},
-    "service": {"type": "NodePort", "port": 80},
-    "resources": None,
-    "nodeSelector": {"pool": "agents"},
-    "tolerations": [{"key": "agents", "operator": "Exists", "effect": "NoSchedule"}],
-}
+# name: (values, release, namespace)
+SETS = {"defaults": ({}, "flower", "flower"), "override": (OVERRIDE, "team-a", "agents"),
+        "hardened": (HARDENED, "flower", "platform")}
 
 
 def by_kind(docs: list[dict]) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for d in docs:
-        assert d["kind"] not in out, f"two {d['kind']} documents"
-        out[d["kind"]] = d
+        key = d["kind"] if d["kind"] != "NetworkPolicy" else f"NetworkPolicy/{d['metadata']['name']}"
+        assert key not in out, f"two {key} documents"
+        out[key] = d
     return out
+
+
+def rendered(values: dict | None = None, release: str = "flower", namespace: str = "flower") -> dict[str, dict]:
+    return by_kind(documents(helm_render(values, release=release, namespace=namespace)))
+
+
+def merged(values: dict) -> dict:
+    """The values a release uses: the chart's defaults under the overrides (Helm's own merge)."""
+    return chart().merge_values(values)
+
+
+def claim_of(docs: dict[str, dict]) -> str:
+    volumes = docs["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    return next(v for v in volumes if v["name"] == "data")["persistentVolumeClaim"]["claimName"]
 
 
 def container(docs: dict[str, dict]) -> dict:
@@ -63,24 +65,24 @@ def env_of(c: dict, namespace: str) -> dict[str, str]:
     return out
 
 
-@pytest.mark.parametrize("values,release,namespace", [({}, "flower", "flower"), (OVERRIDE, "team-a", "agents")],
-                         ids=["defaults", "override"])
-def test_every_rendered_document_is_valid_kubernetes(values, release, namespace) -> None:
-    docs = render_chart(CHART, values, release=release, namespace=namespace)
+@pytest.mark.parametrize("name", SETS)
+def test_every_rendered_document_is_valid_kubernetes(name) -> None:
+    values, release, namespace = SETS[name]
+    docs = documents(helm_render(values, release=release, namespace=namespace))
     for doc in docs:
         validate(doc)
         assert doc["metadata"]["namespace"] == namespace
     kinds = sorted(d["kind"] for d in docs)
-    if values:
-        assert kinds == ["ConfigMap", "Deployment", "Role", "RoleBinding", "Service"]
-    else:
-        assert kinds == ["ConfigMap", "Deployment", "NetworkPolicy", "PersistentVolumeClaim", "Role", "RoleBinding",
-                         "Service", "ServiceAccount"]
+    common = ["ConfigMap", "Deployment", "Pod", "Role", "RoleBinding", "Service"]
+    expected = {"defaults": common + ["NetworkPolicy"] * 2 + ["PersistentVolumeClaim", "ServiceAccount"],
+                "override": common,
+                "hardened": common + ["NetworkPolicy"] * 2 + ["ServiceAccount"]}[name]
+    assert kinds == sorted(expected)
     assert "Secret" not in kinds  # secrets are created by the operator, never rendered from values
 
 
 def test_the_role_grants_exactly_what_the_backend_calls() -> None:
-    docs = by_kind(render_chart(CHART))
+    docs = rendered()
     granted = {(g, r): frozenset(rule["verbs"]) for rule in docs["Role"]["rules"]
                for g in rule["apiGroups"] for r in rule["resources"]}
     assert granted == API_PERMISSIONS
@@ -91,48 +93,77 @@ def test_the_role_grants_exactly_what_the_backend_calls() -> None:
                                     "namespace": "flower"}]
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == docs["ServiceAccount"]["metadata"]["name"]
-    custom = by_kind(render_chart(CHART, OVERRIDE, release="team-a", namespace="agents"))
+    assert pod["automountServiceAccountToken"] is True  # the service calls the API
+    assert docs["ServiceAccount"]["automountServiceAccountToken"] is False  # nothing else borrowing it does
+    custom = rendered(OVERRIDE, "team-a", "agents")
     assert custom["RoleBinding"]["subjects"][0]["name"] == "ops-flower"
     assert custom["Deployment"]["spec"]["template"]["spec"]["serviceAccountName"] == "ops-flower"
 
 
-def test_the_service_pod_is_non_root_probed_and_mounts_secrets_it_does_not_define() -> None:
-    docs = by_kind(render_chart(CHART))
+@pytest.mark.parametrize("name", SETS)
+def test_the_service_pod_has_the_docker_hardening(name) -> None:
+    """Non-root, read-only root, no capabilities, no escalation, RuntimeDefault seccomp, bounded scratch."""
+    values, release, namespace = SETS[name]
+    docs = rendered(values, release, namespace)
+    v = merged(values)
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    uid, gid = v["securityContext"]["runAsUser"], v["securityContext"]["runAsGroup"]
+    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": uid, "runAsGroup": gid, "fsGroup": gid,
+                                      "fsGroupChangePolicy": "OnRootMismatch",
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
+    assert all(type(pod["securityContext"][k]) is int for k in ("runAsUser", "runAsGroup", "fsGroup"))
+    assert container(docs)["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                                  "privileged": False, "capabilities": {"drop": ["ALL"]}}
+    assert pod["enableServiceLinks"] is False
+    scratch = {"sizeLimit": v["scratch"]["sizeLimit"], **({"medium": "Memory"} if v["scratch"]["medium"] else {})}
+    volumes = {vol["name"]: vol for vol in pod["volumes"]}
+    assert volumes["tmp"]["emptyDir"] == volumes["home"]["emptyDir"] == scratch
+    mounts = {m["mountPath"]: m["name"] for m in container(docs)["volumeMounts"]}
+    assert mounts["/tmp"] == "tmp" and mounts["/home/flower"] == "home"
+
+
+def test_the_service_pod_runs_as_the_dockerfile_user_and_mounts_secrets_it_does_not_define() -> None:
+    docs = rendered()
     dep = docs["Deployment"]
     assert dep["spec"]["replicas"] == 1 and dep["spec"]["strategy"] == {"type": "Recreate"}
     pod = dep["spec"]["template"]["spec"]
     c = container(docs)
-    # the uid the Dockerfile's service image runs as
     dockerfile = (ROOT / "Dockerfile").read_text()
     service_stage = dockerfile[dockerfile.index("AS service"):]
     uid, gid = map(int, re.search(r"^USER (\d+):(\d+)", service_stage, re.M).groups())
     assert (pod["securityContext"]["runAsUser"], pod["securityContext"]["runAsGroup"]) == (uid, gid)
-    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["fsGroup"] == gid
-    assert c["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                                    "capabilities": {"drop": ["ALL"]}}
     assert c["image"] == "flower/service:0.1.0"
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
-    assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"}]
+    assert c["ports"] == [{"name": "http", "containerPort": 8080, "protocol": "TCP"},
+                          {"name": "gateway", "containerPort": 8081, "protocol": "TCP"}]
+    assert c["resources"]["limits"]["memory"] == "2Gi"
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["tenants"]["secret"] == {"secretName": "flower-tenants", "defaultMode": 0o440}
     assert volumes["credentials"]["secret"] == {"secretName": "flower-credentials", "defaultMode": 0o440}
     assert volumes["data"]["persistentVolumeClaim"] == {"claimName": docs["PersistentVolumeClaim"]["metadata"]["name"]}
     assert docs["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert docs["PersistentVolumeClaim"]["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     assert mounts["data"]["mountPath"] == "/var/lib/flower"
-    assert mounts["tenants"]["readOnly"] and mounts["credentials"]["readOnly"]
+    assert mounts["tenants"]["readOnly"] and mounts["credentials"]["readOnly"] and mounts["config"]["readOnly"]
     svc = docs["Service"]
-    assert svc["spec"]["selector"] == dep["spec"]["selector"]["matchLabels"]
-    assert svc["spec"]["ports"][0]["targetPort"] == "http"
-    assert docs["NetworkPolicy"]["spec"] == {"podSelector": {"matchExpressions": [{"key": "flower.run",
-                                                                                   "operator": "Exists"}]},
-                                             "policyTypes": ["Ingress"], "ingress": []}
+    assert svc["spec"]["selector"] and svc["spec"]["selector"] == dep["spec"]["template"]["metadata"]["labels"]
+    assert selects(dep["spec"]["selector"], dep["spec"]["template"]["metadata"]["labels"])
+    assert [(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == \
+        [("http", 8080, "http"), ("gateway", 8081, "gateway")]
+
+
+def test_a_changed_config_rolls_the_service_pod() -> None:
+    """The service reads service.toml once: the pod template carries the ConfigMap's checksum."""
+    def checksum(values):
+        return rendered(values)["Deployment"]["spec"]["template"]["metadata"]["annotations"]["checksum/config"]
+
+    assert checksum({}) == checksum({"service": {"port": 80}})
+    assert checksum({}) != checksum({"config": {"maxRunning": 5}})
 
 
 def test_values_hold_no_secret_material() -> None:
-    import yaml
-
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert values["tenants"] == {"secretName": "flower-tenants"}
     assert values["credentials"] == {"secretName": "flower-credentials"}
@@ -140,43 +171,43 @@ def test_values_hold_no_secret_material() -> None:
     assert not re.search(r"(token|password|api_?key|sk-)", flat)
 
 
-@pytest.mark.parametrize("values,release,namespace", [({}, "flower", "flower"), (OVERRIDE, "team-a", "agents")],
-                         ids=["defaults", "override"])
-def test_the_config_and_environment_build_the_kubernetes_backend(values, release, namespace, tmp_path) -> None:
+@pytest.mark.parametrize("name", SETS)
+def test_the_config_and_environment_build_the_kubernetes_backend(name, tmp_path) -> None:
     """The ConfigMap's service.toml loads with service.config, and the Deployment's environment gives
-    KubernetesBackend.from_environment the claim the pod mounts at data_dir."""
-    docs = by_kind(render_chart(CHART, values, release=release, namespace=namespace))
+    KubernetesBackend.from_environment the claim the pod mounts at data_dir (numbers never in 1e+06 form)."""
+    values, release, namespace = SETS[name]
+    docs = rendered(values, release, namespace)
+    v = merged(values)
     toml = docs["ConfigMap"]["data"]["service.toml"]
     raw = tomllib.loads(toml)
     c = container(docs)
     env = env_of(c, namespace)
-    config_path = env["FLOWER_SERVICE_CONFIG"]
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
-    assert config_path == f"{mounts['config']}/service.toml"
+    assert env["FLOWER_SERVICE_CONFIG"] == f"{mounts['config']}/service.toml"
     assert raw["tenants"].startswith(mounts["tenants"] + "/")
-    assert raw["data_dir"] == mounts["data"]
+    assert raw["data_dir"] == mounts["data"] == v["dataDir"]
     assert raw["port"] == c["ports"][0]["containerPort"] and raw["host"] == "0.0.0.0"
     tenants = tmp_path / "tenants.toml"
     tenants.write_text("")
     (tmp_path / "service.toml").write_text(toml)
     cfg = load_config(tmp_path / "service.toml", env={}, tenants=str(tenants), data_dir=str(tmp_path / "data"))
-    assert cfg.backend == "kubernetes" and cfg.image == (values.get("runs", {}).get("image")
-                                                         or "flower/sandbox:0.1.0")
-    assert cfg.max_running == (16 if values else 4) and cfg.remove_worktree is (not values)
+    assert cfg.backend == "kubernetes" and cfg.image == v["runs"]["image"]
+    assert cfg.max_running == v["config"]["maxRunning"] and type(raw["max_running"]) is int
+    assert cfg.remove_worktree is v["config"]["removeWorktree"]
 
     pod = docs["Deployment"]["spec"]["template"]["spec"]
-    claim = next(v for v in pod["volumes"] if v["name"] == "data")["persistentVolumeClaim"]["claimName"]
+    claim = claim_of(docs)
+    assert claim == (v["persistence"]["existingClaim"] or f"{release}-data")
     backend = KubernetesBackend.from_environment(cfg.image, data_dir=raw["data_dir"], env=env,
                                                  api=KubeAPI("http://127.0.0.1:9", token="unused"))
     assert backend.claim == claim and backend.namespace == namespace
     assert str(backend.data_dir) == raw["data_dir"]
-    if values:
-        assert (backend.cpu, backend.memory, backend.deadline_s, backend.image_pull_secrets) == \
-            ("500m", None, 7200, ["regcred"])
+    want = {"defaults": ("2", "4Gi", None, 604800, []), "override": ("500m", "1Gi", 7200, 604800, ["regcred"]),
+            "hardened": ("0.5", "512Mi", 86400, 1209600, [])}[name]
+    assert (backend.cpu, backend.memory, backend.deadline_s, backend.ttl_s, backend.image_pull_secrets) == want
+    if values is OVERRIDE:
         assert pod["imagePullSecrets"] == [{"name": "regcred"}] and pod["nodeSelector"] == {"pool": "agents"}
-        assert "resources" not in c or c["resources"] in ({}, None)
-    else:
-        assert (backend.cpu, backend.memory, backend.deadline_s, backend.ttl_s) == ("2", "4Gi", None, 604800)
+        assert "resources" not in c
 
 
 def test_the_service_builds_a_kubernetes_backend_for_backend_kubernetes(tmp_path, monkeypatch) -> None:
@@ -195,36 +226,85 @@ def test_the_service_builds_a_kubernetes_backend_for_backend_kubernetes(tmp_path
     assert backend.image == "flower/sandbox:0.1.0" and backend.data_dir == cfg.data_path
 
 
-# -- the renderer itself: helm's meaning for the subset, a loud failure for the rest ------------------------------
-CTX = {"Values": {"a": {"b": "x y", "n": 8080, "f": 0.25, "on": True, "off": False, "empty": "", "m": {"k": [1, 2]}},
-                  "big": 1000000},
-       "Release": {"Name": "rel", "Namespace": "ns"}, "Chart": {"Name": "flower"}}
+# -- NetworkPolicies: matched against the pods the backend really creates ---------------------------------------
+def run_pod_labels(tmp_path, claim: str) -> dict[str, str]:
+    """The labels of a run's pod as KubernetesBackend.start creates it (job_manifest is pure: no git needed)."""
+    data = tmp_path / "data"
+    layout = RunLayout(data / "runs", "20250501-100000-abcd1234", "acme")
+    job = job_manifest(layout, RunSpec(layout.run_id, "acme", "an ask"), image="flower/sandbox:0.1.0",
+                       namespace="flower", claim=claim, data_dir=data, git_dir=data / "repos" / "acme" / ".git",
+                       secret_name="flower-run-env-0", uid=10001, gid=10001,
+                       labels={"flower.service": "0123456789abcdef"})
+    return job["spec"]["template"]["metadata"]["labels"]
 
 
-def test_the_renderer_renders_the_subset_like_helm() -> None:
-    assert render_text("n: {{ .Values.a.n }} f: {{ .Values.a.f }} q: {{ .Values.a.b | quote }}", CTX) == \
-        'n: 8080 f: 0.25 q: "x y"'
-    assert render_text("on: {{ .Values.a.on }} {{ .Values.a.n | quote }}", CTX) == 'on: true "8080"'
-    assert render_text("m:{{ toYaml .Values.a.m | nindent 2 }}", CTX) == "m:\n  k:\n  - 1\n  - 2"
-    text = "a:\n  {{- if .Values.a.off }}\n  x: 1\n  {{- else }}\n  y: 2\n  {{- end }}\nb: {{ .Release.Name }}\n"
-    assert render_text(text, CTX) == "a:\n  y: 2\nb: rel\n"
-    assert render_text("{{- if .Values.missing }}no{{- end }}ok", CTX) == "ok"
-    assert render_text("{{- if .Values.a.empty }}no{{- end }}ok", CTX) == "ok"
+DNS_PORTS = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
 
 
-@pytest.mark.parametrize("text,why", [
-    ("{{ range .Values.a }}x{{ end }}", "unsupported"),
-    ('{{ include "x" . }}', "unsupported"),
-    ("{{ .Values.a.b | default 1 }}", "unsupported function"),
-    ("{{ .Values.a.b | upper }}", "unsupported function"),
-    ("{{ .Values.nope }}", "has no value"),
-    ("{{ .Values.a.m }}", "toYaml"),
-    ("{{ .Values.big }}", "exponent"),
-    ("{{ if .Values.a.on }}x", "without `end`"),
-    ("{{ if not .Values.a.on }}x{{ end }}", "unsupported condition"),
-    ("{{ if .Values.a.off }}{{ .Values.a.b | trunc 3 }}{{ end }}", "unsupported function"),  # even when not taken
-    ("{{ $x := 1 }}", "unsupported"),
-])
-def test_the_renderer_fails_loudly_on_anything_else(text, why) -> None:
-    with pytest.raises(RenderError, match=why):
-        render_text(text, CTX)
+def dns_rule(v: dict) -> dict:
+    return {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": v["dns"]["namespace"]}},
+                    "podSelector": {"matchLabels": v["dns"]["podLabels"]}}], "ports": DNS_PORTS}
+
+
+@pytest.mark.parametrize("values", [{}, HARDENED], ids=["defaults", "hardened"])
+def test_runs_reach_only_the_gateway_and_dns(values, tmp_path) -> None:
+    docs = rendered(values)
+    v = merged(values)
+    policy = docs["NetworkPolicy/flower-runs"]["spec"]
+    service_pod = docs["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    test_pod = docs["Pod"]["metadata"]["labels"]
+    claim = claim_of(docs)
+    run_pod = run_pod_labels(tmp_path, claim)
+    assert run_pod["flower.claim"] == label_value(claim)  # hashed for the hardened set's long claim name
+    assert selects(policy["podSelector"], run_pod)
+    assert not selects(policy["podSelector"], run_pod_labels(tmp_path, "another-release-data"))
+    assert not selects(policy["podSelector"], service_pod) and not selects(policy["podSelector"], test_pod)
+    assert policy["policyTypes"] == ["Ingress", "Egress"] and policy["ingress"] == []
+
+    gateway, dns, *extra = policy["egress"]
+    port = v["gateway"]["port"]
+    assert gateway["ports"] == [{"protocol": "TCP", "port": port}]
+    (peer,) = gateway["to"]
+    assert set(peer) == {"podSelector"}  # this namespace's service pod, no ipBlock, no other namespace
+    assert selects(peer["podSelector"], service_pod) and not selects(peer["podSelector"], test_pod)
+    assert not selects(peer["podSelector"], run_pod)
+    c = container(docs)
+    assert {"name": "gateway", "containerPort": port, "protocol": "TCP"} in c["ports"]
+    service_ports = docs["Service"]["spec"]["ports"]
+    assert {"name": "gateway", "port": port, "targetPort": "gateway", "protocol": "TCP"} in service_ports
+    assert dns == dns_rule(v)
+    assert extra == v["runs"]["networkPolicy"]["extraEgress"]
+
+
+@pytest.mark.parametrize("values", [{}, HARDENED], ids=["defaults", "hardened"])
+def test_the_service_pod_talks_to_dns_the_api_and_the_model_only(values, tmp_path) -> None:
+    docs = rendered(values)
+    v = merged(values)
+    np = v["service"]["networkPolicy"]
+    policy = docs["NetworkPolicy/flower-service"]["spec"]
+    service_pod = docs["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    test_pod = docs["Pod"]["metadata"]["labels"]
+    assert selects(policy["podSelector"], service_pod) and not selects(policy["podSelector"], test_pod)
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+
+    api, gateway = policy["ingress"]
+    assert api["ports"] == [{"protocol": "TCP", "port": 8080}]
+    if np["apiFrom"]:
+        *given, test = api["from"]
+        assert given == np["apiFrom"] and selects(test["podSelector"], test_pod)  # `helm test` still gets in
+    else:
+        assert "from" not in api  # anyone may call the API
+    (runs,) = gateway["from"]
+    assert selects(runs["podSelector"], run_pod_labels(tmp_path, claim_of(docs)))
+    assert not selects(runs["podSelector"], test_pod) and not selects(runs["podSelector"], service_pod)
+    assert gateway["ports"] == [{"protocol": "TCP", "port": v["gateway"]["port"]}]
+
+    dns, kube, model = policy["egress"]
+    assert dns == dns_rule(v)
+    assert kube["ports"] == [{"protocol": "TCP", "port": p} for p in np["kubernetesApi"]["ports"]]
+    assert model["ports"] == [{"protocol": "TCP", "port": np["modelUpstream"]["port"]}]
+    for rule, cidrs in ((kube, np["kubernetesApi"]["cidrs"]), (model, np["modelUpstream"]["cidrs"])):
+        if cidrs:
+            assert rule["to"] == [{"ipBlock": {"cidr": c}} for c in cidrs]
+        else:
+            assert "to" not in rule  # any address, on those ports only

@@ -707,3 +707,44 @@ def test_words_added_during_clarification_survive_the_frozen_brief(tmp_path):
     frozen = brief_path.read_text(encoding="utf-8")
     assert "顺便支持深色模式" in frozen and Brief.load(brief_path).complete()
     assert Brief.load(brief_path).goal == "待办应用"
+
+
+# -- RunState: the framework's state, typed, mirrored into the reference's ctx keys --------------
+async def test_run_state_is_typed_and_the_ctx_keys_mirror_it(tmp_path, creds):
+    from flower.workflow.state import CTX_KEYS, RunState
+
+    rt = _rec(tmp_path, [("A", True), ("B", False)])
+    wf = Workflow([Step("a", SPEC, "p"), Step("b", SPEC, "p"), Step("c", SPEC, "p")])
+    ctx = await wf.run(rt)
+    state = wf.state
+    assert isinstance(state, RunState) and state.runtime is rt and state.failed_at == "b"
+    assert state.sessions == {"a": "sess-1", "b": "sess-2"} and state.results["b"].text == "B"
+    assert ctx["_sessions"] is state.sessions and ctx["_results"] is state.results
+    assert ctx["_failed_at"] == "b" and ctx["_woke"] == state.woke == 1 and ctx["_lineage"] is state.lineage
+    assert set(CTX_KEYS) == DOC_KEYS
+    assert {k for k in ctx if k.startswith("_")} <= set(CTX_KEYS)
+    # a second run starts clean: the stop of the first does not leak into it
+    rt.replies = [("A", True), ("B", True), ("C", True)]
+    ctx = await wf.run(rt)
+    assert wf.state is not state and wf.state.failed_at is None and "_failed_at" not in ctx
+
+
+async def test_a_loan_is_scoped_to_its_run(tmp_path, creds):
+    """Two workflows sharing one runtime concurrently never see each other's channel."""
+    import asyncio
+
+    rt = _rec(tmp_path)
+    seen: dict[str, Any] = {}
+
+    def gate(tag: str):
+        async def g(r: StepResult, c: Ctx) -> bool:
+            await asyncio.sleep(0.01)
+            seen[tag] = rt.channel
+            return True
+        return g
+
+    one, two = HumanChannel(timeout_s=0), HumanChannel(timeout_s=0)
+    await asyncio.gather(
+        Workflow([Step("a", SPEC, "p", gate=gate("one"))], channel=one, continuous=False).run(rt),
+        Workflow([Step("a", SPEC, "p", gate=gate("two"))], channel=two, continuous=False).run(rt))
+    assert seen == {"one": one, "two": two} and rt.channel is None
