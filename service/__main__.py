@@ -41,13 +41,13 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    os.umask(0o077)  # everything the service creates (registry, run folders, logs) is its own
     from .app import create_app
     from .logging import configure_logging, get_logger
 
     configure_logging(config.log_format, level=config.log_level)
     try:
         app = create_app(config)
+        os.umask(0o077)  # after the image build (its context must stay readable): what the service creates is its own
     except (TenantError, ValueError, RuntimeError, OSError) as e:
         get_logger("flower.service").error("service.cannot_start", error=str(e))
         print(f"flower-service: {e}", file=sys.stderr)

@@ -232,7 +232,7 @@ def run_pod_labels(tmp_path, claim: str) -> dict[str, str]:
     data = tmp_path / "data"
     layout = RunLayout(data / "runs", "20250501-100000-abcd1234", "acme")
     job = job_manifest(layout, RunSpec(layout.run_id, "acme", "an ask"), image="flower/sandbox:0.1.0",
-                       namespace="flower", claim=claim, data_dir=data, git_dir=data / "repos" / "acme" / ".git",
+                       namespace="flower", claim=claim, data_dir=data, objects=data / "repos" / "acme" / ".git" / "objects",
                        secret_name="flower-run-env-0", uid=10001, gid=10001,
                        labels={"flower.service": "0123456789abcdef"})
     return job["spec"]["template"]["metadata"]["labels"]
