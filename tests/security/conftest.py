@@ -11,7 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
 
-from _service_helpers import Deployment, Service, end_leftover_runs  # noqa: E402
+from _service_helpers import Deployment, Service, stop_services  # noqa: E402
 
 CANARY = {"acme": "canary-acme-5f1d0c9e2b", "beta": "canary-beta-7a3e41b8d6"}
 
@@ -32,15 +32,7 @@ def backend_name(request: pytest.FixtureRequest) -> str:
 def services() -> Iterator[list[Service]]:
     started: list[Service] = []
     yield started
-    for s in started:
-        s.stop()
-    for root in {s.deployment.data / "runs" for s in started}:
-        end_leftover_runs(root)
-    import subprocess
-
-    for s in started:  # containers the docker backend left (a failed test)
-        subprocess.run(f"docker ps -aq --filter label=flower.dir | xargs -r docker rm -f", shell=True,
-                       capture_output=True)
+    stop_services(started)
 
 
 def hostile_deployment(root: Path, backend: str) -> Deployment:

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from _service_helpers import TOKENS, Deployment, Service, git, sse, wait_status
+from _service_helpers import TOKENS, Deployment, Service, git, sse, wait_for, wait_status
 from conftest import CANARY, hostile_deployment
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ACHIEVED, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
@@ -217,16 +217,27 @@ echo {DONE}"""
     with ScriptedModel(hostile_rules("吃资源", script) + benign_rules("beta 的活")) as model:
         service = start(dep, services, model)
         a, b = submit(service, "acme", "吃资源"), submit(service, "beta", "beta 的活")
+        import docker
+
+        def hardened() -> dict | None:
+            found = docker.from_env().containers.list(filters={"label": f"flower.run={a}"})
+            return found[0].attrs["HostConfig"] | {"User": found[0].attrs["Config"]["User"]} if found else None
+
+        host = wait_for(hardened, 120, what="acme's container")
         ra = wait_status(service.client("acme"), a, ENDED, timeout=300)
         rb = wait_status(service.client("beta"), b, ENDED, timeout=300)
         outputs = [r["text"] for req in model.conversation for r in req.results if "procs=" in r["text"]]
         assert service.client("beta").get("/healthz").status_code == 200
     assert rb["status"] == "succeeded", rb  # the other tenant's run, at the same time, was not hurt
+    assert ra["status"] in ENDED
+    # the limits the run met: the hardened defaults, as Docker holds them
+    assert (host["Memory"], host["MemorySwap"], host["PidsLimit"], host["NanoCpus"]) == (2 << 30, 2 << 30, 512, 10**9)
+    assert host["ReadonlyRootfs"] and host["CapDrop"] == ["ALL"] and "no-new-privileges" in host["SecurityOpt"]
+    assert not any("unconfined" in o for o in host["SecurityOpt"]) and host["User"] == "10001:10001"
+    assert "size=256m" in host["Tmpfs"]["/tmp"] and host["Privileged"] is False
     if outputs:  # the attack's shell survived its own flood: the limits show in what it printed
         assert int(outputs[0].split("procs=")[1].split()[0]) <= 512, outputs[0]
         assert "alloc rc=137" in outputs[0] or "alloc rc=141" in outputs[0], outputs[0]
-    else:  # the memory limit's OOM kill took the run's own CLI or runner down: the run ended, failed
-        assert ra["status"] in ("failed", "killed"), ra
     print(f"[docker] limits: acme {ra['status']} ({(ra['error'] or '')[:120]}); beta {rb['status']}; "
           f"attack output {'seen' if outputs else 'lost with the run'}")
 

@@ -208,3 +208,14 @@ def end_leftover_runs(root: Path) -> None:
     for handle in backend.live().values():
         backend.stop(handle, timeout=1)
         backend.remove(handle)
+
+
+def stop_services(started: list[Service]) -> None:
+    """Stop what a test started, and end every run sandbox (process or container) it left behind."""
+    for s in started:
+        s.stop()
+    for root in {s.deployment.data / "runs" for s in started}:
+        end_leftover_runs(root)
+        for run in (root.iterdir() if root.is_dir() else []):
+            subprocess.run(f"docker ps -aq --filter label=flower.dir={run} | xargs -r docker rm -f", shell=True,
+                           capture_output=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from _service_helpers import Deployment, Service, end_leftover_runs
+from _service_helpers import Deployment, Service, stop_services
 
 
 @pytest.fixture
@@ -20,10 +20,7 @@ def services() -> Iterator[list[Service]]:
     """Services started by a test are stopped after it, and every run sandbox they left is ended."""
     started: list[Service] = []
     yield started
-    for s in started:
-        s.stop()
-    for root in {s.deployment.data / "runs" for s in started}:
-        end_leftover_runs(root)
+    stop_services(started)
 
 
 @pytest.fixture
