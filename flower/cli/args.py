@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from .. import __version__
 
@@ -27,7 +27,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"flower: {message}({self.prog} --help 看用法)\n")
 
 
-def _convert(text: str, kind: Callable[[str], Any], wanted: str) -> Any:
+T = TypeVar("T")
+
+def _convert(text: str, kind: Callable[[str], T], wanted: str) -> T:
     """``kind(text)``, or the complaint argparse prints in its one line: what was wanted, what came."""
     try:
         return kind(text)

@@ -12,9 +12,12 @@ import threading
 import time
 import unicodedata
 from pathlib import Path
-from typing import Any, Callable, Iterator, TextIO
+from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
 from .terminal import clean, isatty, one_line, tilde, tokens_k
+
+if TYPE_CHECKING:
+    from ..core.events import Event
 
 ORACLE_WINDOW = 60
 """Recent events the screen keeps for the oracle (it reads the events file's tail when not live)."""
@@ -170,7 +173,8 @@ class Screen:
                 return
             self.say(f"{bar}~ {one_line(ev.text, self.width - 6)}")
         elif k == "tool_call":
-            inp = p.get("input") if isinstance(p.get("input"), dict) else {}
+            raw_input = p.get("input")
+            inp: dict[str, Any] = raw_input if isinstance(raw_input, dict) else {}
             if p.get("id"):
                 self._tools[p["id"]] = ev.tool
             if ev.tool == ASK_TOOL:
@@ -296,9 +300,9 @@ class Screen:
             self.say(f"x {r.step} 没成:{one_line(r.error or '未知错误', 200)} · " + " · ".join(bits))
 
 
-def _full_text(ev: Any) -> str:
+def _full_text(ev: Event) -> str:
     """A tool result's whole text (the event's own text is cut at 500 characters)."""
-    content = getattr(ev.raw, "content", None)
+    content: object = getattr(ev.raw, "content", None)
     if isinstance(content, str):
         return content
     if isinstance(content, list):

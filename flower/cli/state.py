@@ -31,7 +31,7 @@ def snapshot(state: dict[str, Any]) -> list[str]:
     brief, goal = state.get("brief_doc"), state.get("goal_doc")
     if state.get("waking"):
         lines.append(f"需求已确认({tilde(state['brief'])})")
-        if brief is not None and getattr(brief, "goal", ""):
+        if brief is not None and brief.goal:
             lines.append("  目标:" + one_line(brief.goal, 200))
     else:
         lines.append("需求还没确认" + ("(确认书不完整)" if brief is not None else ""))

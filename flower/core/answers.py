@@ -37,7 +37,14 @@ class Answers(Protocol):
     """A pluggable answer source. ``get`` may ignore ``timeout``: HumanChannel enforces it.
 
     ``get`` returns the answer text, or None for "no answer"; it is cancelled when the
-    question is settled another way (a UI answered, the wait ran out).
+    question is settled another way (a UI answered, the wait ran out). ``get`` and ``inbox``
+    are required. Optional, declared the way the SDK's ``SessionStore`` declares its optional
+    methods — the defaults below raise ``NotImplementedError`` and mark the method absent,
+    a source need not subclass this Protocol, and the channel probes before calling:
+
+    * ``take_interrupt()`` — the person's interrupt words, once ("" = without a word), or None;
+    * ``on_error`` — an attribute; when a source has one and it is None, the channel sets it to
+      its Q&A log's ``note``, so the source's problems reach the log.
     """
 
     async def get(self, question: str, options: list[str] | None, timeout: float | None) -> str | None: ...
@@ -45,6 +52,10 @@ class Answers(Protocol):
     def inbox(self) -> list[str]:
         """Messages sent without being asked, oldest first; taking them clears them."""
         ...
+
+    def take_interrupt(self) -> str | None:
+        """Optional: the interrupt slot. Unimplemented = this source carries no interrupts."""
+        raise NotImplementedError
 
 
 # -- mailbox folder ----------------------------------------------------------

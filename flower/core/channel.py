@@ -14,42 +14,38 @@ Besides a UI, answers may come from a pluggable source (``answers=``), such as t
 mailbox folder the service reads and writes (``MailboxAnswers``, in ``answers``).
 Whichever answers first wins. Every question, answer and unsolicited message
 lands in the Q&A log (问答记录.md) and in ``transcript()``.
+
+The class is a facade over small parts, each tested on its own: the ask book (the
+question state machine, ``asks.py``), the Q&A log (``qalog.py``), the MCP server
+factory (``channel_tools.py``) and the thread bridge (``bridge.py``). What is left here
+is the policy that ties them: budgets, waits, the answer source, amending the brief.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
-import re
-import threading
-import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Protocol, runtime_checkable
 
 import structlog
-from claude_agent_sdk import create_sdk_mcp_server, tool
+from claude_agent_sdk import McpSdkServerConfig
 
 from .answers import Answers, ChannelClosed, MailboxAnswers, duration_text
+from .asks import Ask, AskBook, AskState, FinalState, Mail, pick
+from .bridge import call_soon
+from .channel_tools import ASK_TOOL, INBOX_TOOL, SERVER, channel_server
 from .events import Event
+from .qalog import QaLog, now, quote
 
 __all__ = [
-    "Ask", "Mail", "HumanChannel", "Answers", "ChannelClosed", "MailboxAnswers", "pick",
-    "OVER_BUDGET", "TIMEOUT", "DECLINED",
+    "Ask", "AskState", "Mail", "HumanChannel", "Answers", "ChannelClosed", "MailboxAnswers", "pick",
+    "OVER_BUDGET", "TIMEOUT", "DECLINED", "ASK_TOOL", "INBOX_TOOL",
 ]
 
 _log = structlog.get_logger("flower.channel")
 
-AskState = Literal["asked", "answered", "timeout", "declined", "over_budget", "invalid"]
-
-SERVER = "human"
-ASK_TOOL = f"mcp__{SERVER}__ask"
-INBOX_TOOL = f"mcp__{SERVER}__inbox"
-
-NO_MESSAGES = "没有新消息"
 DECIDE = "请你自己做决定,把你的假设写下来(写进笔记和最终回复),然后继续。"
 # What the model reads when nobody answers. {max_asks}, {waited} and {reason} are filled in when present.
 OVER_BUDGET = "提问次数已用完(最多 {max_asks} 次),这个问题没有发给任何人。" + DECIDE
@@ -57,82 +53,24 @@ TIMEOUT = "没有人回答({waited})。" + DECIDE
 DECLINED = "对方跳过了这个问题{reason}。" + DECIDE
 INVALID = "question 不能为空:写下你要问的问题。"
 AMEND_LABEL = "运行中补充"
-
-_CLI_MAX_MS = 2_147_483_647  # the CLI clamps MCP tool timeouts to this
-ASK_DESCRIPTION = (
-    "向人提一个问题并等待回答。只在你确实无法自己判断、而且猜错代价大时才问;一次只问一件事,问具体。"
-    "给了 options 时,人可以回编号或原文。没人回答时会明确告诉你,那时就自己决定并写下假设。"
-)
-INBOX_DESCRIPTION = "查看人在你工作期间主动发来的消息(读过即清空)。开始一块新工作前看一眼;没有时返回“没有新消息”。"
+CLOSED = "提问渠道已关闭"
 
 
-def pick(text: str, options: list[str] | None) -> int | None:
-    """Index of the option an answer picks: "2", "2.", "第2个" or the option's exact text."""
-    if not options:
-        return None
-    s = text.strip()
-    m = re.fullmatch(r"(?:第\s*)?(\d{1,3})\s*(?:[.)、:：]|个|项)?", s)
-    if m:
-        n = int(m[1])
-        return n - 1 if 1 <= n <= len(options) else None
-    folded = s.casefold()
-    for i, opt in enumerate(options):
-        if opt.strip().casefold() == folded:
-            return i
-    return None
+@runtime_checkable
+class ReportsErrors(Protocol):
+    """An answer source with an ``on_error`` slot: the channel fills it with its Q&A log's ``note``."""
+
+    on_error: Callable[[str], None] | None
 
 
-@dataclass
-class Ask:
-    """One question to the person. ``state``: asked → answered / timeout / declined / over_budget / invalid."""
+def implements(source: Answers, method: str) -> bool:
+    """Whether ``source`` really has optional ``method`` — not absent, not the Protocol's default.
 
-    id: str
-    question: str
-    options: list[str] = field(default_factory=list)
-    asked_at: float = field(default_factory=time.time)
-    state: str = "asked"
-    answer: str = ""
-    _ended_at: float | None = field(default=None, init=False, repr=False, compare=False)
-
-    @property
-    def waited_s(self) -> float:
-        """How long it has waited (until it was settled, once it is)."""
-        end = self._ended_at if self._ended_at is not None else time.time()
-        return max(0.0, end - self.asked_at)
-
-    def event(self, remaining: int = 0) -> Event:
-        return Event("ask", self.question, payload={
-            "id": self.id, "options": list(self.options), "state": self.state, "answer": self.answer,
-            "remaining": remaining, "asked_at": self.asked_at}, raw=self)
-
-    # -- reading the answer ------------------------------------------------
-    @property
-    def answered(self) -> bool:
-        return self.state == "answered"
-
-    @property
-    def text(self) -> str:
-        """The answer's text (same as ``answer``)."""
-        return self.answer
-
-    @property
-    def choice(self) -> int | None:
-        """Index of the option the answer picked (by number or exact text), else None."""
-        return pick(self.answer, self.options) if self.answered else None
-
-
-@dataclass
-class Mail:
-    """Something the person said without being asked; ``taken`` once the model read it (inbox)."""
-
-    id: str
-    text: str
-    sent_at: float = field(default_factory=time.time)
-    taken: bool = False
-
-    def event(self) -> Event:
-        return Event("ask", self.text, payload={"kind": "mail", "id": self.id, "sent_at": self.sent_at,
-                                                "taken": self.taken}, raw=self)
+    How the SDK's session-store helpers probe a ``SessionStore``: a duck-typed source need not
+    subclass ``Answers``; one that does inherits the defaults as "absent" markers.
+    """
+    impl = getattr(type(source), method, None)
+    return callable(impl) and impl is not getattr(Answers, method, None)
 
 
 class HumanChannel:
@@ -163,37 +101,39 @@ class HumanChannel:
         self.on_event = on_event
         self.max_asks = max_asks
         self.timeout_s = None if timeout_s is None else float(timeout_s)
-        self.log_path = Path(log_path) if log_path is not None else None
         self.amend_path = Path(amend_path) if amend_path is not None else None
         self.over_budget_text = over_budget_text
         self.timeout_text = timeout_text
         self.declined_text = declined_text
-        self.asks: list[Ask] = []
+        self.book = AskBook()
+        self.log = QaLog(Path(log_path) if log_path is not None else None)
         self.mail: list[Mail] = []
         self.ui_errors: list[str] = []
         self.asked = 0  # questions that actually reached someone
         self.closed = False
         self._answers: Answers | None = None
         self.answers = answers
-        self._n = 0
-        self._lock = threading.RLock()
-        self._write_lock = threading.Lock()
-        self._blocks: list[str] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: dict[str, asyncio.Future[None]] = {}
-        self._unclaimed: collections.deque[Ask] = collections.deque()
-        self._pullers: collections.deque[asyncio.Future[Ask]] = collections.deque()
         self._sources: set[asyncio.Task[None]] = set()
 
     # -- configuration -----------------------------------------------------
+    @property
+    def asks(self) -> list[Ask]:
+        """Every question asked through this channel, oldest first."""
+        return self.book.asks
+
+    @property
+    def log_path(self) -> Path | None:
+        return self.log.path
+
     @property
     def answers(self) -> Answers | None:
         return self._answers
 
     @answers.setter
     def answers(self, source: Answers | None) -> None:
-        if source is not None and getattr(source, "on_error", ...) is None:  # a source that reports problems
-            source.on_error = self.note  # type: ignore[attr-defined]
+        if source is not None and isinstance(source, ReportsErrors) and source.on_error is None:
+            source.on_error = self.note  # a source that reports problems reports them to the Q&A log
         self._answers = source
 
     @property
@@ -208,36 +148,21 @@ class HumanChannel:
             return -1
         return max(0, self.max_asks - self.asked)
 
-    def mcp_servers(self) -> dict[str, Any]:
+    def mcp_servers(self) -> dict[str, McpSdkServerConfig]:
         """``{"human": <in-process MCP server>}`` for AgentSpec.mcp_servers; ask and inbox together."""
-        server: dict[str, Any] = dict(create_sdk_mcp_server(SERVER, tools=[self._ask_tool(), self._inbox_tool()]))
-        # Read by the CLI from --mcp-config: the tools are in the prompt from the start (not deferred
-        # behind ToolSearch); a call that waits on a person is never moved to a background task;
-        # and the CLI's own per-call limit stays above ours, so our timeout_s is the one that fires.
-        server["alwaysLoad"] = True
-        server["disableAutoBackground"] = True
-        server["timeout"] = self._cli_timeout_ms()
-        return {SERVER: server}
-
-    def _cli_timeout_ms(self) -> int:
-        if self.timeout_s is None:
-            return _CLI_MAX_MS
-        return min(_CLI_MAX_MS, int(max(0.0, self.timeout_s) * 1000) + 60_000)
+        return {SERVER: channel_server(self, self.timeout_s)}
 
     # -- asking ------------------------------------------------------------
     async def ask(self, question: str, options: list[str] | None = None) -> Ask:
         """Ask the person and wait. Never raises except CancelledError: read ``Ask.state``."""
         question = (question or "").strip() if isinstance(question, str) else ""
         opts = [o.strip() for o in options or [] if isinstance(o, str) and o.strip()]
-        with self._lock:
-            self._n += 1
-            a = Ask(f"{self._n}-{uuid.uuid4().hex[:8]}", question, opts)
-            self.asks.append(a)
+        a = self.book.new(question, opts)
         if not question:
             return self._settle_now(a, "invalid", INVALID)
-        self._log_question(a)
+        self.log.question(a.id, a.question, a.options)
         if self.closed:
-            return self._settle_now(a, "declined", "提问渠道已关闭")
+            return self._settle_now(a, "declined", CLOSED)
         if self.max_asks is not None and self.asked >= self.max_asks:
             return self._settle_now(a, "over_budget")
         if self.timeout_s is not None and self.timeout_s <= 0:
@@ -245,27 +170,22 @@ class HumanChannel:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self.asked += 1
-        done: asyncio.Future[None] = loop.create_future()
-        with self._lock:
-            self._waiting[a.id] = done
-        self._offer(a)
+        done = self.book.wait_on(a, loop)
+        self.book.offer(a)
         self._emit(a.event(self.remaining))
         source = asyncio.ensure_future(self._from_source(a)) if self._answers is not None else None
         if source is not None:
             self._sources.add(source)
         try:
             await asyncio.wait({done}, timeout=self.timeout_s)
-            self._settle(a, "timeout")  # a no-op when it was settled in time
+            self.book.settle(a, "timeout")  # a no-op when it was settled in time
         except asyncio.CancelledError:
-            if self._settle(a, "declined", "提问被取消"):
+            if self.book.settle(a, "declined", "提问被取消"):
                 self.note(f"#{a.id} 提问被取消(运行被中止)")
                 self._emit(a.event(self.remaining))
             raise
         finally:
-            with self._lock:
-                self._waiting.pop(a.id, None)
-                if a in self._unclaimed:
-                    self._unclaimed.remove(a)
+            self.book.forget(a)
             if source is not None:
                 self._sources.discard(source)
                 source.cancel()
@@ -276,44 +196,28 @@ class HumanChannel:
 
     async def next_ask(self, timeout: float | None = None) -> Ask | None:
         """Pull mode: the next question still waiting for an answer; None when ``timeout`` runs out."""
-        loop = asyncio.get_running_loop()
-        self._loop = loop
-        with self._lock:
-            while self._unclaimed:
-                a = self._unclaimed.popleft()
-                if a.state == "asked":
-                    return a
-            fut: asyncio.Future[Ask] = loop.create_future()
-            self._pullers.append(fut)
-        try:
-            return await asyncio.wait_for(fut, timeout)
-        except TimeoutError:
-            return None
-        finally:
-            with self._lock:
-                if fut in self._pullers:
-                    self._pullers.remove(fut)
+        self._loop = asyncio.get_running_loop()
+        return await self.book.next(timeout)
 
     def pending(self) -> list[Ask]:
         """Questions waiting for an answer right now."""
-        with self._lock:
-            return [a for a in self.asks if a.state == "asked"]
+        return self.book.pending()
 
     def answer(self, ask_id: str, text: str) -> bool:
         """Answer a question (any thread). False: it is no longer waiting (timed out, already answered)."""
-        a = self._find(ask_id)
-        return a is not None and self._settle(a, "answered", (text or "").strip())
+        a = self.book.find(ask_id)
+        return a is not None and self.book.settle(a, "answered", (text or "").strip())
 
     def decline(self, ask_id: str, reason: str = "") -> bool:
         """Skip a question (any thread): the model is told to decide itself."""
-        a = self._find(ask_id)
-        return a is not None and self._settle(a, "declined", (reason or "").strip())
+        a = self.book.find(ask_id)
+        return a is not None and self.book.settle(a, "declined", (reason or "").strip())
 
     def close(self) -> None:
         """Nobody will answer any more: pending and later questions end as declined."""
         self.closed = True
         for a in self.pending():
-            self._settle(a, "declined", "提问渠道已关闭")
+            self.book.settle(a, "declined", CLOSED)
 
     def reply_text(self, a: Ask) -> str:
         """What the model reads as the ask tool's result."""
@@ -339,15 +243,15 @@ class HumanChannel:
         text = (text or "").strip()
         if not text:
             return None
-        with self._lock:
-            m = Mail(f"m{len(self.mail) + 1}-{uuid.uuid4().hex[:6]}", text)
+        with self.book.lock:
+            m = Mail(f"m{len(self.mail) + 1}-{uuid4_hex(6)}", text)
             self.mail.append(m)
-        self._call(self._mail_arrived, m)
+        call_soon(self._loop, self._mail_arrived, m)
         return m
 
     def pending_mail(self) -> list[Mail]:
         """Messages the model has not taken yet."""
-        with self._lock:
+        with self.book.lock:
             return [m for m in self.mail if not m.taken]
 
     def inbox(self) -> list[str]:
@@ -355,12 +259,12 @@ class HumanChannel:
         if self._answers is not None:
             try:
                 texts = [t for t in self._answers.inbox() if t and t.strip()]
-            except Exception as e:  # noqa: BLE001 - a broken source must not break the tool
+            except Exception as e:  # noqa: BLE001 - a broken source must not break the tool; the log says so
                 self.note(f"读取主动消息出错:{e!r}")
                 texts = []
             for t in texts:
                 self.send(t)
-        with self._lock:
+        with self.book.lock:
             taken = [m for m in self.mail if not m.taken]
             for m in taken:
                 m.taken = True
@@ -370,11 +274,14 @@ class HumanChannel:
         """The source's interrupt words, if the person interrupted there ("" = without a word); once.
 
         The runtime polls this; a UI in the same process calls ``Runtime.interrupt`` directly.
+        A source without interrupts (``Answers.take_interrupt`` not implemented) never has any.
         """
-        take = getattr(self._answers, "take_interrupt", None)
-        words = take() if take else None
+        source = self._answers
+        if source is None or not implements(source, "take_interrupt"):
+            return None
+        words = source.take_interrupt()
         if words is not None:
-            self._append(f"### {_now()} · 打断\n\n{_quote(words) if words.strip() else '(没有留话)'}\n")
+            self.log.interrupt(words)
         return words
 
     def amend(self, text: str, *, label: str = AMEND_LABEL) -> bool:
@@ -387,45 +294,33 @@ class HumanChannel:
         if self.amend_path is None or not said:
             return False
         try:
-            with self._write_lock:
+            with self.log.lock:
                 old = self.amend_path.read_text(encoding="utf-8") if self.amend_path.exists() else ""
                 if said in old:
                     return False
                 sep = "" if not old or old.endswith("\n\n") else ("\n" if old.endswith("\n") else "\n\n")
                 self.amend_path.parent.mkdir(parents=True, exist_ok=True)
                 with open(self.amend_path, "a", encoding="utf-8") as f:
-                    f.write(f"{sep}## {label}({_now(minutes=True)})\n\n{said}\n")
+                    f.write(f"{sep}## {label}({now(minutes=True)})\n\n{said}\n")
         except (OSError, UnicodeDecodeError) as e:
             self.note(f"没能把补充写进 {self.amend_path}:{e}")
             return False
-        self._append(f"### {_now()} · {label}(已写入 {self.amend_path.name})\n\n{_quote(said)}\n")
+        self.log.amended(label, self.amend_path.name, said)
         return True
 
     def transcript(self) -> str:
         """The Q&A record of this channel, as markdown (what the log file got from this process)."""
-        with self._write_lock:
-            return "# 问答记录\n\n" + "\n".join(self._blocks)
+        return self.log.transcript()
 
     def note(self, text: str) -> None:
         """A line for the Q&A log (errors in answer files and the like); also to structlog."""
         _log.warning("channel.note", text=text)
-        self._append(f"### {_now()} · 注意\n\n{text}\n")
+        self.log.note(text)
 
-    # -- internals: settling a question ----------------------------------------
-    def _settle(self, a: Ask, state: str, text: str = "") -> bool:
-        """Move a waiting question to its final state, once; wakes its asker from any thread."""
-        with self._lock:
-            if a.state != "asked":
-                return False
-            a.state, a.answer, a._ended_at = state, text, time.time()
-            done = self._waiting.get(a.id)
-        if done is not None:
-            _wake(done)
-        return True
-
-    def _settle_now(self, a: Ask, state: str, text: str = "") -> Ask:
+    # -- internals -------------------------------------------------------------
+    def _settle_now(self, a: Ask, state: FinalState, text: str = "") -> Ask:
         """A question that never waits (invalid, over budget, no one watching, closed)."""
-        self._settle(a, state, text)
+        self.book.settle(a, state, text)
         if state != "invalid":
             self._log_answer(a)
         self._emit(a.event(self.remaining))
@@ -439,102 +334,34 @@ class HumanChannel:
             raise
         except ChannelClosed as e:
             self.closed = True
-            self.note(f"提问渠道已关闭:{e}" if str(e) else "提问渠道已关闭")
-            self._settle(a, "declined", "提问渠道已关闭")
+            self.note(f"{CLOSED}:{e}" if str(e) else CLOSED)
+            self.book.settle(a, "declined", CLOSED)
             return
-        except Exception as e:  # noqa: BLE001 - a broken source must not crash the run; say so loudly
+        except Exception as e:  # noqa: BLE001 - a broken source must not crash the run; the log says so loudly
             self.note(f"#{a.id} 提问渠道出错,按跳过处理:{e!r}")
-            self._settle(a, "declined", "提问渠道出错")
+            self.book.settle(a, "declined", "提问渠道出错")
             return
         if text is None:
-            self._settle(a, "timeout")
+            self.book.settle(a, "timeout")
         else:
-            self._settle(a, "answered", text.strip())
-
-    def _offer(self, a: Ask) -> None:
-        """Hand a new question to a waiting ``next_ask``, or keep it for the next one."""
-        with self._lock:
-            while self._pullers:
-                fut = self._pullers.popleft()
-                if not fut.done():
-                    fut.set_result(a)
-                    return
-            self._unclaimed.append(a)
-
-    def _find(self, ask_id: str) -> Ask | None:
-        with self._lock:
-            return next((a for a in reversed(self.asks) if a.id == ask_id), None)
+            self.book.settle(a, "answered", text.strip())
 
     def _mail_arrived(self, m: Mail) -> None:
-        self._append(f"### {_now()} · 主动消息\n\n{_quote(m.text)}\n")
+        self.log.mail(m.text)
         self._emit(m.event())
         self.amend(m.text)
-
-    def _call(self, fn: Callable[..., None], *args: Any) -> None:
-        """Run on the channel's loop when called from another thread, else right here."""
-        loop = self._loop
-        if loop is not None and loop.is_running() and not loop.is_closed() and not _on_loop(loop):
-            try:
-                loop.call_soon_threadsafe(fn, *args)
-                return
-            except RuntimeError:  # the loop closed meanwhile
-                pass
-        fn(*args)
 
     def _emit(self, ev: Event) -> None:
         if self.on_event is None:
             return
         try:
             self.on_event(ev)
-        except Exception as e:  # noqa: BLE001 - a UI's failure must not stop the run
+        except Exception as e:  # noqa: BLE001 - a UI's failure must not stop the run; kept in ui_errors
             self.ui_errors.append(f"{type(e).__name__}: {e}")
-
-    # -- the model's tools -------------------------------------------------
-    def _ask_tool(self) -> Any:
-        schema = {
-            "type": "object",
-            "properties": {
-                "question": {"type": "string", "description": "要问的问题,具体、一次一件事"},
-                "options": {"type": "array", "items": {"type": "string"}, "description": "可选:候选答案"},
-            },
-            "required": ["question"],
-        }
-
-        @tool("ask", ASK_DESCRIPTION, schema)
-        async def ask(args: dict[str, Any]) -> dict[str, Any]:
-            options = [str(o) for o in args.get("options") or [] if str(o).strip()]
-            a = await self.ask(str(args.get("question") or ""), options)
-            reply: dict[str, Any] = {"content": [{"type": "text", "text": self.reply_text(a)}]}
-            if a.state == "invalid":
-                reply["is_error"] = True
-            return reply
-
-        return ask
-
-    def _inbox_tool(self) -> Any:
-        @tool("inbox", INBOX_DESCRIPTION, {"type": "object", "properties": {}})
-        async def inbox(args: dict[str, Any]) -> dict[str, Any]:
-            messages = self.inbox()
-            if not messages:
-                text = NO_MESSAGES
-            else:
-                text = "人在你工作期间发来的消息(按时间先后):\n" + "\n".join(
-                    f"{i}. {m.strip()}" for i, m in enumerate(messages, 1)
-                )
-            return {"content": [{"type": "text", "text": text}]}
-
-        return inbox
-
-    # -- the log -----------------------------------------------------------
-    def _log_question(self, a: Ask) -> None:
-        body = _quote(a.question)
-        if a.options:
-            body += "\n\n" + "\n".join(f"{i}. {o}" for i, o in enumerate(a.options, 1))
-        self._append(f"### #{a.id} 问 · {_now()}\n\n{body}\n")
 
     def _log_answer(self, a: Ask) -> None:
         if a.state == "answered":
-            body = _quote(a.answer) if a.answer else "(空回复)"
+            body = quote(a.answer) if a.answer else "(空回复)"
             if a.choice is not None:
                 body += f"\n\n(选了第 {a.choice + 1} 项)"
         elif a.state == "timeout":
@@ -545,43 +372,7 @@ class HumanChannel:
             body = f"(跳过:{a.answer})" if a.answer else "(跳过)"
         else:
             body = f"({a.state})"
-        self._append(f"### #{a.id} 答 · {_now()} · {a.state}\n\n{body}\n")
-
-    def _append(self, block: str) -> None:
-        with self._write_lock:
-            self._blocks.append(block)
-            if self.log_path is None:
-                return
-            try:
-                self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                new = not self.log_path.exists() or self.log_path.stat().st_size == 0
-                with open(self.log_path, "a", encoding="utf-8") as f:
-                    f.write(("# 问答记录\n\n" if new else "\n") + block)
-            except OSError as e:  # the log is a record, not the run: never let it stop the run
-                _log.warning("channel.log_failed", path=str(self.log_path), error=str(e))
-
-
-def _wake(fut: asyncio.Future[None]) -> None:
-    """Resolve a future from its own loop's thread or any other."""
-    def set_() -> None:
-        if not fut.done():
-            fut.set_result(None)
-
-    loop = fut.get_loop()
-    if _on_loop(loop):
-        set_()
-    elif not loop.is_closed():
-        try:
-            loop.call_soon_threadsafe(set_)
-        except RuntimeError:
-            pass
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
+        self.log.answer(a.id, a.state, body)
 
 
 def _fill(template: str, **values: Any) -> str:
@@ -592,10 +383,5 @@ def _fill(template: str, **values: Any) -> str:
         return template
 
 
-# -- helpers -----------------------------------------------------------------
-def _now(*, minutes: bool = False) -> str:
-    return datetime.now().strftime("%Y-%m-%d %H:%M" if minutes else "%Y-%m-%d %H:%M:%S")
-
-
-def _quote(text: str) -> str:
-    return "\n".join(f"> {line}" if line else ">" for line in text.strip().splitlines())
+def uuid4_hex(n: int) -> str:
+    return uuid.uuid4().hex[:n]

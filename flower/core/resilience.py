@@ -76,7 +76,7 @@ class Resilience:
 
     def delay_for(self, attempt: int) -> float:
         """Exponential backoff from base_delay, capped, with ±25% jitter."""
-        return min(self.base_delay * 2 ** max(0, attempt - 1), self.max_delay) * (0.75 + random.random() * 0.5)
+        return min(self.base_delay * 2.0 ** max(0, attempt - 1), self.max_delay) * (0.75 + random.random() * 0.5)
 
     def should_retry(self, kind: ErrorKind | str) -> bool:
         return kind == "transient" or (kind == "unknown" and self.retry_unknown)

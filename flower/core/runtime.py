@@ -11,9 +11,18 @@ from pathlib import Path
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, cast
 
-from claude_agent_sdk import ClaudeSDKClient, ResultMessage, SystemMessage, project_key_for_directory
+from claude_agent_sdk import (
+    ClaudeAgentOptions,
+    ClaudeSDKClient,
+    HookMatcher,
+    ResultMessage,
+    SystemMessage,
+    project_key_for_directory,
+)
+
+from claude_agent_sdk.types import HookEvent
 
 from ..docs.handoff import HANDOFF_PROMPT, Handoff, degraded
 from ..store.ephemeral import EphemeralPolicy
@@ -331,7 +340,7 @@ class Runtime:
 
     # -- one attempt: one CLI session ---------------------------------------
     def options(self, spec: AgentSpec, *, resume: str | None = None, fork: bool = False,
-                resume_at: str | None = None) -> Any:
+                resume_at: str | None = None) -> ClaudeAgentOptions:
         """SDK options for `spec` with every guard this runtime enforces mounted."""
         wb = self.workbench if spec.workbench else None
         guard = None if spec.delegate_only else whitelist_guard(spec.allowed_tools, role=spec.name)
@@ -347,7 +356,7 @@ class Runtime:
         options = build_options(spec, cwd=self.workspace, session_store=self.store, resume=resume, fork=fork,
                                 resume_at=resume_at, portable=self.portable, add_dirs=add_dirs,
                                 prelude=wb.prompt_block() if wb else "")
-        options.hooks = hooks or None
+        options.hooks = cast("dict[HookEvent, list[HookMatcher]]", hooks) if hooks else None
         return options
 
     async def _attempt(self, spec: AgentSpec, prompt: str, name: str, *, resume: str | None, fork: bool,
@@ -500,4 +509,4 @@ class Runtime:
 
 def _emit(on_event: OnEvent | None, kind: str, text: str, step: str, **payload: Any) -> None:
     if on_event:
-        on_event(Event(kind, text, payload=payload, step=step))  # type: ignore[arg-type]
+        on_event(Event(kind, text, payload=payload, step=step))

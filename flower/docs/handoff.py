@@ -89,7 +89,7 @@ class Handoff(Doc):
         if not step:
             m = _TITLE.search(preamble)
             step = m["step"] if m else ""
-        return cls(**found, step=step)
+        return cls(**found, step=step)  # type: ignore[arg-type]  # found holds the section texts only
 
     @property
     def degraded(self) -> bool:

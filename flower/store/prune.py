@@ -345,7 +345,7 @@ def _relink(entries: list[Entry], gone: set[int]) -> list[Entry]:
     parent_of = {entries[i]["uuid"]: entries[i].get("parentUuid") for i in gone
                  if isinstance(entries[i].get("uuid"), str)}
 
-    def resolve(u: str) -> Any:
+    def resolve(u: Any) -> Any:
         hops = 0
         while u in parent_of and hops <= len(parent_of):
             u, hops = parent_of[u], hops + 1

@@ -45,7 +45,10 @@ class Pass(Protocol):
     were inserted or removed. ``ix`` indexes ``entries`` as given.
     """
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The key of this pass's report in ``reports``."""
+        ...
 
     def __call__(self, entries: list[Entry], ix: TranscriptIndex) -> tuple[list[Entry], Report]: ...
 

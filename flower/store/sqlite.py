@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio.to_thread
 import msgspec
@@ -159,7 +159,7 @@ class SqliteSessionStore(SessionStore):
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         return await anyio.to_thread.run_sync(self._sync, fn)
 
-    async def _rows(self, sql: str, *params: object) -> list[tuple]:
+    async def _rows(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
         return await self._run(lambda c: c.execute(sql, params).fetchall())
 
     def _next_mtime(self, floor: int = 0) -> int:
@@ -207,7 +207,7 @@ class SqliteSessionStore(SessionStore):
                             (key_id, *chunk),
                         ))
                 fresh: list[SessionStoreEntry] = []
-                rows: list[tuple[int, str | None, bytes]] = []
+                rows: list[tuple[int | None, str | None, bytes]] = []
                 for e, u, blob in zip(entries, uuids, blobs):
                     if u is not None:
                         if u in stored:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio.to_thread
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry
@@ -194,7 +194,8 @@ class TrimmingSessionStore(SqliteSessionStore):
         self._file({})
         if not entries:
             return entries
-        out, reports = await anyio.to_thread.run_sync(run_passes, entries, self.passes())
+        rows = cast(list[Entry], entries)  # decoded JSON objects: plain dicts
+        out, reports = await anyio.to_thread.run_sync(run_passes, rows, self.passes())
         self._file(reports)
         return out  # type: ignore[return-value]  # plain JSON dicts, as the SDK's TypedDict describes
 

@@ -244,7 +244,7 @@ class Rule:
         flat: list[Answer] = []
         for a in answers:
             flat.extend(a if isinstance(a, list) else [a])
-        self.answers = [Reply(tools=[a]) if isinstance(a, ToolUse) else a for a in flat]  # type: ignore[list-item]
+        self.answers = [Reply(tools=[a]) if isinstance(a, ToolUse) else a for a in flat]
         self.prompt, self.user, self.result, self.error = prompt, user, result, error
         self.system, self.agent, self.session, self.when = system, agent, session, when
         self.nth, self.repeat, self.used, self.seen = nth, repeat, 0, 0

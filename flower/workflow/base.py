@@ -258,4 +258,4 @@ class Workflow:
 def _emit(on_event: OnEvent | None, kind: str, text: str, **payload: Any) -> None:
     """Event("step") carries the step name as its text; the payload is exactly what the contract lists."""
     if on_event is not None:
-        on_event(Event(kind, text, payload=payload))  # type: ignore[arg-type]
+        on_event(Event(kind, text, payload=payload))

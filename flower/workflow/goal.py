@@ -4,6 +4,7 @@ independent judge says whether it was reached — anything short of a clear yes 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -180,7 +181,7 @@ def with_goal(
             return False
         return await _ask_person(channel, verdict, goal, path, ctx)
 
-    def on_reject(result: StepResult, ctx: Ctx) -> str:
+    def on_reject(result: StepResult, ctx: Ctx) -> str | Awaitable[str]:
         if not result.ok:  # the work itself broke (no verdict this round): pick up where it stopped
             rt = ctx.get("_runtime")
             return rt.resilience.resume_prompt if isinstance(rt, Runtime) else ""

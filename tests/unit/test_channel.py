@@ -499,3 +499,52 @@ async def test_mailbox_messages_become_mail_and_amend_the_brief(tmp_path):
     MailboxAnswers.post(box, "别动生产库")
     assert ch.inbox() == ["别动生产库"] and ch.mail[0].taken
     assert "别动生产库" in brief.read_text() and events[0].payload["kind"] == "mail"
+
+
+# -- the parts behind the facade, and the Answers protocol's optional methods ------------------------
+
+def test_optional_answer_methods_are_probed_like_the_sdk_probes_a_session_store(tmp_path: Path) -> None:
+    from flower.core.answers import Answers
+    from flower.core.channel import implements
+
+    class Plain:  # duck-typed, required methods only
+        async def get(self, question: str, options: list[str] | None, timeout: float | None) -> str | None:
+            return None
+
+        def inbox(self) -> list[str]:
+            return []
+
+    class Declared(Answers):  # subclasses the Protocol: inherits the "absent" default
+        async def get(self, question: str, options: list[str] | None, timeout: float | None) -> str | None:
+            return None
+
+        def inbox(self) -> list[str]:
+            return []
+
+    mailbox = MailboxAnswers(tmp_path)
+    assert not implements(Plain(), "take_interrupt") and not implements(Declared(), "take_interrupt")
+    assert implements(mailbox, "take_interrupt")
+    for source in (Plain(), Declared()):
+        assert HumanChannel(timeout_s=0, answers=source).take_interrupt() is None
+    ch = HumanChannel(timeout_s=0, answers=mailbox)
+    assert mailbox.on_error == ch.note  # the on_error slot was filled with the log's note
+    MailboxAnswers.interrupt(tmp_path, "停一下")
+    assert ch.take_interrupt() == "停一下" and ch.take_interrupt() is None
+    assert "打断" in ch.transcript() and "停一下" in ch.transcript()
+
+
+async def test_the_ask_book_settles_once_from_any_thread() -> None:
+    import threading
+
+    from flower.core.asks import AskBook
+
+    book = AskBook()
+    a = book.new("要 A 还是 B?", ["A", "B"])
+    done = book.wait_on(a, asyncio.get_running_loop())
+    book.offer(a)
+    assert await book.next(0) is a and book.pending() == [a]
+    threading.Thread(target=lambda: book.settle(a, "answered", "2")).start()
+    await asyncio.wait_for(done, 2)
+    assert a.state == "answered" and a.choice == 1 and not book.settle(a, "timeout")
+    book.forget(a)
+    assert book.pending() == [] and await book.next(0) is None
