@@ -193,9 +193,9 @@ async def events(request: Request[Any, Any, Any], tenant: Tenant, run_id: str,
                               headers={"Retry-After": "5"})
     folder = scheduler.layout(run).dir
     queue = scheduler.subscribe(run.id)  # before the replay: nothing falls between the two
-    scheduler.streams[tenant.name] += 1
 
     async def stream() -> AsyncIterator[ServerSentEventMessage]:
+        scheduler.streams[tenant.name] += 1  # counted while the stream is served (its finally uncounts it)
         sent = after
         offset, read = 0, 0  # how far this stream has read the file: bytes, events
 

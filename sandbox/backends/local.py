@@ -71,9 +71,10 @@ def bwrap_argv(layout: RunLayout, objects: Path | None, command: list[str], *, b
     argv += ["--ro-bind", "/usr", "/usr"]
     for name in ETC:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    # in order: what is bound after /tmp's tmpfs shows through it (code or runs may live under /tmp)
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     for d in _code_dirs():
         argv += ["--ro-bind", str(d), str(d)]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     for d in layout.writable:
         argv += ["--bind", str(d), str(d)]
     for f in (layout.mailbox, layout.spec_file, layout.env_file):
