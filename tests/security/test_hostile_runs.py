@@ -126,7 +126,7 @@ echo {DONE}"""
         sent = seen_by_model(model, "git 之乱")
         diff = service.client("acme").get(f"/v1/runs/{a}/diff").text
         assert service.client("acme").get("/healthz").status_code == 200
-    assert rb["status"] == "succeeded", rb
+    assert rb["status"] == "succeeded", (rb["status"], rb["error"])
     assert ra["status"] == "succeeded", (ra, out[-2000:])
     # 5: nothing of the other tenant anywhere the run could reach (the model saw all it read)
     assert other not in sent, "beta's canary reached acme's run"
@@ -188,7 +188,7 @@ timeout 30 tail -f /dev/null"""
         assert service.client("beta").get("/healthz").status_code == 200
         peak = vm_peak_mb(service)
         log = service.log_path.read_text()
-    assert rb["status"] == "succeeded", rb
+    assert rb["status"] == "succeeded", (rb["status"], rb["error"])
     assert ra["status"] == "failed" and "without writing exit.json" in ra["error"], ra
     assert "work was not taken" in ra["error"] and "cap" in ra["error"], ra["error"]
     assert answers and all(r.status_code in (200, 202, 404, 409) for r in answers), [r.status_code for r in answers]
