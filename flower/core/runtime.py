@@ -11,18 +11,15 @@ from pathlib import Path
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Callable, Protocol, cast
+from typing import Any, Callable, Protocol
 
 from claude_agent_sdk import (
     ClaudeAgentOptions,
     ClaudeSDKClient,
-    HookMatcher,
     ResultMessage,
     SystemMessage,
     project_key_for_directory,
 )
-
-from claude_agent_sdk.types import HookEvent
 
 from ..docs.handoff import HANDOFF_PROMPT, Handoff, degraded
 from ..store.ephemeral import EphemeralPolicy
@@ -49,7 +46,7 @@ from .outcome import (
     what_next,
 )
 from .guard import merge_hooks, whitelist_guard, workbench_hooks
-from .resilience import Resilience, classify
+from .resilience import Resilience
 from .workbench import Workbench
 
 
@@ -356,7 +353,7 @@ class Runtime:
         options = build_options(spec, cwd=self.workspace, session_store=self.store, resume=resume, fork=fork,
                                 resume_at=resume_at, portable=self.portable, add_dirs=add_dirs,
                                 prelude=wb.prompt_block() if wb else "")
-        options.hooks = cast("dict[HookEvent, list[HookMatcher]]", hooks) if hooks else None
+        options.hooks = hooks or None
         return options
 
     async def _attempt(self, spec: AgentSpec, prompt: str, name: str, *, resume: str | None, fork: bool,
