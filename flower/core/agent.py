@@ -32,6 +32,8 @@ def default_window() -> int:
     return 1_000_000
 
 
+CompactMode = Literal["auto", "no_summary", "off"]
+
 @dataclass
 class CompactPolicy:
     """Switches the CLI's own auto-compact; the algorithm itself lives in the CLI.
@@ -42,7 +44,7 @@ class CompactPolicy:
     CLI's threshold (CLAUDE_CODE_AUTO_COMPACT_WINDOW; the CLI clamps it to 100k-1M).
     """
 
-    mode: str = "auto"
+    mode: CompactMode = "auto"
     window: int | None = None
 
     def env(self) -> dict[str, str]:

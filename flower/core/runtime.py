@@ -279,7 +279,8 @@ class Runtime:
         """One attempt and what it came to."""
         r = await self._attempt(spec, call.prompt, name, resume=call.resume, fork=call.fork,
                                 resume_at=call.resume_at, on_event=on_event)
-        stop: StopCause | None = {self.INTERRUPTED: "interrupt", self.HANDOFF_DUE: "handoff"}.get(r.error or "")  # type: ignore[assignment]
+        stop: StopCause | None = ("interrupt" if r.error == self.INTERRUPTED
+                                  else "handoff" if r.error == self.HANDOFF_DUE else None)
         words: str | None = None
         if stop == "interrupt":
             words, self._interrupt_words = self._interrupt_words or "", None
