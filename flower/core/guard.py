@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import structlog
 from claude_agent_sdk import AgentDefinition, HookMatcher
@@ -79,22 +79,19 @@ def _allow(updated: dict[str, Any]) -> SyncHookJSONOutput:
                                    "updatedInput": updated}}
 
 
-def _on_pre(fn: PreHook) -> HookCallback:
-    """The SDK's callback shape around a PreToolUse guard; any other event gets no opinion."""
+def _on(event: HookEvent, fn: Callable[[Any], SyncHookJSONOutput]) -> HookCallback:
+    """The SDK's callback shape around a guard of one tool event; any other event gets no opinion."""
     async def hook(data: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
-        if data.get("hook_event_name") != "PreToolUse":
-            return {}
-        return fn(cast(PreToolUseHookInput, data))
+        return fn(data) if data.get("hook_event_name") == event else {}
     return hook
+
+
+def _on_pre(fn: PreHook) -> HookCallback:
+    return _on("PreToolUse", fn)
 
 
 def _on_post(fn: PostHook) -> HookCallback:
-    """The SDK's callback shape around a PostToolUse guard; any other event gets no opinion."""
-    async def hook(data: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
-        if data.get("hook_event_name") != "PostToolUse":
-            return {}
-        return fn(cast(PostToolUseHookInput, data))
-    return hook
+    return _on("PostToolUse", fn)
 
 
 def _matcher(pattern: str, hook: HookCallback, *, wall: bool = False) -> HookMatcher:

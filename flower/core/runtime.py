@@ -11,7 +11,7 @@ from pathlib import Path
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from claude_agent_sdk import (
     ClaudeAgentOptions,
@@ -51,6 +51,7 @@ from .workbench import Workbench
 
 
 _log = structlog.get_logger("flower.runtime")
+T = TypeVar("T")
 
 
 class _Question(Protocol):
@@ -66,6 +67,21 @@ class InterruptSource(Protocol):
     def decline(self, ask_id: str, reason: str = "") -> bool: ...
 
     def take_interrupt(self) -> str | None: ...
+
+
+class _Lent(Generic[T]):
+    """A Runtime attribute a Workflow may lend for a while (``Runtime.lend``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, rt: Runtime, owner: type) -> T:
+        value: T = getattr(rt._binding, self.name)
+        return value
+
+    def __set__(self, rt: Runtime, value: T) -> None:
+        changes: dict[str, Any] = {self.name: value}
+        rt._own = replace(rt._own, **changes)
 
 
 @dataclass(frozen=True)
@@ -161,31 +177,12 @@ class Runtime:
     def _binding(self) -> _Binding:
         return self._lent.get() or self._own
 
-    @property
-    def channel(self) -> InterruptSource | None:
-        """The channel polled for the person's interrupts (a Workflow lends its own for its run)."""
-        return self._binding.channel
-
-    @channel.setter
-    def channel(self, value: InterruptSource | None) -> None:
-        self._own = replace(self._own, channel=value)
-
-    @property
-    def workbench(self) -> Workbench | None:
-        return self._binding.workbench
-
-    @workbench.setter
-    def workbench(self, value: Workbench | None) -> None:
-        self._own = replace(self._own, workbench=value)
-
-    @property
-    def on_session(self) -> Callable[[str], None] | None:
-        """Told each session id as soon as the CLI names it (a Workflow lends one around each run)."""
-        return self._binding.on_session
-
-    @on_session.setter
-    def on_session(self, value: Callable[[str], None] | None) -> None:
-        self._own = replace(self._own, on_session=value)
+    # ``channel``: polled for the person's interrupts (a Workflow lends its own for its run);
+    # ``on_session``: told each session id as soon as the CLI names it (lent around each run).
+    # Reading gives what is lent in this context, else the runtime's own; assigning sets its own.
+    channel: _Lent[InterruptSource | None] = _Lent()
+    workbench: _Lent[Workbench | None] = _Lent()
+    on_session: _Lent[Callable[[str], None] | None] = _Lent()
 
     @contextmanager
     def lend(self, *, channel: InterruptSource | None = None, workbench: Workbench | None = None,
