@@ -328,7 +328,9 @@ def isolate_guard(agents: dict[str, AgentDefinition], *, on_inject: Callable[[st
     `foreground=True` (what `workbench_hooks` passes for a coordinator) also sets
     `run_in_background: false` on a main-thread call in the same rewrite: two hooks
     rewriting one call do not merge in the CLI, so `foreground_guard` leaves the calls
-    this guard rewrites to it.
+    this guard rewrites to it. The bundled CLI honours this `updatedInput` on an Agent
+    call, `isolation` and `run_in_background` alike (shown through the real CLI in
+    tests/e2e/test_hooks_cli.py); `isolation_check()` still denies loudly if a CLI drops it.
     """
 
     def guard(data: PreToolUseHookInput) -> SyncHookJSONOutput:

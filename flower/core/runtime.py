@@ -113,11 +113,14 @@ class StepResult:
         return round(self.ended_at - self.started_at, 2) if self.ended_at else 0.0
 
 
-def _policy(value: Any, cls: type, **off: Any) -> Any:
-    """`True` → defaults, `False`/None → disabled, an instance → itself."""
+P = TypeVar("P", TrimPolicy, EphemeralPolicy, Resilience, HandoffPolicy)
+
+
+def _policy(value: P | bool, cls: type[P]) -> P:
+    """`True` → defaults, `False`/None → disabled (``enabled=False``), an instance → itself."""
     if isinstance(value, cls):
         return value
-    return cls() if value else cls(**off)
+    return cls() if value else cls(enabled=False)
 
 
 class Runtime:
@@ -148,10 +151,10 @@ class Runtime:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.portable = portable
         self.spill_threshold = spill_threshold
-        self.trim = _policy(trim, TrimPolicy, enabled=False)
-        self.ephemeral = _policy(ephemeral, EphemeralPolicy, enabled=False)
-        self.resilience: Resilience = _policy(resilience, Resilience, enabled=False)
-        self.handoff: HandoffPolicy = _policy(handoff, HandoffPolicy, enabled=False)
+        self.trim = _policy(trim, TrimPolicy)
+        self.ephemeral = _policy(ephemeral, EphemeralPolicy)
+        self.resilience = _policy(resilience, Resilience)
+        self.handoff = _policy(handoff, HandoffPolicy)
         self.store = PruningSessionStore(self.run_dir / "sessions.db", workspace=self.workspace, policy=self.trim,
                                          ephemeral=self.ephemeral, prune=PrunePolicy(keep_denials=keep_denials))
         if workbench is True:
