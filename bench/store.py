@@ -2,7 +2,8 @@
 
 Prints, in one run and side by side: append entries/s (SQLite vs the SDK's in-memory
 store), and load() of the same session plain (SqliteSessionStore) vs with every policy
-(PruningSessionStore: expire + trim + prune), cold (spill files written) and warm.
+(PruningSessionStore: expire + trim + prune), cold (spill files written) and warm, and the same
+passes composed over the SDK's in-memory store (ReshapingSessionStore).
 Targets: append >= 50 000 entries/s; load() with all policies <= 50 ms. Prints, never asserts.
 
     /work/venv/bin/python bench/store.py [--entries 10000] [--batch 100]
@@ -22,7 +23,7 @@ from typing import Any
 
 from claude_agent_sdk import InMemorySessionStore
 
-from flower.store import PruningSessionStore, SqliteSessionStore, TrimPolicy, trim_report
+from flower.store import PruningSessionStore, ReshapingSessionStore, SqliteSessionStore, TrimPolicy, trim_report
 
 META = {"isSidechain": False, "userType": "external", "entrypoint": "sdk-py", "cwd": "/workspace/app",
         "version": "2.1.332", "gitBranch": "flower/run-1", "timestamp": "2026-01-01T00:00:00.000Z"}
@@ -117,6 +118,12 @@ async def main(n: int, batch: int) -> None:
                   f"{full.denials_dropped} denied calls pruned ({full.pruned} entries)")
         plains = [await timed(plain.load(key)) for _ in range(9)]  # type: ignore[arg-type]
         fulls = [await timed(full.load(key)) for _ in range(9)]  # type: ignore[arg-type]
+        # the same passes composed over the SDK's in-memory store (which needs the deep copy)
+        mem_store = InMemorySessionStore()
+        await mem_store.append(key, entries)  # type: ignore[arg-type]
+        composed = ReshapingSessionStore(mem_store, full.passes())
+        mem_plains = [await timed(mem_store.load(key)) for _ in range(9)]  # type: ignore[arg-type]
+        composeds = [await timed(composed.load(key)) for _ in range(9)]  # type: ignore[arg-type]
         trimmed = await full.load(key)  # type: ignore[arg-type]
         out_size = sum(len(json.dumps(e)) for e in trimmed or [])
 
@@ -129,6 +136,9 @@ async def main(n: int, batch: int) -> None:
     print(f"load()   plain sqlite    {plain_t:>8.1f} ms ({min(plains) * 1000:.1f})")
     print(f"load()   all policies    {warm_t:>8.1f} ms ({min(fulls) * 1000:.1f})   "
           f"{warm_t / plain_t:.2f}x of plain   target <= 50 ms")
+    mem_t, comp_t = statistics.median(mem_plains) * 1000, statistics.median(composeds) * 1000
+    print(f"load()   in-memory (SDK) {mem_t:>8.1f} ms; composed passes over it {comp_t:.1f} ms "
+          f"({min(composeds) * 1000:.1f}; copy included)")
     print(f"load()   all, cold spill {cold * 1000:>8.1f} ms   (first load also writes the spill files)")
     print(f"resumed transcript       {out_size / 1e6:.2f} MB ({out_size / size:.0%} of the rows); {report}")
 

@@ -6,10 +6,10 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from claude_agent_sdk import ClaudeAgentOptions
-from claude_agent_sdk.types import SessionStore
+from claude_agent_sdk import AgentDefinition, ClaudeAgentOptions, HookMatcher, McpServerConfig
+from claude_agent_sdk.types import EffortLevel, HookEvent, PermissionMode, SessionStore, SystemPromptPreset
 
 from .errors import ConfigError
 
@@ -32,6 +32,8 @@ def default_window() -> int:
     return 1_000_000
 
 
+CompactMode = Literal["auto", "no_summary", "off"]
+
 @dataclass
 class CompactPolicy:
     """Switches the CLI's own auto-compact; the algorithm itself lives in the CLI.
@@ -42,7 +44,7 @@ class CompactPolicy:
     CLI's threshold (CLAUDE_CODE_AUTO_COMPACT_WINDOW; the CLI clamps it to 100k-1M).
     """
 
-    mode: str = "auto"
+    mode: CompactMode = "auto"
     window: int | None = None
 
     def env(self) -> dict[str, str]:
@@ -81,13 +83,13 @@ class AgentSpec:
     allowed_tools: list[str] = field(default_factory=lambda: ["Read", "Glob", "Grep"])
     disallowed_tools: list[str] = field(default_factory=list)
     model: str | None = None
-    effort: str | None = None
+    effort: EffortLevel | None = None
     max_turns: int | None = None
     max_budget_usd: float | None = None
-    permission_mode: str = "default"
-    agents: dict[str, Any] | None = None
-    mcp_servers: dict[str, Any] = field(default_factory=dict)
-    hooks: dict[str, Any] | None = None
+    permission_mode: PermissionMode = "default"
+    agents: dict[str, AgentDefinition] | None = None
+    mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)
+    hooks: dict[HookEvent, list[HookMatcher]] | None = None
     compact: CompactPolicy | None = None
     env: dict[str, str] = field(default_factory=dict)
     glance: bool = False
@@ -106,7 +108,7 @@ def build_options(
     use_plugin: bool = True,
     portable: bool = True,
     add_dirs: list[str] | None = None,
-    flush: str = "eager",
+    flush: Literal["batched", "eager"] = "eager",
     prelude: str = "",
 ) -> ClaudeAgentOptions:
     """Compile a spec to SDK options.
@@ -116,7 +118,7 @@ def build_options(
     `fork` and `resume_at` only mean something with `resume`; without it they do nothing.
     """
     append = "\n\n".join(part for part in (spec.instructions.strip(), prelude.strip()) if part)
-    system_prompt: dict[str, Any] = {"type": "preset", "preset": "claude_code"}
+    system_prompt: SystemPromptPreset = {"type": "preset", "preset": "claude_code"}
     if append:
         system_prompt["append"] = append
     env = dict(spec.env)
@@ -138,10 +140,10 @@ def build_options(
     if use_plugin and PLUGIN_DIR.is_dir():
         kw["plugins"] = [{"type": "local", "path": str(PLUGIN_DIR)}]
     return ClaudeAgentOptions(
-        system_prompt=system_prompt,  # type: ignore[arg-type]
+        system_prompt=system_prompt,
         allowed_tools=list(spec.allowed_tools),
         disallowed_tools=list(spec.disallowed_tools),
-        permission_mode=spec.permission_mode,  # type: ignore[arg-type]
+        permission_mode=spec.permission_mode,
         setting_sources=[] if portable else ["project"],
         env=env,
         **kw,

@@ -12,12 +12,22 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import structlog
 from claude_agent_sdk import AgentDefinition, HookMatcher
+from claude_agent_sdk.types import (
+    HookCallback,
+    HookContext,
+    HookEvent,
+    HookInput,
+    HookJSONOutput,
+    PostToolUseHookInput,
+    PreToolUseHookInput,
+    SyncHookJSONOutput,
+)
 
 from flower.core.audit import emit
 from flower.core.files import spill_file
@@ -45,24 +55,46 @@ _log = structlog.get_logger("flower.guard")
 ISOLATE_ATTR = "_flower_isolate"
 SPILL_HEAD = 400
 
-Hook = Callable[[Any, "str | None", Any], Any]
+ToolHookInput = PreToolUseHookInput | PostToolUseHookInput
+PreHook = Callable[[PreToolUseHookInput], SyncHookJSONOutput]
+PostHook = Callable[[PostToolUseHookInput], SyncHookJSONOutput]
 
 
-def _is_main_thread(data: dict[str, Any]) -> bool:
+def _is_main_thread(data: ToolHookInput) -> bool:
     """Tool hooks of a subagent carry `agent_id`; the main thread's never do."""
     return not data.get("agent_id")
 
 
-def _who(data: dict[str, Any]) -> dict[str, Any]:
+def _who(data: ToolHookInput) -> dict[str, Any]:
     return {"session_id": data.get("session_id"), "agent_id": data.get("agent_id") or None}
 
 
-def _deny(reason: str) -> dict[str, Any]:
+def _deny(reason: str) -> SyncHookJSONOutput:
     return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
                                    "permissionDecisionReason": reason}}
 
 
-def _matcher(pattern: str, hook: Hook, *, wall: bool = False) -> HookMatcher:
+def _allow(updated: dict[str, Any]) -> SyncHookJSONOutput:
+    return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
+                                   "updatedInput": updated}}
+
+
+def _on(event: HookEvent, fn: Callable[[Any], SyncHookJSONOutput]) -> HookCallback:
+    """The SDK's callback shape around a guard of one tool event; any other event gets no opinion."""
+    async def hook(data: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
+        return fn(data) if data.get("hook_event_name") == event else {}
+    return hook
+
+
+def _on_pre(fn: PreHook) -> HookCallback:
+    return _on("PreToolUse", fn)
+
+
+def _on_post(fn: PostHook) -> HookCallback:
+    return _on("PostToolUse", fn)
+
+
+def _matcher(pattern: str, hook: HookCallback, *, wall: bool = False) -> HookMatcher:
     """A wall fails closed: if its callback ever breaks, the CLI blocks the call."""
     return HookMatcher(matcher=pattern, hooks=[hook], on_failure="block" if wall else None)
 
@@ -102,7 +134,7 @@ def whitelist_guard(allowed: list[str] | None, *, role: str = "这个角色") ->
     if not banned:
         return None
 
-    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+    def guard(data: PreToolUseHookInput) -> SyncHookJSONOutput:
         if not _is_main_thread(data):
             return {}
         tool = data.get("tool_name", "")
@@ -111,7 +143,7 @@ def whitelist_guard(allowed: list[str] | None, *, role: str = "这个角色") ->
         emit("deny", guard="whitelist", role=role, tool=tool, reason=reason, **_who(data))
         return _deny(reason)
 
-    return _matcher("|".join(banned), hook, wall=True)
+    return _matcher("|".join(banned), _on_pre(guard), wall=True)
 
 
 def delegate_guard(*, tools: str = HANDS_ON, allow_glance: bool = False) -> HookMatcher:
@@ -121,7 +153,7 @@ def delegate_guard(*, tools: str = HANDS_ON, allow_glance: bool = False) -> Hook
     `is_ephemeral(command)` — the same test that expires those results on resume.
     """
 
-    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+    def guard(data: PreToolUseHookInput) -> SyncHookJSONOutput:
         if not _is_main_thread(data):
             return {}
         tool = data.get("tool_name", "")
@@ -137,7 +169,7 @@ def delegate_guard(*, tools: str = HANDS_ON, allow_glance: bool = False) -> Hook
              command=command or None, **_who(data))
         return _deny(reason)
 
-    return _matcher(tools, hook, wall=True)
+    return _matcher(tools, _on_pre(guard), wall=True)
 
 
 # ---------------------------------------------------------------------------
@@ -145,7 +177,7 @@ def delegate_guard(*, tools: str = HANDS_ON, allow_glance: bool = False) -> Hook
 # ---------------------------------------------------------------------------
 
 
-def _reads_spill(data: dict[str, Any], spill: Path, shown: str) -> bool:
+def _reads_spill(data: ToolHookInput, spill: Path, shown: str) -> bool:
     """Reading a spill file must come back whole, or "Read it" would loop forever."""
     inp = data.get("tool_input") or {}
     cwd = data.get("cwd")
@@ -197,7 +229,7 @@ def spill_guard(
                 out[key] = new
         return out
 
-    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+    def guard(data: PostToolUseHookInput) -> SyncHookJSONOutput:
         if main_only and not _is_main_thread(data):
             return {}
         response = data.get("tool_response")
@@ -217,19 +249,19 @@ def spill_guard(
                  path=path, size=size, **_who(data))
         return {"hookSpecificOutput": {"hookEventName": "PostToolUse", "updatedToolOutput": trimmed}}
 
-    return _matcher(tools, hook)
+    return _matcher(tools, _on_post(guard))
 
 
 def index_guard(workbench: Workbench) -> HookMatcher:
     """A write into the workbench refreshes INDEX.md, so the next agent knows it exists."""
 
-    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+    def guard(data: PostToolUseHookInput) -> SyncHookJSONOutput:
         path = (data.get("tool_input") or {}).get("file_path")
         if path and _inside(_resolve(str(path), data.get("cwd")), workbench.root):
             workbench.refresh()
         return {}
 
-    return _matcher("Write|Edit", hook)
+    return _matcher("Write|Edit", _on_post(guard))
 
 
 # ---------------------------------------------------------------------------
@@ -284,7 +316,7 @@ def _will_isolate(inp: dict[str, Any], agents: dict[str, AgentDefinition] | None
             and wants_isolation((agents or {}).get(str(inp.get("subagent_type") or ""))))
 
 
-def isolate_guard(agents: dict[str, AgentDefinition], *, on_inject: Any = None,
+def isolate_guard(agents: dict[str, AgentDefinition], *, on_inject: Callable[[str, str | None], object] | None = None,
                   foreground: bool = False) -> HookMatcher:
     """Give roles marked `isolated()` their own worktree by injecting `isolation: "worktree"`.
 
@@ -296,10 +328,12 @@ def isolate_guard(agents: dict[str, AgentDefinition], *, on_inject: Any = None,
     `foreground=True` (what `workbench_hooks` passes for a coordinator) also sets
     `run_in_background: false` on a main-thread call in the same rewrite: two hooks
     rewriting one call do not merge in the CLI, so `foreground_guard` leaves the calls
-    this guard rewrites to it.
+    this guard rewrites to it. The bundled CLI honours this `updatedInput` on an Agent
+    call, `isolation` and `run_in_background` alike (shown through the real CLI in
+    tests/e2e/test_hooks_cli.py); `isolation_check()` still denies loudly if a CLI drops it.
     """
 
-    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+    def guard(data: PreToolUseHookInput) -> SyncHookJSONOutput:
         inp = data.get("tool_input") or {}
         role = str(inp.get("subagent_type") or "")
         if data.get("tool_name") != "Agent" or not _will_isolate(inp, agents):
@@ -315,10 +349,9 @@ def isolate_guard(agents: dict[str, AgentDefinition], *, on_inject: Any = None,
         updated = {**inp, "isolation": "worktree"}
         if foreground and _is_main_thread(data):
             updated["run_in_background"] = False
-        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
-                                       "updatedInput": updated}}
+        return _allow(updated)
 
-    return _matcher("Agent", hook, wall=True)
+    return _matcher("Agent", _on_pre(guard), wall=True)
 
 
 def isolation_check(*, tools: str = HANDS_ON) -> HookMatcher:
@@ -329,7 +362,7 @@ def isolation_check(*, tools: str = HANDS_ON) -> HookMatcher:
     rewrite), its hands-on calls are denied and a "deny" event names the cause.
     """
 
-    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+    def guard(data: PreToolUseHookInput) -> SyncHookJSONOutput:
         if _is_main_thread(data) or not data.get("session_id"):
             return {}
         role = str(data.get("agent_type") or "")
@@ -342,7 +375,7 @@ def isolation_check(*, tools: str = HANDS_ON) -> HookMatcher:
         emit("deny", guard="isolation", role=role, tool=data.get("tool_name"), reason=reason, **_who(data))
         return _deny(reason)
 
-    return _matcher(tools, hook, wall=True)
+    return _matcher(tools, _on_pre(guard), wall=True)
 
 
 def foreground_guard(agents: dict[str, AgentDefinition] | None = None) -> HookMatcher:
@@ -356,14 +389,13 @@ def foreground_guard(agents: dict[str, AgentDefinition] | None = None) -> HookMa
     rewrite: two rewrites of one call do not merge in the CLI (one is lost).
     """
 
-    async def hook(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+    def guard(data: PreToolUseHookInput) -> SyncHookJSONOutput:
         inp = data.get("tool_input") or {}
         if not _is_main_thread(data) or inp.get("run_in_background") is False or _will_isolate(inp, agents):
             return {}
-        return {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "allow",
-                                       "updatedInput": {**inp, "run_in_background": False}}}
+        return _allow({**inp, "run_in_background": False})
 
-    return _matcher("Agent", hook, wall=True)
+    return _matcher("Agent", _on_pre(guard), wall=True)
 
 
 # ---------------------------------------------------------------------------
@@ -378,7 +410,7 @@ def workbench_hooks(
     spill_threshold: int | None = 4000,
     agents: dict[str, AgentDefinition] | None = None,
     allow_glance: bool = False,
-) -> dict[str, list[HookMatcher]]:
+) -> dict[HookEvent, list[HookMatcher]]:
     """Every hook a workbench needs, by event; events with nothing to install are left out.
 
     Beyond the seed's list: `delegate_only` also brings `foreground_guard()` (the
@@ -393,13 +425,13 @@ def workbench_hooks(
         pre += [isolate_guard(agents, foreground=delegate_only), isolation_check()]
     if spill_threshold:
         post.append(spill_guard(workbench, threshold=spill_threshold))
-    hooks = {"PreToolUse": pre, "PostToolUse": post}
+    hooks: dict[HookEvent, list[HookMatcher]] = {"PreToolUse": pre, "PostToolUse": post}
     return {event: matchers for event, matchers in hooks.items() if matchers}
 
 
-def merge_hooks(*groups: dict[str, list[Any]] | None) -> dict[str, list[Any]]:
+def merge_hooks(*groups: Mapping[HookEvent, list[HookMatcher]] | None) -> dict[HookEvent, list[HookMatcher]]:
     """Concatenate hook configs by event (no de-duplication: twice given, twice installed)."""
-    merged: dict[str, list[Any]] = {}
+    merged: dict[HookEvent, list[HookMatcher]] = {}
     for group in groups:
         for event, matchers in (group or {}).items():
             merged.setdefault(event, []).extend(matchers)

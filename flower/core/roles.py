@@ -8,11 +8,13 @@ what a role may *not* do is enforced by the guards (`flower.core.guard`).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Protocol
 
-from claude_agent_sdk import AgentDefinition
+from claude_agent_sdk import AgentDefinition, HookMatcher, McpServerConfig
+from claude_agent_sdk.types import EffortLevel, HookEvent, PermissionMode
 
-from flower.core.agent import AgentSpec
+from flower.core.agent import AgentSpec, CompactPolicy
 from flower.core.guard import isolated
 
 __all__ = [
@@ -112,21 +114,33 @@ def _with(rules: str, instructions: str) -> str:
     return f"{rules}\n{instructions}".strip()
 
 
+
+class ToolChannel(Protocol):
+    """What a role needs of a channel: its ask tool's name and its MCP server(s).
+
+    Optional members, read when present: ``tool_names`` (every tool of the server) and
+    ``inbox_name``; ``HumanChannel`` has both.
+    """
+
+    tool_name: str
+
+    def mcp_servers(self) -> Mapping[str, McpServerConfig]: ...
+
 def coordinator(
     name: str,
     instructions: str,
     workers: dict[str, AgentDefinition],
     *,
-    channel: Any = None,
+    channel: ToolChannel | None = None,
     can_read: bool = True,
     glance: bool = True,
     model: str | None = None,
-    effort: str | None = None,
+    effort: EffortLevel | None = None,
     max_turns: int | None = None,
     max_budget_usd: float | None = None,
-    permission_mode: str = "acceptEdits",
-    compact: Any = None,
-    hooks: dict[str, Any] | None = None,
+    permission_mode: PermissionMode = "acceptEdits",
+    compact: CompactPolicy | None = None,
+    hooks: dict[HookEvent, list[HookMatcher]] | None = None,
     env: dict[str, str] | None = None,
 ) -> AgentSpec:
     """The main thread: decomposes, dispatches, reads reports, decides — touches nothing.
@@ -141,7 +155,7 @@ def coordinator(
         tools.append("Bash")  # what may actually run is decided by delegate_guard
     for w in workers.values():
         tools += [t for t in WEB_TOOLS if w.tools is None or t in w.tools]
-    servers: dict[str, Any] = {}
+    servers: dict[str, McpServerConfig] = {}
     if channel is not None:  # ask and inbox come together, and both must be pre-approved
         tools += _all_channel_tools(channel)
         servers = dict(channel.mcp_servers())
@@ -159,9 +173,9 @@ def worker(
     *,
     tools: list[str] | None = None,
     model: str = "inherit",
-    effort: str | int | None = None,
+    effort: EffortLevel | int | None = None,
     max_turns: int | None = None,
-    permission_mode: str | None = None,
+    permission_mode: PermissionMode | None = None,
     skills: list[str] | None = None,
     discipline: bool = True,
     isolate: bool = False,
@@ -172,24 +186,25 @@ def worker(
         prompt=f"{prompt}\n\n{WORKER_RULES}" if discipline else prompt,
         tools=list(tools) if tools is not None else list(WORKER_TOOLS),
         model=model,
-        effort=effort,  # type: ignore[arg-type]
+        effort=effort,
         maxTurns=max_turns,
-        permissionMode=permission_mode,  # type: ignore[arg-type]
+        permissionMode=permission_mode,
         skills=list(skills) if skills is not None else None,
     )
     return isolated(agent) if isolate else agent
 
 
-def _all_channel_tools(channel: Any) -> list[str]:
+def _all_channel_tools(channel: ToolChannel) -> list[str]:
     """Every tool of the channel's server. The real CLI refuses an MCP tool missing from
-    allowed_tools (even in acceptEdits), so listing only ``ask`` would leave inbox unusable."""
+    allowed_tools (even in acceptEdits), so listing only ``ask`` would leave inbox unusable.
+    ``tool_names`` and ``inbox_name`` are optional members (see ``ToolChannel``)."""
     names = getattr(channel, "tool_names", None)
     if names:
         return list(names)
     return [n for n in (channel.tool_name, getattr(channel, "inbox_name", None)) if n]
 
 
-def _channel_tools(channel: Any) -> tuple[list[str], dict[str, Any]]:
+def _channel_tools(channel: ToolChannel | None) -> tuple[list[str], dict[str, McpServerConfig]]:
     if channel is None:
         return [], {}
     return [channel.tool_name], dict(channel.mcp_servers())
@@ -197,12 +212,12 @@ def _channel_tools(channel: Any) -> tuple[list[str], dict[str, Any]]:
 
 def clarify(
     name: str,
-    channel: Any,
+    channel: ToolChannel | None,
     *,
     instructions: str = "",
     can_read: bool = True,
     model: str | None = None,
-    effort: str | None = None,
+    effort: EffortLevel | None = None,
     max_turns: int | None = None,
     max_budget_usd: float | None = None,
 ) -> AgentSpec:
@@ -218,12 +233,12 @@ def clarify(
 
 def judge(
     name: str,
-    channel: Any,
+    channel: ToolChannel | None,
     *,
     instructions: str = "",
     can_run: bool = False,
     model: str | None = None,
-    effort: str | None = None,
+    effort: EffortLevel | None = None,
     max_turns: int | None = None,
     max_budget_usd: float | None = None,
 ) -> AgentSpec:
@@ -241,7 +256,7 @@ def oracle(
     *,
     instructions: str = "",
     model: str | None = None,
-    effort: str | None = None,
+    effort: EffortLevel | None = None,
     max_turns: int | None = 12,
     max_budget_usd: float | None = 0.5,
 ) -> AgentSpec:

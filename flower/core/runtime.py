@@ -11,18 +11,15 @@ from pathlib import Path
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Callable, Protocol, cast
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from claude_agent_sdk import (
     ClaudeAgentOptions,
     ClaudeSDKClient,
-    HookMatcher,
     ResultMessage,
     SystemMessage,
     project_key_for_directory,
 )
-
-from claude_agent_sdk.types import HookEvent
 
 from ..docs.handoff import HANDOFF_PROMPT, Handoff, degraded
 from ..store.ephemeral import EphemeralPolicy
@@ -49,11 +46,12 @@ from .outcome import (
     what_next,
 )
 from .guard import merge_hooks, whitelist_guard, workbench_hooks
-from .resilience import Resilience, classify
+from .resilience import Resilience
 from .workbench import Workbench
 
 
 _log = structlog.get_logger("flower.runtime")
+T = TypeVar("T")
 
 
 class _Question(Protocol):
@@ -69,6 +67,21 @@ class InterruptSource(Protocol):
     def decline(self, ask_id: str, reason: str = "") -> bool: ...
 
     def take_interrupt(self) -> str | None: ...
+
+
+class _Lent(Generic[T]):
+    """A Runtime attribute a Workflow may lend for a while (``Runtime.lend``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, rt: Runtime, owner: type) -> T:
+        value: T = getattr(rt._binding, self.name)
+        return value
+
+    def __set__(self, rt: Runtime, value: T) -> None:
+        changes: dict[str, Any] = {self.name: value}
+        rt._own = replace(rt._own, **changes)
 
 
 @dataclass(frozen=True)
@@ -100,11 +113,14 @@ class StepResult:
         return round(self.ended_at - self.started_at, 2) if self.ended_at else 0.0
 
 
-def _policy(value: Any, cls: type, **off: Any) -> Any:
-    """`True` → defaults, `False`/None → disabled, an instance → itself."""
+P = TypeVar("P", TrimPolicy, EphemeralPolicy, Resilience, HandoffPolicy)
+
+
+def _policy(value: P | bool, cls: type[P]) -> P:
+    """`True` → defaults, `False`/None → disabled (``enabled=False``), an instance → itself."""
     if isinstance(value, cls):
         return value
-    return cls() if value else cls(**off)
+    return cls() if value else cls(enabled=False)
 
 
 class Runtime:
@@ -135,10 +151,10 @@ class Runtime:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.portable = portable
         self.spill_threshold = spill_threshold
-        self.trim = _policy(trim, TrimPolicy, enabled=False)
-        self.ephemeral = _policy(ephemeral, EphemeralPolicy, enabled=False)
-        self.resilience: Resilience = _policy(resilience, Resilience, enabled=False)
-        self.handoff: HandoffPolicy = _policy(handoff, HandoffPolicy, enabled=False)
+        self.trim = _policy(trim, TrimPolicy)
+        self.ephemeral = _policy(ephemeral, EphemeralPolicy)
+        self.resilience = _policy(resilience, Resilience)
+        self.handoff = _policy(handoff, HandoffPolicy)
         self.store = PruningSessionStore(self.run_dir / "sessions.db", workspace=self.workspace, policy=self.trim,
                                          ephemeral=self.ephemeral, prune=PrunePolicy(keep_denials=keep_denials))
         if workbench is True:
@@ -164,31 +180,12 @@ class Runtime:
     def _binding(self) -> _Binding:
         return self._lent.get() or self._own
 
-    @property
-    def channel(self) -> InterruptSource | None:
-        """The channel polled for the person's interrupts (a Workflow lends its own for its run)."""
-        return self._binding.channel
-
-    @channel.setter
-    def channel(self, value: InterruptSource | None) -> None:
-        self._own = replace(self._own, channel=value)
-
-    @property
-    def workbench(self) -> Workbench | None:
-        return self._binding.workbench
-
-    @workbench.setter
-    def workbench(self, value: Workbench | None) -> None:
-        self._own = replace(self._own, workbench=value)
-
-    @property
-    def on_session(self) -> Callable[[str], None] | None:
-        """Told each session id as soon as the CLI names it (a Workflow lends one around each run)."""
-        return self._binding.on_session
-
-    @on_session.setter
-    def on_session(self, value: Callable[[str], None] | None) -> None:
-        self._own = replace(self._own, on_session=value)
+    # ``channel``: polled for the person's interrupts (a Workflow lends its own for its run);
+    # ``on_session``: told each session id as soon as the CLI names it (lent around each run).
+    # Reading gives what is lent in this context, else the runtime's own; assigning sets its own.
+    channel: _Lent[InterruptSource | None] = _Lent()
+    workbench: _Lent[Workbench | None] = _Lent()
+    on_session: _Lent[Callable[[str], None] | None] = _Lent()
 
     @contextmanager
     def lend(self, *, channel: InterruptSource | None = None, workbench: Workbench | None = None,
@@ -282,7 +279,8 @@ class Runtime:
         """One attempt and what it came to."""
         r = await self._attempt(spec, call.prompt, name, resume=call.resume, fork=call.fork,
                                 resume_at=call.resume_at, on_event=on_event)
-        stop: StopCause | None = {self.INTERRUPTED: "interrupt", self.HANDOFF_DUE: "handoff"}.get(r.error or "")  # type: ignore[assignment]
+        stop: StopCause | None = ("interrupt" if r.error == self.INTERRUPTED
+                                  else "handoff" if r.error == self.HANDOFF_DUE else None)
         words: str | None = None
         if stop == "interrupt":
             words, self._interrupt_words = self._interrupt_words or "", None
@@ -356,7 +354,7 @@ class Runtime:
         options = build_options(spec, cwd=self.workspace, session_store=self.store, resume=resume, fork=fork,
                                 resume_at=resume_at, portable=self.portable, add_dirs=add_dirs,
                                 prelude=wb.prompt_block() if wb else "")
-        options.hooks = cast("dict[HookEvent, list[HookMatcher]]", hooks) if hooks else None
+        options.hooks = hooks or None
         return options
 
     async def _attempt(self, spec: AgentSpec, prompt: str, name: str, *, resume: str | None, fork: bool,

@@ -251,6 +251,16 @@ class Prune:
 # ---------------------------------------------------------------------------
 
 
+class _Count:
+    """A count of the latest load's pruning report, read as an attribute (``store.pruned``)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, store: TrimmingSessionStore | None, owner: type) -> int:
+        return store.reports.get("prune", {}).get(self.name, 0) if store is not None else 0
+
+
 class PruningSessionStore(TrimmingSessionStore):
     """``TrimmingSessionStore`` whose passes end with ``Prune``: the ``Runtime``'s store.
 
@@ -286,28 +296,11 @@ class PruningSessionStore(TrimmingSessionStore):
         # after expiry and trimming, which edit blocks in place and keep the index valid
         return [*super().passes(), Prune(self.prune_policy)]
 
-    def _count(self, name: str) -> int:
-        return self.reports.get("prune", {}).get(name, 0)
-
-    @property
-    def pruned(self) -> int:
-        return self._count("pruned")
-
-    @property
-    def denials_dropped(self) -> int:
-        return self._count("denials_dropped")
-
-    @property
-    def api_errors_dropped(self) -> int:
-        return self._count("api_errors_dropped")
-
-    @property
-    def interrupts_neutralized(self) -> int:
-        return self._count("interrupts_neutralized")
-
-    @property
-    def orphans_healed(self) -> int:
-        return self._count("orphans_healed")
+    pruned = _Count()
+    denials_dropped = _Count()
+    api_errors_dropped = _Count()
+    interrupts_neutralized = _Count()
+    orphans_healed = _Count()
 
     # -- the pass as methods, on a plain list (the counts read like after a load) -----------------
     def _note(self, **counts: int) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import anyio.to_thread
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry

@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from ..core.agent import AgentSpec
 from ..core.errors import StepAbort, StepError
@@ -27,13 +27,14 @@ from .state import RunState
 if TYPE_CHECKING:
     from ..core.channel import HumanChannel
 
-__all__ = ["Ctx", "Step", "Workflow", "StepAbort", "ON_FAIL"]
+__all__ = ["Ctx", "Step", "Workflow", "StepAbort", "ON_FAIL", "OnFail"]
 
 Ctx = dict[str, Any]
 """The context every step reads and writes: ``ctx[step name]`` is a step's output; keys starting
 with ``_`` belong to the framework (see ``Workflow.run``)."""
 
-ON_FAIL = ("stop", "skip", "continue")
+OnFail = Literal["stop", "skip", "continue"]
+ON_FAIL: tuple[OnFail, ...] = ("stop", "skip", "continue")
 """What a step that did not pass does to the flow.
 
 * ``"stop"`` (default) — ``ctx["_failed_at"] = name`` and the whole flow ends here.
@@ -80,7 +81,7 @@ class Step:
 
     retries: int = 0
     gate: Callable[[StepResult, Ctx], bool | Awaitable[bool]] | None = None
-    on_fail: str = "stop"
+    on_fail: OnFail = "stop"
     when: Callable[[Ctx], bool | Awaitable[bool]] | None = None
     on_reject: Callable[[StepResult, Ctx], str | Awaitable[str]] | None = None
     resume_prompt: str | Callable[[Ctx], str] | None = None

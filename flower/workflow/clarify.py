@@ -14,7 +14,7 @@ from ..core.channel import HumanChannel
 from ..core.roles import clarify
 from ..core.runtime import StepResult
 from ..docs.brief import Brief
-from .base import Ctx, Step, _text
+from .base import Ctx, OnFail, Step, _text
 
 __all__ = ["clarify_step", "BRIEF_KEY", "MISSING_KEY", "CLARIFY_RESUME"]
 
@@ -38,7 +38,7 @@ def clarify_step(
     spec: AgentSpec | None = None,
     instructions: str = "",
     always_ask: bool = False,
-    on_fail: str = "stop",
+    on_fail: OnFail = "stop",
     retries: int = 0,
     **spec_kw: Any,
 ) -> Step:

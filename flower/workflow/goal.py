@@ -16,7 +16,7 @@ from ..core.roles import judge
 from ..core.runtime import Runtime, StepResult
 from ..docs.goal import Goal
 from ..docs.verdict import Verdict
-from .base import Ctx, Step, StepAbort, _maybe
+from .base import Ctx, OnFail, Step, StepAbort, _maybe
 
 __all__ = ["goal_step", "with_goal", "GOAL_KEY", "VERDICT_KEY", "ROUND_KEY", "VERIFY_PROMPT",
            "SET_GOAL_PROMPT", "NO_BRIEF", "ACCEPT", "AMEND", "DISAGREE"]
@@ -74,7 +74,7 @@ def goal_step(
     spec: AgentSpec | None = None,
     instructions: str = "",
     always_set: bool = False,
-    on_fail: str = "stop",
+    on_fail: OnFail = "stop",
     retries: int = 0,
     **spec_kw: Any,
 ) -> Step:

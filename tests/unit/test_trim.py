@@ -203,21 +203,26 @@ async def test_expiry_window_counts_tool_results_and_custom_text(tmp_path: Path)
     assert tool_results(out)[first.id]["content"] == "stale: git log --oneline | head -3 (3)"
 
 
+async def _aged(tmp_path: Path, *first: Use) -> TrimmingSessionStore:
+    """A store holding ``first`` in one reply, then six newer results: ``first`` is outside keep_recent."""
+    t = Transcript()
+    t.prompt("go")
+    t.reply("", *first)
+    for i in range(6):
+        t.reply("", bash(f"make step{i}", "ok"))
+    t.end()
+    return await _store(tmp_path, t.entries, policy=TrimPolicy(enabled=False))
+
+
 async def test_a_short_read_never_expires(tmp_path: Path) -> None:
     """Read is not a snapshot of a moment: a short old Read stays whole beside an expiring `git status`.
 
     The Read in ``_session`` is longer than ``max_chars``, so it is skipped for length; this
     one is short, so only "a Read never expires" keeps it.
     """
-    t = Transcript()
     status = bash("git status", "On branch main\n")
     short = read("/w/VERSION", "1\t0.1.0\n")
-    t.prompt("go")
-    t.reply("", status, short)
-    for i in range(6):
-        t.reply("", bash(f"make step{i}", "ok"))
-    t.end()
-    store = await _store(tmp_path, t.entries, policy=TrimPolicy(enabled=False))
+    store = await _aged(tmp_path, status, short)
     results = tool_results(await store.load(KEY))  # type: ignore[arg-type]
     assert results[status.id]["content"].startswith("[git status 的结果已过期")
     assert results[short.id]["content"] == "1\t0.1.0\n"
@@ -226,15 +231,9 @@ async def test_a_short_read_never_expires(tmp_path: Path) -> None:
 
 async def test_long_ephemeral_results_are_left_for_trim(tmp_path: Path) -> None:
     """Above max_chars, expiry skips the result; trimming then spills it (it may be worth reading)."""
-    t = Transcript()
     long_ls = bash("ls -R", "f\n" * 1500)  # 3000 chars
     short_ls = bash("ls", "a b\n")
-    t.prompt("go")
-    t.reply("", long_ls, short_ls)
-    for i in range(6):
-        t.reply("", bash(f"make step{i}", "ok"))
-    t.end()
-    store = await _store(tmp_path, t.entries, policy=TrimPolicy(enabled=False))
+    store = await _aged(tmp_path, long_ls, short_ls)
     results = tool_results(await store.load(KEY))  # type: ignore[arg-type]
     assert results[long_ls.id]["content"] == "f\n" * 1500
     assert results[short_ls.id]["content"].startswith("[ls 的结果已过期")
