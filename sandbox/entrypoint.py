@@ -37,6 +37,7 @@ from typing import Any
 
 from flower.core.files import write_atomic
 
+from .checkpoint import CheckpointError, checkpoint
 from .layout import RunLayout
 from .spec import RunSpec, SpecError, read_spec
 
@@ -211,19 +212,21 @@ class _Run:
         self.runtime: Any = None
         self.started = time.time()
         self.killed: str | None = None
+        self._checkpointing = threading.Lock()
 
     def checkpoint(self, why: str) -> None:
-        """Hand the work so far back (see the module doc); a failure is an event, never the run's end."""
-        from .checkpoint import CheckpointError, checkpoint
-
+        """Hand the work so far back (see the module doc); a failure is an event, never the run's end.
+        One at a time: a step's checkpoint runs in a thread while the next step starts."""
         if not self.spec.base or not self.layout.workspace.is_dir():
             return
-        try:
-            tip = checkpoint(self.layout.workspace, self.layout.bundle, branch=self.layout.branch,
-                             base=self.spec.base, message=f"flower run {self.spec.run_id}: {why}")
-        except (CheckpointError, OSError, subprocess.SubprocessError) as e:
-            self.log.write("system", f"checkpoint failed: {_one_line(e, 300)}", payload={"subtype": "checkpoint_failed"})
-            return
+        with self._checkpointing:
+            try:
+                tip = checkpoint(self.layout.workspace, self.layout.bundle, branch=self.layout.branch,
+                                 base=self.spec.base, message=f"flower run {self.spec.run_id}: {why}")
+            except (CheckpointError, OSError, subprocess.SubprocessError) as e:
+                self.log.write("system", f"checkpoint failed: {_one_line(e, 300)}",
+                               payload={"subtype": "checkpoint_failed"})
+                return
         if tip is not None:
             self.log.write("checkpoint", why, payload={"commit": tip})
 
@@ -271,19 +274,13 @@ class _Run:
         wf.channel.answers = MailboxAnswers(
             layout.mailbox, poll_s=0.2, questions=layout.questions,
             on_error=lambda text: log.write("system", text, payload={"subtype": "mailbox_error"}))
-        state = self
-
-        class _Runtime(Runtime):  # names the step in flight for events that do not carry one; checkpoints
-            async def run(self, spec: Any, prompt: str, *, step_name: str | None = None, **kw: Any) -> Any:
-                log.step = step_name or spec.name
-                result = await super().run(spec, prompt, step_name=step_name, **kw)
-                await asyncio.to_thread(state.checkpoint, log.step)
-                return result
-
         try:
-            self.runtime = _Runtime(workspace=layout.workspace, run_dir=layout.run_dir, trim=True, handoff=True)
+            self.runtime = Runtime(workspace=layout.workspace, run_dir=layout.run_dir, trim=True, handoff=True)
         except RuntimeError as e:
             raise _Stop(str(e)) from None
+        # the step in flight names events that do not carry one; every finished step hands its work back
+        self.runtime.on_attempt.append(lambda name: setattr(log, "step", name))
+        self.runtime.on_result.append(lambda result: loop.run_in_executor(None, self.checkpoint, result.step))
         log.write("system", "sandbox started", payload={
             "subtype": "sandbox", "run_id": self.spec.run_id, "tenant": self.spec.tenant,
             "workspace": str(layout.workspace), "workbench": str(layout.workbench), "pid": os.getpid(),

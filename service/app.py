@@ -195,7 +195,7 @@ async def events(request: Request[Any, Any, Any], tenant: Tenant, run_id: str,
     queue = scheduler.subscribe(run.id)  # before the replay: nothing falls between the two
 
     async def stream() -> AsyncIterator[ServerSentEventMessage]:
-        scheduler.streams[tenant.name] += 1  # counted while the stream is served (its finally uncounts it)
+        scheduler.streams[tenant.name] += 1  # counted while served (a stream never started is never counted)
         sent = after
         offset, read = 0, 0  # how far this stream has read the file: bytes, events
 
@@ -427,7 +427,11 @@ def make_backend(config: ServiceConfig, tenants: int = 1) -> Any:
 
     image = config.image
     if not image:  # no registry needed: the image is made from this tree, and reused while the tree is unchanged
-        from sandbox.image import ensure_image
+        from sandbox.image import PROJECT, ensure_image
+
+        if not (PROJECT / "Dockerfile").is_file():
+            raise ValueError("the docker backend needs the run image: set `image = \"flower/sandbox:<tag>\"` in the "
+                             "service config (an installed service has no Dockerfile to build it from)")
 
         log.info("image.ensure", target="sandbox")
         image = ensure_image("sandbox")

@@ -183,11 +183,13 @@ def test_a_tenant_holds_at_most_its_cap_of_event_streams(svc: tuple[Service, Dep
 
     service, _ = svc
     acme = service.client("acme")
+    readers = []  # a dropped line iterator closes its stream: keep them
     with ExitStack() as open_streams:
         for _ in range(16):  # max_streams_per_tenant's default
             r = open_streams.enter_context(acme.stream("GET", f"/v1/runs/{waiting_run}/events", timeout=30))
             assert r.status_code == 200
-            next(r.iter_lines())  # the stream is being served
+            readers.append(r.iter_lines())
+            next(readers[-1])  # the stream is being served
         r = acme.get(f"/v1/runs/{waiting_run}/events")
         assert r.status_code == 429 and "at most 16" in r.json()["error"] and r.headers["retry-after"] == "5"
     assert run_status(acme, waiting_run)["status"] == "running"
@@ -196,5 +198,6 @@ def test_a_tenant_holds_at_most_its_cap_of_event_streams(svc: tuple[Service, Dep
 def test_a_malformed_last_event_id_is_400(svc: tuple[Service, Deployment], waiting_run: str):
     service, _ = svc
     for value in ("²", "-1", "1e3", "9" * 30):
-        r = service.client("acme").get(f"/v1/runs/{waiting_run}/events", headers={"Last-Event-ID": value})
+        r = service.client("acme").get(f"/v1/runs/{waiting_run}/events",
+                                       headers={"Last-Event-ID": value.encode("latin-1")})
         assert r.status_code == 400 and "Last-Event-ID" in r.json()["error"], (value, r.text)
