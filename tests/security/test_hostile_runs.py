@@ -27,11 +27,12 @@ ENDED = ("succeeded", "failed", "aborted", "killed", "cancelled")
 def hostile_rules(ask: str, script: str) -> list[Rule]:
     """clarify → goal → the coordinator dispatches a worker whose one Bash call is ``script`` → the judge."""
     task = f"WORKER-TASK {ask}"
+    brief = BRIEF.replace("做一个 hello.py", ask)  # each run's coordinator is told its own ask: rules never cross runs
     return [
-        Rule(say(BRIEF), system=CLARIFIER, prompt=ask),
+        Rule(say(brief), system=CLARIFIER, prompt=ask),
         Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标"),
         Rule(tool("Agent", {"description": "do it", "prompt": task, "subagent_type": "coder",
-                            "run_in_background": False}), system=LEAD, agent=False, prompt="把上面的需求做成"),
+                            "run_in_background": False}), system=LEAD, agent=False, prompt=ask),
         Rule(tool("Bash", {"command": script, "description": "work", "timeout": 300000}), agent=True, prompt=task),
         Rule(say(REPORT), agent=True, prompt=task, result=DONE),
         Rule(say("完成"), system=LEAD, agent=False, result="写好了"),
