@@ -7,6 +7,11 @@ mailbox, spec, env file and the team's object store are read-only. No other tena
 and ``/proc`` shows only the run's own processes. ``isolation="none"`` is a plain subprocess with a clean
 environment (development only: it sees everything the service's uid sees).
 
+Limits: where the machine lets this backend write cgroups (v1 ``memory``/``pids`` hierarchies, or cgroup v2 with
+those controllers), each run gets its own cgroup — ``mem_limit`` (2 GiB, swap included) and ``pids_limit`` (512),
+the Docker backend's defaults — joined before bubblewrap starts, so nothing the run forks escapes it. Where it
+cannot, the run has no limits and ``limits(handle)`` says so (empty).
+
 The process gets its own session, so ``stop`` can end everything the run started. A handle is
 ``local:<pid>:<start time>:<run folder>`` of the process this backend started (bubblewrap's outer
 process, or the entrypoint itself without isolation); ``live()`` re-finds runs by the ``FLOWER_RUN_ID``
@@ -37,6 +42,73 @@ Isolation = Literal["bwrap", "none"]
 ETC = ("passwd", "group", "hosts", "resolv.conf", "nsswitch.conf", "host.conf", "ssl", "ca-certificates",
        "ca-certificates.conf", "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime")
 RUN_UID = 10001
+
+
+CGROUP = Path("/sys/fs/cgroup")
+# The wrapper joins the run's cgroups, then becomes bubblewrap (same pid: the handle does not change).
+_JOIN = 'IFS=:; for f in $FLOWER_CGROUPS; do echo $$ > "$f" || exit 125; done; unset FLOWER_CGROUPS PWD OLDPWD; exec "$@"'
+
+
+def _cgroups(run: str, mem_limit: int | None, pids_limit: int | None) -> list[Path]:
+    """Create the run's cgroups with their limits; the procs files to join (none where cgroups are not writable)."""
+    made: list[Path] = []
+    try:
+        if (CGROUP / "cgroup.controllers").is_file():  # v2: one tree
+            parent = CGROUP / "flower"
+            parent.mkdir(exist_ok=True)
+            (parent / "cgroup.subtree_control").write_text("+memory +pids")
+            d = parent / run
+            d.mkdir(exist_ok=True)
+            if mem_limit:
+                (d / "memory.max").write_text(str(mem_limit))
+                (d / "memory.swap.max").write_text("0")
+            if pids_limit:
+                (d / "pids.max").write_text(str(pids_limit))
+            return [d / "cgroup.procs"]
+        for kind, limit in (("memory", mem_limit), ("pids", pids_limit)):
+            if not limit or not (CGROUP / kind).is_dir():
+                continue
+            d = CGROUP / kind / f"flower-{run}"
+            d.mkdir(exist_ok=True)
+            made.append(d)
+            if kind == "pids":
+                (d / "pids.max").write_text(str(limit))
+            else:
+                (d / "memory.limit_in_bytes").write_text(str(limit))
+                if (d / "memory.memsw.limit_in_bytes").exists():
+                    (d / "memory.memsw.limit_in_bytes").write_text(str(limit))
+        return [d / "cgroup.procs" for d in made]
+    except OSError:
+        for d in made:
+            _rmdir(d)
+        return []
+
+
+def _rmdir(d: Path, tries: int = 1) -> None:
+    """Remove an emptied cgroup; its last processes may still be exiting, so ``tries`` times, 50 ms apart."""
+    for _ in range(tries):
+        try:
+            d.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.05)
+
+
+def _sweep() -> None:
+    """Remove the empty cgroups runs left (a run's last processes may outlive its removal by a moment)."""
+    for d in [*CGROUP.glob("memory/flower-*"), *CGROUP.glob("pids/flower-*"), *CGROUP.glob("flower/*")]:
+        try:
+            if d.is_dir() and not (d / "cgroup.procs").read_text().strip():
+                d.rmdir()
+        except OSError:
+            continue
+
+
+def _run_cgroups(run: str) -> list[Path]:
+    return [d for d in (CGROUP / "flower" / run, CGROUP / "memory" / f"flower-{run}", CGROUP / "pids" / f"flower-{run}")
+            if d.is_dir()]
 
 
 def bwrap_available() -> bool:
@@ -134,7 +206,9 @@ class LocalBackend:
     """
 
     def __init__(self, *, python: str | None = None, root: str | Path | None = None, path: str | None = None,
-                 isolation: Isolation = "bwrap", share_net: bool = True) -> None:
+                 isolation: Isolation = "bwrap", share_net: bool = True, mem_limit: int | None = 2 << 30,
+                 pids_limit: int | None = 512) -> None:
+        self.mem_limit, self.pids_limit = mem_limit, pids_limit
         self.python = python or sys.executable
         self.root = Path(root).resolve() if root else None
         self.path = path or os.environ.get("PATH") or DEFAULT_PATH
@@ -163,6 +237,11 @@ class LocalBackend:
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
         env = {"PATH": self.path, **run_env(layout, spec, str(layout.env_file))}
+        _sweep()
+        joins = _cgroups(layout.run_id, self.mem_limit, self.pids_limit)
+        if joins:
+            command = ["/bin/sh", "-c", _JOIN, "sh", *command]
+            env["FLOWER_CGROUPS"] = ":".join(str(p) for p in joins)
         fd = os.open(layout.log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "ab") as out:
             proc = subprocess.Popen(command, cwd=layout.dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
@@ -177,6 +256,8 @@ class LocalBackend:
         pid, start, folder = _parse(handle)
         if self._alive(pid, start):
             return "running"
+        for d in _run_cgroups(folder.name):  # its processes are gone: so goes its cgroup
+            _rmdir(d)
         return "exited" if folder.is_dir() else "missing"
 
     def exit_code(self, handle: str) -> int | None:
@@ -235,10 +316,23 @@ class LocalBackend:
         return out
 
     def remove(self, handle: str) -> None:
-        pid, start, _ = _parse(handle)
+        pid, start, folder = _parse(handle)
         self._kill_group(pid, start, force=True)
         self._procs.pop(pid, None)
         self._removed.add(handle)
+        for d in _run_cgroups(folder.name):
+            _rmdir(d, tries=40)
+
+    def limits(self, handle: str) -> dict[str, int]:
+        """The limits the run's cgroups hold (``{"memory": bytes, "pids": n}``); empty when it has none."""
+        out: dict[str, int] = {}
+        for d in _run_cgroups(_parse(handle)[2].name):
+            for key, name in (("memory", "memory.max"), ("memory", "memory.limit_in_bytes"), ("pids", "pids.max")):
+                try:
+                    out[key] = int((d / name).read_text())
+                except (OSError, ValueError):
+                    continue
+        return out
 
     # -- extras --------------------------------------------------------------
     def logs(self, handle: str) -> str:
