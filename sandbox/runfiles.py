@@ -23,7 +23,8 @@ from pathlib import Path
 __all__ = ["RunFileError", "open_dir", "read_file", "read_json", "list_files", "write_file", "open_file", "copy_out",
            "file_size", "MAX_JSON"]
 
-MAX_JSON = 1024 * 1024  # exit.json, a question, manifest.json: small documents
+MAX_JSON = 1024 * 1024
+MAX_SCAN = 10_000  # folder entries looked at by list_files  # exit.json, a question, manifest.json: small documents
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 
@@ -119,7 +120,9 @@ def list_files(root: str | Path, rel: str | Path, *, suffix: str = "", most: int
         with open_dir(root, rel) as dfd:
             names = []
             with os.scandir(dfd) as it:
-                for entry in it:
+                for seen, entry in enumerate(it):
+                    if seen >= MAX_SCAN:  # a run that fills the folder costs a bounded scan
+                        break
                     if entry.name.startswith(".") or not entry.name.endswith(suffix):
                         continue
                     if entry.is_file(follow_symlinks=False):

@@ -31,6 +31,7 @@ SAFE_CONFIG = ["core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrack
 GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
            "GIT_ATTR_NOSYSTEM": "1"}
 _DIFF = ("--binary", "--no-ext-diff", "--no-textconv")
+GIT_TIMEOUT_S = 300  # a bundle that makes git work longer than this is refused
 
 
 class WorktreeError(RuntimeError):
@@ -157,15 +158,15 @@ def import_bundle(repo: str | Path, bundle: str | Path, branch: str, *, base: st
     r = _open(repo)
     try:
         try:
-            r.git.bundle("verify", "--quiet", str(bundle))
-            heads = r.git.bundle("list-heads", str(bundle), ref)
+            r.git.bundle("verify", "--quiet", str(bundle), kill_after_timeout=GIT_TIMEOUT_S)
+            heads = r.git.bundle("list-heads", str(bundle), ref, kill_after_timeout=GIT_TIMEOUT_S)
         except GitCommandError as e:
             raise _fail("the run's work bundle does not verify", e) from None
         if not heads.strip():
             raise WorktreeError(f"the run's work bundle has no {ref}")
         try:
             r.git.fetch("--quiet", "--no-write-fetch-head", "--no-tags", "--no-recurse-submodules",
-                        str(bundle), f"+{ref}:{staging}")
+                        str(bundle), f"+{ref}:{staging}", kill_after_timeout=GIT_TIMEOUT_S)
             tip = r.git.rev_parse("--verify", f"{staging}^{{commit}}").strip()
         except GitCommandError as e:
             raise _fail("git refused the run's work bundle", e) from None

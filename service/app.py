@@ -345,14 +345,14 @@ async def get_diff(request: Request[Any, Any, Any], tenant: Tenant, run_id: str)
 
 @get("/runs/{run_id:str}/manifest")
 async def manifest(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> dict[str, Any]:
+    from sandbox.backends.base import read_exit
     from sandbox.runfiles import read_json
 
     run = _own(request, tenant, run_id)
     folder = request.app.state.scheduler.layout(run).dir
     steps = await asyncio.to_thread(read_json, folder, "run/manifest.json", limit=8 * 1024 * 1024)
-    exit_data = await asyncio.to_thread(read_json, folder, "outbox/exit.json")
     return {"id": run.id, "status": run.status, "steps": steps if isinstance(steps, list) else [],
-            "exit": exit_data if isinstance(exit_data, dict) else None}
+            "exit": await asyncio.to_thread(read_exit, folder)}
 
 
 @get("/healthz")

@@ -25,6 +25,7 @@ if it wrote one, else marked failed with a sentence saying so.
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import re
 import shutil
@@ -78,6 +79,15 @@ def diffstat(text: str) -> dict[str, Any]:
 def _one_line(text: Any, limit: int = 400) -> str:
     s = " ".join(str(text).split())
     return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _claimed_cost(value: Any, default: float) -> float:
+    """A cost the run reports: a claim, so only a finite, non-negative number is believed."""
+    try:
+        cost = float(value)
+    except (TypeError, ValueError):
+        return default
+    return cost if math.isfinite(cost) and 0 <= cost < 1e9 else default
 
 
 class Scheduler:
@@ -276,13 +286,10 @@ class Scheduler:
             elif kind == "audit":
                 self._audit(run, ev)
             elif kind == "step" and ev.get("text"):
-                step = str(ev["text"])
+                step = _one_line(ev["text"], 200)
             elif kind == "result":
                 payload = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
-                try:
-                    cost += float(payload.get("cost_usd") or 0.0)
-                except (TypeError, ValueError):
-                    pass
+                cost += _claimed_cost(payload.get("cost_usd"), 0.0)
             self._publish(run.id, n, ev)
         self.registry.update(run.id, event_offset=offset, event_seq=seq, cost_usd=cost, step=step)
         run.event_offset, run.event_seq, run.cost_usd, run.step = offset, seq, cost, step
@@ -292,8 +299,9 @@ class Scheduler:
         """An audit line ({"kind": "audit", "text": <deny|spill|spill_failed|isolate>, "payload": {...}})
         → one structured log line ``audit.<kind>`` with the tenant, the run and every audit field."""
         payload = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
-        action = str(payload.get("audit") or ev.get("text") or "event")
-        fields = {(f"audit_{k}" if k in _RESERVED else k): v for k, v in payload.items() if k != "audit"}
+        action = _one_line(payload.get("audit") or ev.get("text") or "event", 32)
+        fields = {(f"audit_{k}"[:64] if k in _RESERVED else k[:64]): (_one_line(v, 500) if isinstance(v, str) else v)
+                  for k, v in list(payload.items())[:32] if k != "audit" and isinstance(v, (str, int, float, bool))}
         if ev.get("step"):
             fields.setdefault("step", ev["step"])
         level = "warning" if action in ("deny", "spill_failed") else "info"
@@ -312,10 +320,7 @@ class Scheduler:
         cost = run.cost_usd
         error: str | None = None
         if exit_data is not None:
-            try:
-                cost = float(exit_data.get("cost_usd") or cost)
-            except (TypeError, ValueError):
-                pass
+            cost = _claimed_cost(exit_data.get("cost_usd"), cost) or cost
         if run.cancel_requested:
             status, error = "cancelled", "cancelled on request"
         elif exit_data is not None and exit_data.get("status") in EXIT_STATUSES:
