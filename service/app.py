@@ -30,6 +30,7 @@ from litestar.exceptions import (
     NotAuthorizedException,
     NotFoundException,
     SerializationException,
+    ServiceUnavailableException,
     ValidationException,
 )
 from litestar.handlers import BaseRouteHandler
@@ -42,6 +43,7 @@ from sandbox.spec import RunSpec
 
 from .config import ServiceConfig
 from .events import read_new
+from .gateway import Gateway
 from .logging import get_logger
 from .registry import ACTIVE, STATUSES, Registry, Run
 from .scheduler import END, Scheduler
@@ -131,6 +133,8 @@ def _sse(seq: int, ev: dict[str, Any]) -> ServerSentEventMessage:
 @post("/runs", status_code=201)
 async def submit(request: Request[Any, Any, Any], tenant: Tenant, data: SubmitBody) -> Response[dict[str, Any]]:
     registry, scheduler = _app_state(request)
+    if scheduler.refusal:
+        raise ServiceUnavailableException(scheduler.refusal)
     ask = data.ask.strip()
     if not ask:
         raise ValidationException("`ask` is blank: say what you want done")
@@ -361,6 +365,10 @@ async def healthz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     task = scheduler._task
     ok = task is not None and not task.done()
     body = {"status": "ok" if ok else "scheduler stopped", "backend": request.app.state.config.backend}
+    if scheduler.refusal:
+        ok, body["status"], body["reason"] = False, "refusing runs", scheduler.refusal
+    elif scheduler.hold:
+        body["guards"] = scheduler.hold
     return Response(body, status_code=200 if ok else 503)
 
 
@@ -440,6 +448,18 @@ def make_backend(config: ServiceConfig, tenants: int = 1) -> Any:
                          pids_limit=config.run_pids or None, tmp_size=config.run_tmp_size)
 
 
+async def _canary(scheduler: Scheduler, config: ServiceConfig) -> None:
+    from .canary import prove_guards
+
+    why = await prove_guards(cli_path=config.guard_canary_cli)
+    scheduler.refusal, scheduler.hold = why, None
+    if why:
+        get_logger("flower.service").error("service.refusing_runs", reason=why)
+    else:
+        get_logger("flower.service").info("canary.passed")
+    scheduler.wake()
+
+
 def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
     """The app; the scheduler starts with it and stops with it (runs themselves keep running)."""
     state_log = get_logger("flower.service")
@@ -450,17 +470,28 @@ def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
     registry = Registry(config.db_path)
     if backend is None:
         backend = make_backend(config, tenants=len(tenants.all()))
-    scheduler = Scheduler(config, registry, tenants, backend)
+    gateway = Gateway(prices=config.prices)
+    scheduler = Scheduler(config, registry, tenants, backend, gateway)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        canary = None
+        if config.guard_canary:
+            scheduler.hold = "the guard canary is proving the guards for this CLI; queued runs start when it passes"
+            canary = asyncio.get_running_loop().create_task(_canary(scheduler, config), name="flower-canary")
+        if config.gateway_port is not None:
+            port = await gateway.listen_tcp(config.gateway_host, config.gateway_port)
+            state_log.info("gateway.listening", host=config.gateway_host, port=port)
         await scheduler.start()
         state_log.info("service.started", backend=config.backend, data_dir=config.data_dir,
                        tenants=len(tenants.all()), max_running=config.max_running)
         try:
             yield
         finally:
+            if canary is not None:
+                canary.cancel()
             await scheduler.stop()
+            await gateway.aclose()
             registry.close()
             state_log.info("service.stopped")
 

@@ -9,9 +9,16 @@ One background task, one pass every ``poll_s`` (or at once when woken by a submi
    when the sandbox has exited: read exit.json, take the last bundle, store the diff stat,
    release the sandbox, remove the run's credentials and checkout;
 2. start queued runs, oldest first, within the global ``max_running`` and each tenant's
-   quota: layout → a checkout of its own on ``flower/<run>`` from the repo's HEAD → env file
-   from the tenant's credentials (0600) → spec → ``backend.start``. A failure on the way
-   removes what was made and fails the run with the reason.
+   quota: layout → a checkout of its own on ``flower/<run>`` from the repo's HEAD → a gateway
+   token of its own and its gateway socket (``service.gateway``) → env file (0600: the token and
+   the tenant's non-secret settings, never its key) → spec → ``backend.start``. A failure on the
+   way removes what was made and fails the run with the reason.
+
+What the run spends is measured by the gateway, on the wire (``on_usage``): tokens and cost go onto
+the run's row and the tenant's day; a tenant's ``budget_usd`` crossed stops the run with a sentence
+saying so. The gateway's audit (tool calls, denials, spills) is the one the run cannot touch; the
+run's own audit lines are logged too, labelled ``source="run"``, and a disagreement between the two
+at the end is logged as ``audit.mismatch``.
 
 Everything under a run folder that the run can write is read as hostile data (``sandbox.runfiles``);
 git runs only in the tenant's own repository, on a copy of the bundle the run can no longer touch
@@ -41,9 +48,11 @@ from sandbox.spec import RunSpec, write_spec
 
 from .config import ServiceConfig
 from .events import read_new
+from .gateway import SOCKET_NAME, Gateway, Grant, new_token, run_credentials, upstream_of
 from .logging import get_logger
 from .registry import ACTIVE, Registry, Run
 from .tenants import Tenant, TenantNotReady, Tenants
+from .wire import Usage
 
 __all__ = ["Scheduler", "END", "diffstat"]
 
@@ -90,12 +99,25 @@ def _claimed_cost(value: Any, default: float) -> float:
     return cost if math.isfinite(cost) and 0 <= cost < 1e9 else default
 
 
+def _day(t: float | None = None) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(time.time() if t is None else t))
+
+
 class Scheduler:
-    def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Any) -> None:
+    def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Any,
+                 gateway: Gateway | None = None) -> None:
         self.config = config
         self.registry = registry
         self.tenants = tenants
         self.backend = backend
+        self.gateway = gateway or Gateway(prices=config.prices)
+        self.gateway.on_usage = self._metered
+        self._overspent: dict[str, str] = {}  # run → the sentence that stopped it
+        self._claimed: dict[str, Counter[str]] = defaultdict(Counter)  # run → audit kinds the run itself reported
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.hold: str | None = None
+        """Why queued runs wait (the guard canary has not passed yet); ``refusal`` when it failed."""
+        self.refusal: str | None = None
         self.handles: dict[str, Any] = {}
         self._stopping: dict[str, asyncio.Task[None]] = {}
         self._subs: dict[str, set[asyncio.Queue[Any]]] = defaultdict(set)
@@ -113,8 +135,9 @@ class Scheduler:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         self._wake = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
         await self.recover()
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="flower-scheduler")
+        self._task = self._loop.create_task(self._run_loop(), name="flower-scheduler")
 
     async def stop(self) -> None:
         """Stop following; the runs themselves keep running (a restarted service re-attaches)."""
@@ -131,7 +154,7 @@ class Scheduler:
         if self._wake is not None:
             self._wake.set()
 
-    async def _loop(self) -> None:
+    async def _run_loop(self) -> None:
         assert self._wake is not None
         while True:
             try:
@@ -163,6 +186,7 @@ class Scheduler:
         for run in self.registry.list(statuses=ACTIVE, oldest_first=True):
             if run.id in live:
                 self.handles[run.id] = live[run.id]
+                await self._regrant(run)
                 if run.status == "starting":  # its branch and base were stored before the backend started it
                     self.registry.transition(run.id, "running", frm=["starting"], handle=str(live[run.id]))
                 log.info("run.reattached", tenant=run.tenant, run=run.id, events=run.event_seq)
@@ -186,6 +210,8 @@ class Scheduler:
 
     # -- starting ----------------------------------------------------------------------------
     async def _start_queued(self) -> None:
+        if self.hold or self.refusal:
+            return
         busy = Counter(r.tenant for r in self.registry.list(statuses=ACTIVE))  # the runs executing now: a few rows
         total = sum(busy.values())
         if total >= self.config.max_running:
@@ -200,6 +226,11 @@ class Scheduler:
                 continue
             if busy[run.tenant] >= tenant.quota:
                 continue
+            over = self._over_day(tenant)
+            if over:
+                self.registry.transition(run.id, "failed", frm=["queued"], ended=time.time(), error=over)
+                log.warning("run.over_budget", tenant=run.tenant, run=run.id, error=over)
+                continue
             if not self.registry.transition(run.id, "starting", frm=["queued"], started=time.time()):
                 continue  # cancelled in the meantime
             total += 1
@@ -212,6 +243,7 @@ class Scheduler:
             handle, base = await asyncio.to_thread(self._prepare_and_start, run, tenant)
         except Exception as e:  # noqa: BLE001 - every failure fails this run, never the scheduler
             why = str(e) if isinstance(e, TenantNotReady) else f"{type(e).__name__}: {_one_line(e)}"
+            await self.gateway.close(run.id)
             self._fail(run, f"could not start the run: {why}", frm=["starting"])
             return
         self.handles[run.id] = handle
@@ -234,9 +266,9 @@ class Scheduler:
             base = make_workspace(run.repo, layout.workspace, layout.branch)
             workspace = True
             self.registry.update(run.id, branch=layout.branch, base=base)  # known even if we stop right here
-            write_env_file(layout.env_file, values)
+            write_env_file(layout.env_file, self._grant(run, tenant, values, layout))
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
-                           base=base, objects=str(objects_dir(run.repo)))
+                           base=base, objects=str(objects_dir(run.repo)), egress=tenant.egress)
             write_spec(layout, spec)
             return self.backend.start(layout, spec), base
         except BaseException:
@@ -246,6 +278,84 @@ class Scheduler:
             if made_dir:
                 shutil.rmtree(layout.dir, ignore_errors=True)
             raise
+
+    # -- the gateway ---------------------------------------------------------------------------
+    def _grant(self, run: Run, tenant: Tenant, values: dict[str, str], layout: RunLayout) -> dict[str, str]:
+        """Blocking (a worker thread): the run's token, its socket open on the gateway; the env file's values."""
+        token, digest = new_token()
+        upstream, auth = upstream_of(values)
+        grant = Grant(run.id, run.tenant, digest, upstream, auth)
+        self.registry.update(run.id, token_sha256=digest)
+        kubernetes = self.config.backend == "kubernetes"
+        self._on_loop(self.gateway.open(grant, None if kubernetes else layout.gateway))
+        if kubernetes:
+            return run_credentials(values, token, url=self.config.gateway_url)
+        return run_credentials(values, token, socket_path=layout.gateway / SOCKET_NAME)
+
+    def _on_loop(self, coro: Any) -> Any:
+        assert self._loop is not None, "the scheduler is not started"
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(30)
+
+    async def _regrant(self, run: Run) -> None:
+        """A re-attached run keeps its token (the service restarted; the run did not) and what it spent."""
+        from sandbox.envfile import read_env_file
+
+        tenant = self.tenants.get(run.tenant)
+        if tenant is None or not run.token_sha256:
+            return
+        try:
+            values = await asyncio.to_thread(read_env_file, tenant.credentials)
+        except (OSError, ValueError) as e:
+            log.warning("run.regrant_failed", tenant=run.tenant, run=run.id, error=type(e).__name__)
+            return
+        upstream, auth = upstream_of(values)
+        grant = Grant(run.id, run.tenant, run.token_sha256, upstream, auth,
+                      usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
+                                  cache_creation_input_tokens=run.cache_write_tokens,
+                                  cache_read_input_tokens=run.cache_read_tokens, cost_usd=run.cost_usd))
+        await self.gateway.open(grant, None if self.config.backend == "kubernetes" else self.layout(run).gateway)
+        self._check_budget(grant, tenant)
+
+    def _metered(self, grant: Grant, usage: Usage) -> None:
+        """One answer measured by the gateway: onto the run and the tenant's day; budgets checked."""
+        self.registry.add_usage(grant.run_id, grant.tenant, _day(), input_tokens=usage.input_tokens,
+                                output_tokens=usage.output_tokens,
+                                cache_write_tokens=usage.cache_creation_input_tokens,
+                                cache_read_tokens=usage.cache_read_input_tokens, cost_usd=usage.cost_usd)
+        tenant = self.tenants.get(grant.tenant)
+        if tenant is not None:
+            self._check_budget(grant, tenant)
+
+    def _over_day(self, tenant: Tenant) -> str | None:
+        cap = tenant.budget_usd.day
+        if cap is None:
+            return None
+        spent = self.registry.spent(tenant.name, _day())["cost_usd"]
+        if spent < cap:
+            return None
+        return (f"over budget: tenant {tenant.name} has spent ${spent:.4f} of its ${cap:.2f} daily budget today "
+                "(UTC, measured by the model gateway); the run was stopped — raise `budget_usd.day` or wait "
+                "for tomorrow")
+
+    def _check_budget(self, grant: Grant, tenant: Tenant) -> None:
+        cap = tenant.budget_usd.run
+        if cap is not None and grant.usage.cost_usd >= cap:
+            self._overspend(grant, f"over budget: this run has spent ${grant.usage.cost_usd:.4f} of its "
+                                   f"${cap:.2f} per-run budget (tenant {tenant.name}, measured by the model "
+                                   "gateway); the service stopped it — raise `budget_usd.run` to allow more")
+            return
+        over = self._over_day(tenant)
+        if over:
+            for g in self.gateway.grants(tenant=tenant.name):
+                self._overspend(g, over)
+
+    def _overspend(self, grant: Grant, why: str) -> None:
+        if grant.refused:
+            return
+        grant.refused = why  # the gateway answers 403 from now on: not one more token is spent
+        self._overspent[grant.run_id] = why
+        log.warning("run.over_budget", tenant=grant.tenant, run=grant.run_id, error=why)
+        self.wake()
 
     # -- following ---------------------------------------------------------------------------
     async def _follow(self, run: Run) -> None:
@@ -257,7 +367,7 @@ class Scheduler:
         if handle is None:
             await self._finish(run, "missing")
             return
-        if run.cancel_requested and run.id not in self._stopping:
+        if (run.cancel_requested or run.id in self._overspent) and run.id not in self._stopping:
             self._stopping[run.id] = asyncio.get_running_loop().create_task(self._stop(run, handle))
         state = await asyncio.to_thread(self.backend.state, handle)
         if state == "running":
@@ -278,11 +388,14 @@ class Scheduler:
         events, offset, seq = read_new(self.layout(run).dir, run.event_offset, run.event_seq)
         if offset == run.event_offset:
             return run
-        cost, step = run.cost_usd, run.step
+        cost, step = run.claimed_cost_usd, run.step
+        claimed = self._claimed[run.id]
         for n, ev in events:
             kind = ev.get("kind")
             if kind == "checkpoint":
                 self._checkpoints.add(run.id)
+            elif kind == "tool_call":
+                claimed["tool_call"] += 1
             elif kind == "audit":
                 self._audit(run, ev)
             elif kind == "step" and ev.get("text"):
@@ -291,8 +404,8 @@ class Scheduler:
                 payload = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
                 cost += _claimed_cost(payload.get("cost_usd"), 0.0)
             self._publish(run.id, n, ev)
-        self.registry.update(run.id, event_offset=offset, event_seq=seq, cost_usd=cost, step=step)
-        run.event_offset, run.event_seq, run.cost_usd, run.step = offset, seq, cost, step
+        self.registry.update(run.id, event_offset=offset, event_seq=seq, claimed_cost_usd=cost, step=step)
+        run.event_offset, run.event_seq, run.claimed_cost_usd, run.step = offset, seq, cost, step
         return run
 
     def _audit(self, run: Run, ev: dict[str, Any]) -> None:
@@ -304,8 +417,10 @@ class Scheduler:
                   for k, v in list(payload.items())[:32] if k != "audit" and isinstance(v, (str, int, float, bool))}
         if ev.get("step"):
             fields.setdefault("step", ev["step"])
+        if action in ("deny", "spill"):
+            self._claimed[run.id][action] += 1
         level = "warning" if action in ("deny", "spill_failed") else "info"
-        getattr(audit_log, level)(f"audit.{action}", tenant=run.tenant, run=run.id, **fields)
+        getattr(audit_log, level)(f"audit.{action}", tenant=run.tenant, run=run.id, source="run", **fields)
 
     # -- finishing ---------------------------------------------------------------------------
     async def _finish(self, run: Run, state: str, *, why: str | None = None) -> None:
@@ -317,11 +432,15 @@ class Scheduler:
         layout = self.layout(run)
         handle = self.handles.get(run.id)
         exit_data = read_exit(layout.dir)
-        cost = run.cost_usd
+        claimed = run.claimed_cost_usd
         error: str | None = None
         if exit_data is not None:
-            cost = _claimed_cost(exit_data.get("cost_usd"), cost) or cost
-        if run.cancel_requested:
+            claimed = _claimed_cost(exit_data.get("cost_usd"), claimed) or claimed
+        grant = await self.gateway.close(run.id)  # its token ends with it
+        overspent = self._overspent.pop(run.id, None)
+        if overspent:
+            status, error = "failed", overspent
+        elif run.cancel_requested:
             status, error = "cancelled", "cancelled on request"
         elif exit_data is not None and exit_data.get("status") in EXIT_STATUSES:
             status = str(exit_data["status"])
@@ -350,11 +469,26 @@ class Scheduler:
         self.handles.pop(run.id, None)
         self._stopping.pop(run.id, None)
         self._imported.pop(run.id, None)
-        self.registry.transition(run.id, status, frm=ACTIVE, ended=time.time(), cost_usd=cost, error=error,
-                                 commit_sha=commit, diffstat=stat)
-        log.info("run.finished", tenant=run.tenant, run=run.id, status=status, cost_usd=round(cost, 6),
+        self._compare_audits(run, grant)
+        self.registry.transition(run.id, status, frm=ACTIVE, ended=time.time(), claimed_cost_usd=claimed,
+                                 error=error, commit_sha=commit, diffstat=stat, token_sha256=None)
+        cost = self.registry.get(run.id)
+        log.info("run.finished", tenant=run.tenant, run=run.id, status=status,
+                 cost_usd=round(cost.cost_usd, 6) if cost else None, claimed_cost_usd=round(claimed, 6),
                  commit=commit, files=len(stat["files"]) if stat else None, error=error)
         self._publish_end(run.id)
+
+    def _compare_audits(self, run: Run, grant: Grant | None) -> None:
+        """The wire's counts against the run's own: a run that hid (or invented) a denial shows up here."""
+        claimed = self._claimed.pop(run.id, Counter())
+        if grant is None:
+            return
+        wire = grant.counts
+        if any(wire[k] != claimed[k] for k in ("deny", "spill")) or wire["tool_call"] < claimed["tool_call"]:
+            audit_log.warning("audit.mismatch", tenant=run.tenant, run=run.id,
+                              wire_denials=wire["deny"], run_denials=claimed["deny"],
+                              wire_spills=wire["spill"], run_spills=claimed["spill"],
+                              wire_tool_calls=wire["tool_call"], run_tool_calls=claimed["tool_call"])
 
     def _collect(self, run: Run, layout: RunLayout) -> tuple[str | None, dict[str, Any] | None, list[str]]:
         """Blocking: take the run's last bundle, measure the diff, remove its credentials and checkout."""

@@ -264,6 +264,7 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
                 if answer.drop:
                     return self._drop(req, msg_id)
                 return self._send(answer.status, answer.body(), answer.headers)
+            req.usage = _usage(req, answer)
             if not body.get("stream"):
                 return self._send(200, json.dumps(_message(req, answer, msg_id)).encode())
             self._stream_head()

@@ -86,11 +86,15 @@ class DockerBackend:
         ]
         if objects is not None:
             mounts.append(Mount(str(objects), str(objects), type="bind", read_only=True))
+        if layout.gateway.is_dir():
+            mounts.append(Mount(str(layout.gateway), str(layout.gateway), type="bind", read_only=True))
         env = run_env(layout, spec, ENV_IN_CONTAINER)
         labels = {**self.labels, "flower.run": layout.run_id, "flower.tenant": spec.tenant,
                   "flower.dir": str(layout.dir)}
         kw: dict[str, Any] = {}
-        if network is not None:
+        if spec.egress == "closed":  # not even loopback to the host: the model is behind the gateway's socket
+            kw["network_mode"] = "none"
+        elif network is not None:
             kw["network"] = network
         elif self.network_mode is not None:
             kw["network_mode"] = self.network_mode
