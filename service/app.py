@@ -359,6 +359,18 @@ async def manifest(request: Request[Any, Any, Any], tenant: Tenant, run_id: str)
             "exit": await asyncio.to_thread(read_exit, folder)}
 
 
+@get("/usage")
+async def usage(request: Request[Any, Any, Any], tenant: Tenant,
+                day: Annotated[str | None, Parameter(pattern=r"^\d{4}-\d{2}-\d{2}$")] = None) -> dict[str, Any]:
+    """What the tenant spent on ``day`` (UTC, default today), as the model gateway measured it, and its budget."""
+    when = day or time.strftime("%Y-%m-%d", time.gmtime())
+    spent = request.app.state.registry.spent(tenant.name, when)
+    budget = tenant.budget_usd
+    return {"tenant": tenant.name, "day": when, "cost_usd": round(spent["cost_usd"], 6),
+            "input_tokens": spent["input_tokens"], "output_tokens": spent["output_tokens"],
+            "budget_usd": {"run": budget.run, "day": budget.day}}
+
+
 @get("/healthz")
 async def healthz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     scheduler: Scheduler = request.app.state.scheduler
@@ -496,7 +508,7 @@ def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
             state_log.info("service.stopped")
 
     v1 = Router(path="/v1", route_handlers=[submit, list_runs, get_run, events, questions, answer, message,
-                                           interrupt, cancel, get_diff, manifest],
+                                           interrupt, cancel, get_diff, manifest, usage],
                 guards=[_bearer], dependencies={"tenant": Provide(_tenant)})
     return Litestar(
         route_handlers=[v1, healthz],

@@ -132,6 +132,7 @@ class Gateway:
                                          follow_redirects=False, trust_env=False)
         self.streams = 0
         self.forwarded = 0
+        self._conns: set[asyncio.StreamWriter] = set()
 
     # -- grants ------------------------------------------------------------------------------
     async def open(self, grant: Grant, folder: Path | None = None) -> None:
@@ -187,11 +188,14 @@ class Gateway:
             server.close()
         if self._tcp is not None:
             self._tcp.close()
+        for writer in list(self._conns):
+            writer.close()
         await self._client.aclose()
 
     # -- one connection ----------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, run_id: str | None) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        self._conns.add(writer)
         try:
             while True:
                 got = await self._receive(conn, reader, writer)
@@ -201,9 +205,10 @@ class Gateway:
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     break
                 conn.start_next_cycle()
-        except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, OSError):
+        except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, OSError, asyncio.CancelledError):
             pass
         finally:
+            self._conns.discard(writer)
             writer.close()
 
     async def _receive(self, conn: h11.Connection, reader: asyncio.StreamReader,

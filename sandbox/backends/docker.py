@@ -6,7 +6,12 @@ mean the same thing on both sides — and nothing else of the run folder or of t
 * read-write, each mounted on its own: the checkout (workspace), the workbench ``.flower-<repo>``, ``run/``,
   ``home/`` (HOME) and ``outbox/`` (events, exit, questions, the work bundle) — ``RunLayout.writable``;
 * read-only: ``mailbox/`` (what the service writes), the spec, the env file at ``/run/flower/flower.env``
-  (``FLOWER_ENV``), and the team's object store the checkout borrows (``spec.objects``).
+  (``FLOWER_ENV``), the team's object store the checkout borrows (``spec.objects``), and ``gateway/`` with
+  the model gateway's socket, the run's one way out.
+
+Network: a spec with ``egress="closed"`` (the service's default for every tenant) runs with
+``network_mode: none`` — no interface but its own loopback, where the runner bridges to the gateway's
+socket (``sandbox.bridge``). ``egress="open"`` uses ``network_mode`` / ``start(network=...)``.
 
 Hardened by default, each a constructor argument: uid 10001 whatever the service runs as (``user``), a
 memory limit with no swap on top (``mem_limit``), a CPU quota (``cpus``), a pids limit (``pids_limit``), a

@@ -288,7 +288,12 @@ def test_a_run_over_its_budget_is_stopped_and_its_usage_is_the_wires(tmp_path: P
         other = wait_status(service.client("beta"), cheap, ENDED, timeout=180)
         sent = {name: [r for r in model.requests if r.usage and r.headers.get("x-api-key") == KEYS[name]]
                 for name in KEYS}
+        dep.write_tenants(acme={"budget_usd.run": 0.05, "budget_usd.day": 0.01})  # today's spend is past that
+        late = wait_status(service.client("acme"), submit(service, "acme", "又一个", clarify_only=True), ENDED, 120)
         log = service.log_path.read_text()
+        day = service.client("acme").get("/v1/usage").json()
+    assert late["status"] == "failed" and "daily budget" in late["error"] and late["usage"]["input_tokens"] == 0, late
+    assert day["budget_usd"] == {"run": 0.05, "day": 0.01} and day["cost_usd"] == pytest.approx(run["cost_usd"], abs=1e-6)
     assert run["status"] == "failed" and run["error"].startswith("over budget: this run has spent $0.05"), run
     assert "per-run budget" in run["error"] and "budget_usd.run" in run["error"]
     for row, reqs in ((run, sent["acme"]), (other, sent["beta"])):
