@@ -28,6 +28,7 @@ from pathlib import Path
 
 import h11
 import httpx
+import msgspec
 
 from .logging import get_logger
 from .wire import ResponseReader, Usage, cost_of, tool_results
@@ -109,6 +110,14 @@ class Grant:
 
 
 UsageHook = Callable[[Grant, Usage], None]
+
+
+def _decode(body: bytes) -> dict[str, object]:
+    try:
+        value = msgspec.json.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _error(status: int, kind: str, message: str) -> tuple[int, bytes]:
@@ -297,17 +306,13 @@ class Gateway:
             await resp.aclose()
             reader.close()
             if path == "/v1/messages":
-                self._observe(grant, agent, body, reader, resp.status_code, time.monotonic() - started)
+                # a long conversation is megabytes of JSON: parsed off the loop, after the answer went back
+                request = await asyncio.to_thread(_decode, body) if len(body) > 256 * 1024 else _decode(body)
+                self._observe(grant, agent, request, reader, resp.status_code, time.monotonic() - started)
 
-    def _observe(self, grant: Grant, agent: str, body: bytes, reader: ResponseReader, status: int,
+    def _observe(self, grant: Grant, agent: str, request: dict[str, object], reader: ResponseReader, status: int,
                  seconds: float) -> None:
         """Meter the answer and write the wire audit: what the CLI sent back, then what the model asked for."""
-        try:
-            request = json.loads(body)
-        except (ValueError, RecursionError):
-            request = {}
-        if not isinstance(request, dict):
-            request = {}
         who = {"tenant": grant.tenant, "run": grant.run_id, "agent": agent, "source": "wire"}
         for result in tool_results(request):
             if result.kind not in ("deny", "spill"):
