@@ -47,6 +47,10 @@ class Backoff:
         self._until.pop(key, None)
         return self._fails.pop(key, 0)
 
+    def reset(self) -> None:
+        """Every key may be tried at once (the fault they waited on is gone), their counts kept."""
+        self._until.clear()
+
     def failures(self, key: Hashable) -> int:
         return self._fails.get(key, 0)
 

@@ -79,10 +79,10 @@ def _size(n: int) -> str:
 
 
 def disk_full_reason(disk: DiskState, branch: str | None, detail: str | None = None) -> str:
-    where = f"what it had committed is kept on its branch {branch}" if branch else "it had committed nothing"
-    tail = f" ({detail})" if detail else ""
-    return (f"disk full: the run could not write to {disk.path} ({_size(disk.free_bytes)} free now){tail}; "
-            f"{where}; free space on the data dir and submit the ask again")
+    where = f"what it had committed is kept on its branch {branch}" if branch else "it had committed nothing yet"
+    how = f" — {detail}" if detail else ""
+    return (f"disk full: the data dir {disk.path} ran out of space while this run was writing{how}; {where}; "
+            "free space on the data dir and submit the ask again")
 
 
 class Health:
@@ -95,6 +95,7 @@ class Health:
         self._disk_at = 0.0
         self.disk_low_since: float | None = None
         self.last_disk_full: float | None = None  # when a write on the data dir last failed for want of space
+        self.last_low: float | None = None  # when free space was last seen below the floor
         self.backend_down_since: float | None = None
         self.backend_error: str | None = None
 
@@ -105,8 +106,10 @@ class Health:
             st = os.statvfs(self.data_dir)
             self._disk = DiskState(str(self.data_dir), st.f_bavail * st.f_frsize, self.floor_bytes)
             self._disk_at = now
-            if self._disk.low and self.disk_low_since is None:
-                self.disk_low_since = time.time()
+            if self._disk.low:
+                self.last_low = time.time()
+                if self.disk_low_since is None:
+                    self.disk_low_since = self.last_low
             elif not self._disk.low:
                 self.disk_low_since = None
         return self._disk
@@ -117,8 +120,9 @@ class Health:
 
     def disk_was_full(self, since: float) -> bool:
         """Did the data dir run out of space (or sit below its floor) at any time since ``since``?"""
-        low = self.disk().low or self.disk_low_since is not None
-        return low or (self.last_disk_full is not None and self.last_disk_full >= since)
+        if self.disk().low:
+            return True
+        return any(t is not None and t >= since for t in (self.last_low, self.last_disk_full))
 
     # -- the backend ------------------------------------------------------------------------
     def backend_failed(self, error: BaseException) -> bool:

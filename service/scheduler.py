@@ -189,6 +189,8 @@ class Scheduler:
             return
         if self._queue_held:
             self._queue_held = False
+            self.backoff.reset()  # what waited on the full disk is tried on the next pass
+            self.wake()
             log.info("scheduler.queue_released", free_bytes=self.health.disk().free_bytes)
         await self._start_queued()
 
@@ -404,6 +406,7 @@ class Scheduler:
         exit_data = read_exit(layout.dir)
         cost = run.cost_usd
         error: str | None = None
+        disk_full = False  # the run died for want of space: its reason says so, whatever it managed to write
         if exit_data is not None:
             cost = _claimed_cost(exit_data.get("cost_usd"), cost) or cost
         if run.cancel_requested:
@@ -413,7 +416,7 @@ class Scheduler:
             error = _one_line(exit_data["error"], 2000) if exit_data.get("error") else None
             if status != "succeeded" and error and is_disk_full(error):
                 self.health.disk_full_seen()
-                error = disk_full_reason(self.health.disk(fresh=True), run.branch, error)
+                disk_full = True
         elif exit_data is not None:
             status, error = "failed", f"the run wrote an exit.json with an unknown status {exit_data.get('status')!r}"
         elif state == "missing":
@@ -427,14 +430,17 @@ class Scheduler:
                     code = None
             status = "failed"
             error = f"the run exited with code {code} without writing exit.json (it crashed before finishing)"
-            if self.health.disk_was_full(since=run.started or run.created):
-                error = disk_full_reason(self.health.disk(fresh=True), run.branch, error)
+            disk_full = self.health.disk_was_full(since=run.started or run.created)
         commit, stat, notes = await asyncio.to_thread(self._collect, run, layout)
+        if disk_full:
+            error = disk_full_reason(self.health.disk(fresh=True), layout.branch if commit else None, error)
         if notes:
             error = "; ".join([e for e in [error, *notes] if e])
         # the row first: if it cannot be written (a full disk), the next pass finishes the run again, sandbox and all
         self.registry.transition(run.id, status, frm=ACTIVE, ended=time.time(), cost_usd=cost, error=error,
                                  commit_sha=commit, diffstat=stat)
+        log.info("run.finished", tenant=run.tenant, run=run.id, status=status, cost_usd=round(cost, 6),
+                 commit=commit, files=len(stat["files"]) if stat else None, error=error)
         if handle is not None:
             try:
                 await asyncio.to_thread(self.backend.remove, handle)
@@ -443,8 +449,6 @@ class Scheduler:
         self.handles.pop(run.id, None)
         self._stopping.pop(run.id, None)
         self._imported.pop(run.id, None)
-        log.info("run.finished", tenant=run.tenant, run=run.id, status=status, cost_usd=round(cost, 6),
-                 commit=commit, files=len(stat["files"]) if stat else None, error=error)
         self._publish_end(run.id)
 
     def _collect(self, run: Run, layout: RunLayout) -> tuple[str | None, dict[str, Any] | None, list[str]]:
