@@ -8,7 +8,16 @@ from typing import Any
 
 from _service_helpers import Service
 
-__all__ = ["figures", "lines_between"]
+__all__ = ["figures", "lines_between", "need"]
+
+
+def need(what: str) -> None:
+    """A missing prerequisite (root, an engine): a failure when FLOWER_REQUIRE_DOCKER=1 (CI), else a skip."""
+    import pytest
+
+    if os.environ.get("FLOWER_REQUIRE_DOCKER") == "1":
+        pytest.fail(f"FLOWER_REQUIRE_DOCKER=1 but {what}")
+    pytest.skip(f"{what} (set FLOWER_REQUIRE_DOCKER=1 to make this a failure)")
 
 
 def figures(name: str, **values: Any) -> None:

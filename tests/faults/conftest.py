@@ -21,13 +21,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from _faults import need  # noqa: E402
 from _service_helpers import Service, stop_services  # noqa: E402
-
-
-def _need(what: str) -> None:
-    if os.environ.get("FLOWER_REQUIRE_DOCKER") == "1":
-        pytest.fail(f"FLOWER_REQUIRE_DOCKER=1 but {what}")
-    pytest.skip(f"{what} (set FLOWER_REQUIRE_DOCKER=1 to make this a failure)")
 
 
 @pytest.fixture
@@ -44,12 +39,12 @@ def small_disk() -> Iterator[Any]:
 
     def mount(path: Path, mb: int) -> Path:
         if os.geteuid() != 0:
-            _need("mounting a tmpfs for the data dir needs root")
+            need("mounting a tmpfs for the data dir needs root")
         path.mkdir(parents=True, exist_ok=True)
         r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={mb}m,mode=0700", "tmpfs", str(path)],
                            capture_output=True, text=True)
         if r.returncode != 0:
-            _need(f"mount -t tmpfs failed: {r.stderr.strip()}")
+            need(f"mount -t tmpfs failed: {r.stderr.strip()}")
         mounted.append(path)
         return path
 

@@ -56,7 +56,7 @@ def test_a_full_data_dir_degrades_loudly_keeps_the_work_and_recovers(tmp_path: P
         Rule(say(BRIEF), system=CLARIFIER, prompt="排队"),
     ]
     with ScriptedModel(rules) as model:
-        service = serve(deployment, services, model)
+        service = serve(deployment, services, model, timeout=180)
         acme = service.client("acme")
         anon = service.client(None)
         assert anon.get("/healthz").json()["status"] == "ok"

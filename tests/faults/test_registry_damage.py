@@ -30,7 +30,7 @@ def test_a_truncated_registry_is_refused_with_the_way_back_and_restore_loses_no_
     deployment = Deployment(tmp_path, quota=1, max_running=1)
     rules = [Rule(tool(ASK, {"question": "用什么语言?"}), system=CLARIFIER), Rule(say(BRIEF), system=CLARIFIER)]
     with ScriptedModel(rules) as model:
-        first = serve(deployment, services, model, "first")
+        first = serve(deployment, services, model, "first", timeout=180)
         acme = first.client("acme")
         ids = [acme.post("/v1/runs", json={"ask": f"任务{i}", "options": {"clarify_only": True}}).json()["id"]
                for i in range(3)]
@@ -61,7 +61,7 @@ def test_a_truncated_registry_is_refused_with_the_way_back_and_restore_loses_no_
     assert aside and aside[0].stat().st_size == size // 2, "the damaged registry is moved aside, not deleted"
 
     with ScriptedModel(rules) as model:
-        second = serve(deployment, services, model, "second")
+        second = serve(deployment, services, model, "second", timeout=180)
         after = {r["id"]: r["status"] for r in second.client("acme").get("/v1/runs").json()["runs"]}
     assert set(after) == set(before) == set(ids), (before, after)
     lost = len(set(before) - set(after))
