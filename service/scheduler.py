@@ -179,8 +179,8 @@ class Scheduler:
                 if not self.health.backend_up:
                     return
             else:
-                if self.backoff.succeeded(run.id):
-                    self.errors.ok(run.id)
+                self.backoff.succeeded(run.id)
+                self.errors.ok(run.id)
         if self.health.disk().low:
             if not self._queue_held:
                 self._queue_held = True
