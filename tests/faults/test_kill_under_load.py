@@ -49,13 +49,14 @@ class Stream(threading.Thread):
                         if cur.get("event") == "end":
                             self.ended = cur["data"]
                             return
-                        if cur:
+                        if cur.get("id"):  # (Litestar's keep-alive comment comes with an empty `data:`)
                             self.events.append(cur)
                         cur = {}
                     elif not line.startswith(":"):
                         key, _, value = line.partition(":")
                         value = value[1:] if value.startswith(" ") else value
-                        cur[key] = json.loads(value) if key == "data" else value
+                        if value or key != "data":
+                            cur[key] = json.loads(value) if key == "data" else value
         except (httpx.TransportError, httpx.RemoteProtocolError):
             self.cut = True
 
@@ -85,8 +86,17 @@ def test_kill_9_with_20_runs_in_flight_loses_no_run_and_no_event(tmp_path: Path,
                     out.update({r["id"]: r["status"] for r in c.get("/v1/runs").json()["runs"]})
             return out
 
-        wait_for(lambda: sum(s == "running" for s in statuses(first).values()) >= RUNS // 2, 240,
-                 what="half the runs running")
+        def seen(svc: Service) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for t in TOKENS:
+                with svc.client(t) as c:
+                    out.update({r["id"]: r["events"] for r in c.get("/v1/runs").json()["runs"]})
+            return out
+
+        # kill when the runs are at every stage: some with events streamed, some starting, some queued
+        wait_for(lambda: sum(s == "running" for s in statuses(first).values()) >= RUNS // 2
+                 and sum(n > 0 for n in seen(first).values()) >= RUNS // 4, 240, every=0.3,
+                 what="half the runs running, a quarter with events")
         at_kill = statuses(first)
         t_kill = time.time()
         first.stop(signal.SIGKILL)  # a crash under load: nothing is cleaned up, streams are cut
