@@ -416,6 +416,12 @@ def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[
 
 
 def _crash(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    if is_disk_full(exc):  # an answer, a message, a cancel that cannot be written: the disk, not the service
+        request.app.state.scheduler.health.disk_full_seen()
+        log.warning("api.disk_full", path=request.url.path, method=request.method, error=str(exc)[:300])
+        return Response({"status_code": 507, "error": "the service's disk is full, so this was not saved; "
+                         "try again once the operator has freed space"}, status_code=507,
+                        headers={"Retry-After": "60"})
     log.exception("api.unhandled", path=request.url.path, method=request.method)
     return Response({"status_code": 500, "error": "internal error in the service; the operator's log has details"},
                     status_code=500)

@@ -46,6 +46,14 @@ def is_engine_down(error: BaseException) -> bool:
     except ImportError:  # pragma: no cover - requests comes with the docker SDK
         pass
     try:
+        import urllib3
+
+        if isinstance(error, (urllib3.exceptions.MaxRetryError, urllib3.exceptions.NewConnectionError,
+                              urllib3.exceptions.ProtocolError)):  # the Kubernetes client's API server away
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    try:
         import docker
 
         if isinstance(error, docker.errors.DockerException) and not isinstance(error, docker.errors.APIError):
