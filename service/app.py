@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import secrets
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -44,6 +45,7 @@ from sandbox.spec import RunSpec
 from .config import ServiceConfig
 from .events import read_new
 from .gateway import Gateway
+from .health import is_disk_full
 from .logging import get_logger
 from .registry import ACTIVE, STATUSES, Registry, Run
 from .scheduler import END, Scheduler
@@ -84,6 +86,10 @@ class Unprocessable(ClientException):
 
 class TooManyRequests(ClientException):
     status_code = HTTP_429_TOO_MANY_REQUESTS
+
+
+class InsufficientStorage(HTTPException):
+    status_code = 507
 
 
 # -- auth ------------------------------------------------------------------------------------
@@ -154,7 +160,18 @@ async def submit(request: Request[Any, Any, Any], tenant: Tenant, data: SubmitBo
         raise Unprocessable(str(e)) from None
     except ValueError as e:
         raise Unprocessable(f"tenant {tenant.name} cannot run here: {e}") from None
-    run = registry.create(id=run_id, tenant=tenant.name, ask=ask, options=spec.options, repo=tenant.repo)
+    disk = scheduler.health.disk(fresh=True)
+    if disk.low:
+        raise InsufficientStorage(f"the service is low on disk space ({disk.sentence()}): nothing was queued; "
+                                  "submit again once the operator has freed space", headers={"Retry-After": "60"})
+    try:
+        run = registry.create(id=run_id, tenant=tenant.name, ask=ask, options=spec.options, repo=tenant.repo)
+    except sqlite3.OperationalError as e:
+        if not is_disk_full(e):
+            raise
+        scheduler.health.disk_full_seen()
+        raise InsufficientStorage("the service's disk is full: nothing was queued; submit again once the operator "
+                                  "has freed space", headers={"Retry-After": "60"}) from None
     log.info("run.submitted", tenant=tenant.name, run=run.id, options=sorted(data.options))
     scheduler.wake()
     return Response({"id": run.id, "status": run.status, "branch": layout.branch}, status_code=201,
@@ -376,12 +393,21 @@ async def healthz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     scheduler: Scheduler = request.app.state.scheduler
     task = scheduler._task
     ok = task is not None and not task.done()
-    body = {"status": "ok" if ok else "scheduler stopped", "backend": request.app.state.config.backend}
+    reasons = scheduler.health.reasons()  # degraded still answers 200: a full disk is no reason to restart
+    body: dict[str, Any] = {"status": ("degraded" if reasons else "ok") if ok else "scheduler stopped",
+                            "backend": request.app.state.config.backend}
+    if reasons:
+        body["reasons"] = reasons
     if scheduler.refusal:
         ok, body["status"], body["reason"] = False, "refusing runs", scheduler.refusal
     elif scheduler.hold:
         body["guards"] = scheduler.hold
     return Response(body, status_code=200 if ok else 503)
+
+
+@get("/metrics", media_type="text/plain; version=0.0.4")
+async def metrics(request: Request[Any, Any, Any]) -> str:
+    return request.app.state.scheduler.health.prometheus()
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -410,6 +436,12 @@ def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[
 
 
 def _crash(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    if is_disk_full(exc):  # an answer, a message, a cancel that cannot be written: the disk, not the service
+        request.app.state.scheduler.health.disk_full_seen()
+        log.warning("api.disk_full", path=request.url.path, method=request.method, error=str(exc)[:300])
+        return Response({"status_code": 507, "error": "the service's disk is full, so this was not saved; "
+                         "try again once the operator has freed space"}, status_code=507,
+                        headers={"Retry-After": "60"})
     log.exception("api.unhandled", path=request.url.path, method=request.method)
     return Response({"status_code": 500, "error": "internal error in the service; the operator's log has details"},
                     status_code=500)
@@ -511,7 +543,7 @@ def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
                                            interrupt, cancel, get_diff, manifest, usage],
                 guards=[_bearer], dependencies={"tenant": Provide(_tenant)})
     return Litestar(
-        route_handlers=[v1, healthz],
+        route_handlers=[v1, healthz, metrics],
         lifespan=[lifespan],
         state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants}),
         exception_handlers={HTTPException: _http_error, RecursionError: _too_deep, Exception: _crash},

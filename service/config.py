@@ -43,6 +43,8 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
     log_format: Literal["json", "console", "auto"] = "json"
     log_level: str = "INFO"
+    min_free_mb: Annotated[float, msgspec.Meta(ge=0)] = 512
+    """Free space the data dir keeps: below it submits get 507, queued runs wait, /healthz says degraded."""
     remove_worktree: bool = True
     """Remove a finished run's checkout (its branch ``flower/<run>`` keeps the work it handed back)."""
     # -- what a run may use (Docker; the chart sets the same for Kubernetes) ----------------------

@@ -20,6 +20,8 @@ from typing import Any, Iterable
 
 import msgspec
 
+from .backup import check_registry
+
 __all__ = ["Registry", "Run", "ACTIVE", "TERMINAL", "STATUSES"]
 
 STATUSES = ("queued", "starting", "running", "succeeded", "failed", "aborted", "cancelled", "killed")
@@ -143,6 +145,7 @@ class Registry:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_registry(self.path)  # a truncated or corrupt file stops the service with the way to restore it
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))  # SQLite gives -wal/-shm its mode
         self._lock = threading.RLock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)

@@ -46,9 +46,11 @@ from sandbox.entrypoint import STATUSES as EXIT_STATUSES
 from sandbox.layout import RunLayout
 from sandbox.spec import RunSpec, write_spec
 
+from .backoff import Backoff, RepeatLog
 from .config import ServiceConfig
 from .events import read_new
 from .gateway import SOCKET_NAME, Gateway, Grant, new_token, run_credentials, upstream_of
+from .health import Health, disk_full_reason, is_disk_full, is_engine_down
 from .logging import get_logger
 from .registry import ACTIVE, Registry, Run
 from .tenants import Tenant, TenantNotReady, Tenants
@@ -127,6 +129,11 @@ class Scheduler:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self.ticks = 0
+        self.health = Health(config.data_path, config.min_free_mb, config.backend)
+        self.backoff = Backoff(base=max(0.5, 2 * config.poll_s), cap=30.0)
+        self.errors = RepeatLog(log)
+        self.recovered = False  # re-attached to the backend's live runs (waits while the engine is down)
+        self._queue_held = False
 
     # -- paths -------------------------------------------------------------------------------
     def layout(self, run: Run) -> RunLayout:
@@ -136,7 +143,12 @@ class Scheduler:
     async def start(self) -> None:
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
-        await self.recover()
+        try:
+            await self.recover()
+        except Exception as e:  # noqa: BLE001 - an engine that is down now is waited for, anything else stops us
+            if not is_engine_down(e):
+                raise
+            self._engine_down(e)
         self._task = self._loop.create_task(self._run_loop(), name="flower-scheduler")
 
     async def stop(self) -> None:
@@ -161,28 +173,95 @@ class Scheduler:
                 await self.tick()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - one bad pass must not stop the service
-                log.exception("scheduler.tick_failed")
+            except Exception as e:  # noqa: BLE001 - one bad pass must not stop the service
+                self.backoff.failed("tick")
+                self._failed("scheduler.tick_failed", "tick", e)
+            else:
+                self.backoff.succeeded("tick")
+                self.errors.ok("tick")
             try:
-                await asyncio.wait_for(self._wake.wait(), self.config.poll_s)
+                await asyncio.wait_for(self._wake.wait(), max(self.config.poll_s, self.backoff.delay("tick")))
             except TimeoutError:
                 pass
             self._wake.clear()
 
     async def tick(self) -> None:
+        self.ticks += 1
+        if not self.health.backend_up and not await self._probe_backend():
+            return  # its runs cannot be seen: none is failed, none is started, until the engine answers
         for run in self.registry.list(statuses=["running"], oldest_first=True):
+            if not self.backoff.ready(run.id):
+                continue
             try:
                 await self._follow(run)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001
-                log.exception("scheduler.follow_failed", tenant=run.tenant, run=run.id)
+            except Exception as e:  # noqa: BLE001
+                self.backoff.failed(run.id)
+                self._failed("scheduler.follow_failed", run.id, e, tenant=run.tenant, run=run.id)
+                if not self.health.backend_up:
+                    return
+            else:
+                self.backoff.succeeded(run.id)
+                self.errors.ok(run.id)
+        if self.health.disk().low:
+            if not self._queue_held:
+                self._queue_held = True
+                log.warning("scheduler.queue_held", reason=self.health.disk().sentence(),
+                            queued=self.registry.count(statuses=["queued"]))
+            return
+        if self._queue_held:
+            self._queue_held = False
+            self.backoff.reset()  # what waited on the full disk is tried on the next pass
+            self.wake()
+            log.info("scheduler.queue_released", free_bytes=self.health.disk().free_bytes)
         await self._start_queued()
-        self.ticks += 1
+
+    # -- failures ----------------------------------------------------------------------------
+    def _failed(self, event: str, key: str, error: BaseException, **fields: Any) -> None:
+        """One failure of a repeating path: noted (disk full, engine down), logged once per streak with a count."""
+        if is_disk_full(error):
+            self.health.disk_full_seen()
+            fields["reason"] = "disk full"
+        if is_engine_down(error):
+            self._engine_down(error)
+            fields["reason"] = "backend down"
+        self.errors.error(event, key, error, **fields)
+
+    def _engine_down(self, error: BaseException) -> None:
+        if self.health.backend_failed(error):
+            self.backoff.failed("backend")
+            log.error("backend.down", backend=self.config.backend, error=self.health.backend_error,
+                      live_runs=len(self.handles),
+                      hint="runs are not marked failed while the engine cannot be seen; they are re-attached "
+                           "when it answers again")
+
+    async def _probe_backend(self) -> bool:
+        """While the engine is down: ask it again (backing off); when it answers, re-attach. True when it is up."""
+        if not self.backoff.ready("backend"):
+            return False
+        try:
+            if self.recovered:
+                await asyncio.to_thread(self.backend.live)
+            else:
+                await self.recover()
+        except Exception as e:  # noqa: BLE001
+            self.backoff.failed("backend")
+            if not is_engine_down(e):
+                self._failed("scheduler.recover_failed", "backend", e)
+            return False
+        lasted = self.health.backend_ok()
+        self.backoff.succeeded("backend")
+        log.info("backend.up", backend=self.config.backend, down_s=round(lasted or 0.0, 1),
+                 live_runs=len(self.handles))
+        for run_id in list(self.handles):
+            self.backoff.succeeded(run_id)
+        return True
 
     # -- re-attach ---------------------------------------------------------------------------
     async def recover(self) -> None:
         live = await asyncio.to_thread(self.backend.live)
+        self.recovered = True
         for run in self.registry.list(statuses=ACTIVE, oldest_first=True):
             if run.id in live:
                 self.handles[run.id] = live[run.id]
@@ -191,9 +270,11 @@ class Scheduler:
                     self.registry.transition(run.id, "running", frm=["starting"], handle=str(live[run.id]))
                 log.info("run.reattached", tenant=run.tenant, run=run.id, events=run.event_seq)
                 continue
-            if run.status == "starting":
+            if run.status == "starting":  # stopped before its sandbox started: nothing ran, so it goes back in line
                 await asyncio.to_thread(self._discard_workspace, run, keep_branch=False)
-                self._fail(run, "the service stopped while preparing this run; submit the ask again")
+                self.registry.transition(run.id, "queued", frm=["starting"], started=None, branch=None, base=None)
+                log.info("run.requeued", tenant=run.tenant, run=run.id,
+                         why="the service stopped while preparing this run")
                 continue
             if read_exit(self.layout(run).dir) is not None:
                 log.info("run.ended_while_away", tenant=run.tenant, run=run.id)
@@ -236,12 +317,18 @@ class Scheduler:
             total += 1
             busy[run.tenant] += 1
             await self._launch(run, tenant)
+            if not self.health.backend_up or self.health.disk().low:
+                return
 
     async def _launch(self, run: Run, tenant: Tenant) -> None:
         log.info("run.starting", tenant=run.tenant, run=run.id)
         try:
             handle, base = await asyncio.to_thread(self._prepare_and_start, run, tenant)
         except Exception as e:  # noqa: BLE001 - every failure fails this run, never the scheduler
+            if is_engine_down(e) or is_disk_full(e):  # the machine's fault, not the run's: it waits its turn again
+                self.registry.transition(run.id, "queued", frm=["starting"], started=None)
+                self._failed("scheduler.start_failed", run.id, e, tenant=run.tenant, run=run.id)
+                return
             why = str(e) if isinstance(e, TenantNotReady) else f"{type(e).__name__}: {_one_line(e)}"
             await self.gateway.close(run.id)
             self._fail(run, f"could not start the run: {why}", frm=["starting"])
@@ -434,10 +521,10 @@ class Scheduler:
         exit_data = read_exit(layout.dir)
         claimed = run.claimed_cost_usd
         error: str | None = None
+        disk_full = False  # the run died for want of space: its reason says so, whatever it managed to write
         if exit_data is not None:
             claimed = _claimed_cost(exit_data.get("cost_usd"), claimed) or claimed
-        grant = await self.gateway.close(run.id)  # its token ends with it
-        overspent = self._overspent.pop(run.id, None)
+        overspent = self._overspent.get(run.id)
         if overspent:
             status, error = "failed", overspent
         elif run.cancel_requested:
@@ -445,6 +532,9 @@ class Scheduler:
         elif exit_data is not None and exit_data.get("status") in EXIT_STATUSES:
             status = str(exit_data["status"])
             error = _one_line(exit_data["error"], 2000) if exit_data.get("error") else None
+            if status != "succeeded" and error and is_disk_full(error):
+                self.health.disk_full_seen()
+                disk_full = True
         elif exit_data is not None:
             status, error = "failed", f"the run wrote an exit.json with an unknown status {exit_data.get('status')!r}"
         elif state == "missing":
@@ -458,9 +548,22 @@ class Scheduler:
                     code = None
             status = "failed"
             error = f"the run exited with code {code} without writing exit.json (it crashed before finishing)"
+            disk_full = self.health.disk_was_full(since=run.started or run.created)
         commit, stat, notes = await asyncio.to_thread(self._collect, run, layout)
+        if disk_full:
+            error = disk_full_reason(self.health.disk(fresh=True), layout.branch if commit else None, error)
         if notes:
             error = "; ".join([e for e in [error, *notes] if e])
+        # the row first: if it cannot be written (a full disk), the next pass finishes the run again, sandbox and all
+        self.registry.transition(run.id, status, frm=ACTIVE, ended=time.time(), claimed_cost_usd=claimed,
+                                 error=error, commit_sha=commit, diffstat=stat, token_sha256=None)
+        grant = await self.gateway.close(run.id)  # its token ends with it
+        self._overspent.pop(run.id, None)
+        self._compare_audits(run, grant)
+        row = self.registry.get(run.id)
+        log.info("run.finished", tenant=run.tenant, run=run.id, status=status,
+                 cost_usd=round(row.cost_usd, 6) if row else None, claimed_cost_usd=round(claimed, 6),
+                 commit=commit, files=len(stat["files"]) if stat else None, error=error)
         if handle is not None:
             try:
                 await asyncio.to_thread(self.backend.remove, handle)
@@ -469,13 +572,6 @@ class Scheduler:
         self.handles.pop(run.id, None)
         self._stopping.pop(run.id, None)
         self._imported.pop(run.id, None)
-        self._compare_audits(run, grant)
-        self.registry.transition(run.id, status, frm=ACTIVE, ended=time.time(), claimed_cost_usd=claimed,
-                                 error=error, commit_sha=commit, diffstat=stat, token_sha256=None)
-        cost = self.registry.get(run.id)
-        log.info("run.finished", tenant=run.tenant, run=run.id, status=status,
-                 cost_usd=round(cost.cost_usd, 6) if cost else None, claimed_cost_usd=round(claimed, 6),
-                 commit=commit, files=len(stat["files"]) if stat else None, error=error)
         self._publish_end(run.id)
 
     def _compare_audits(self, run: Run, grant: Grant | None) -> None:
@@ -533,13 +629,20 @@ class Scheduler:
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
         if self._imported.get(run.id) == stamp:
             return run.commit_sha
-        tmp = self.config.data_path / "tmp"
-        tmp.mkdir(mode=0o700, exist_ok=True)
-        copy = tmp / f"{run.id}.bundle"
+        copy = self._bundle_copy(run)
         try:
-            copy_out(layout.dir, rel, copy, limit=self.config.max_bundle_mb * 1024 * 1024)
+            try:
+                copy_out(layout.dir, rel, copy, limit=self.config.max_bundle_mb * 1024 * 1024)
+            except OSError as e:  # the data dir is full: the work still goes home, through the system's temp dir
+                if not is_disk_full(e):
+                    raise
+                copy.unlink(missing_ok=True)
+                copy = self._bundle_copy(run, system=True)
+                copy_out(layout.dir, rel, copy, limit=self.config.max_bundle_mb * 1024 * 1024)
             tip = import_bundle(run.repo, copy, layout.branch, base=run.base)
         except Exception as e:  # noqa: BLE001 - a bad bundle is the run's failure, never the service's
+            if is_disk_full(e):  # the machine's, not the run's: taken again on a later pass
+                raise
             self._imported[run.id] = stamp
             audit_log.warning("audit.bundle_refused", tenant=run.tenant, run=run.id, error=_one_line(e, 300))
             if raise_errors:
@@ -547,11 +650,24 @@ class Scheduler:
             return run.commit_sha
         finally:
             copy.unlink(missing_ok=True)
+            if copy.parent.name.startswith("flower-bundle-"):
+                copy.parent.rmdir()
+        self.registry.update(run.id, commit_sha=tip)  # may fail on a full disk: then the bundle is taken again
         self._imported[run.id] = stamp
-        self.registry.update(run.id, commit_sha=tip)
         run.commit_sha = tip
         log.info("run.checkpoint", tenant=run.tenant, run=run.id, commit=tip)
         return tip
+
+    def _bundle_copy(self, run: Run, *, system: bool = False) -> Path:
+        """Where a bundle is copied before git reads it: out of the run's reach, on the data dir (or the system's
+        temp dir when the data dir has no room left)."""
+        import tempfile
+
+        if system:
+            return Path(tempfile.mkdtemp(prefix="flower-bundle-")) / f"{run.id}.bundle"
+        tmp = self.config.data_path / "tmp"
+        tmp.mkdir(mode=0o700, exist_ok=True)
+        return tmp / f"{run.id}.bundle"
 
     def _discard_workspace(self, run: Run, *, keep_branch: bool) -> None:
         from sandbox.worktree import delete_branch, remove_workspace
