@@ -141,7 +141,7 @@ class Gateway:
                                          follow_redirects=False, trust_env=False)
         self.streams = 0
         self.forwarded = 0
-        self._conns: set[asyncio.StreamWriter] = set()
+        self._conns: dict[asyncio.StreamWriter, str | None] = {}  # open connection → the run whose socket it came on
 
     # -- grants ------------------------------------------------------------------------------
     async def open(self, grant: Grant, folder: Path | None = None) -> None:
@@ -160,6 +160,9 @@ class Gateway:
         server = self._servers.pop(run_id, None)
         if server is not None:
             server.close()
+        for writer, owner in list(self._conns.items()):  # and the connections it holds open
+            if owner == run_id:
+                writer.close()
         return grant
 
     def grant(self, run_id: str) -> Grant | None:
@@ -204,7 +207,7 @@ class Gateway:
     # -- one connection ----------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, run_id: str | None) -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
-        self._conns.add(writer)
+        self._conns[writer] = run_id
         try:
             while True:
                 got = await self._receive(conn, reader, writer)
@@ -217,7 +220,7 @@ class Gateway:
         except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, OSError, asyncio.CancelledError):
             pass
         finally:
-            self._conns.discard(writer)
+            self._conns.pop(writer, None)
             writer.close()
 
     async def _receive(self, conn: h11.Connection, reader: asyncio.StreamReader,
