@@ -132,9 +132,19 @@ class Workbench:
         return lines
 
     def refresh(self) -> str:
-        """Rewrite INDEX.md (every entry, unbounded) and return its text."""
+        """Rewrite INDEX.md (every entry, unbounded) and return its text; an unchanged index is left alone.
+
+        Left alone because a rename over an existing file makes ext4 flush it: milliseconds
+        on every Write into the workbench, for an index that mostly reads the same.
+        """
         self.ensure()
         text = "\n".join(["# 工作台索引", "", f"工作台:`{self.root}`", "", *self._listing(None), ""])
+        try:
+            with open(self.index_path, encoding="utf-8") as f:
+                if f.read() == text:
+                    return text
+        except (OSError, UnicodeDecodeError):
+            pass
         write_atomic(self.index_path, text)  # concurrent hooks refresh it at once: a shared temp name would collide
         return text
 
