@@ -11,8 +11,12 @@ from __future__ import annotations
 from typing import Any, cast
 
 from claude_agent_sdk import fold_session_summary
-from claude_agent_sdk._internal.session_summary import _LAST_WINS_FIELDS
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry, SessionSummaryEntry
+
+try:  # the SDK's own list of last-wins fields, so the two never drift apart
+    from claude_agent_sdk._internal.session_summary import _LAST_WINS_FIELDS
+except ImportError:  # an SDK that moved it: fold everything, as the SDK does
+    _LAST_WINS_FIELDS = {}
 
 __all__ = ["fold_summary"]
 
@@ -28,7 +32,7 @@ def fold_summary(
     prev: SessionSummaryEntry | None, key: SessionKey, entries: list[SessionStoreEntry]
 ) -> SessionSummaryEntry:
     """``fold_session_summary(prev, key, entries)``, skipping entries whose every field a later one overwrites."""
-    if prev is None or not _settled(prev["data"]):
+    if prev is None or not _LAST_WINS_FIELDS or not _settled(prev["data"]):
         return fold_session_summary(prev, key, entries)
     pending = set(_LAST_WINS_FIELDS)
     tag = True
