@@ -147,6 +147,7 @@ class Scheduler:
             self._wake.clear()
 
     async def tick(self) -> None:
+        await self._start_queued()  # a submit that woke this pass does not wait behind every running run
         for run in self.registry.list(statuses=["running"], oldest_first=True):
             try:
                 await self._follow(run)
