@@ -29,6 +29,8 @@ from _service_helpers import Deployment, Service, serve  # noqa: E402
 from flower.testing import Rule, ScriptedModel, say, tool  # noqa: E402
 from sandbox.testing import ASK, BRIEF, CLARIFIER  # noqa: E402
 
+# containers reach the scripted model on the host's loopback (as tests/service/test_service_docker.py)
+DOCKER = 'network_mode = "host"\n'
 DONE = ("succeeded", "failed", "aborted", "cancelled")
 
 
@@ -87,9 +89,10 @@ def memory(run_ids: list[str]) -> dict[str, dict[str, int]]:
 
 def main(k: int, backend: str, timeout: float) -> None:
     with tempfile.TemporaryDirectory(prefix="flower-bench-load-") as tmp, ScriptedModel(rules(k)) as model:
-        deployment = Deployment(Path(tmp), quota=k, max_running=k, backend=backend)
+        deployment = Deployment(Path(tmp), quota=k, max_running=k, backend=backend,
+                                extra_config=DOCKER if backend == "docker" else "")
         services: list[Service] = []
-        service = serve(deployment, services, model)
+        service = serve(deployment, services, model, timeout=600)  # a first Docker start may build the image
         try:
             acme = service.client("acme")
             t0 = time.perf_counter()

@@ -42,6 +42,8 @@ from flower.testing import Request, Rule, ScriptedModel, say  # noqa: E402
 from sandbox.layout import RunLayout  # noqa: E402
 from sandbox.testing import BRIEF  # noqa: E402
 
+# containers reach the scripted model on the host's loopback (as tests/service/test_service_docker.py)
+DOCKER = 'network_mode = "host"\n'
 IMPORTS = "import sandbox.entrypoint, flower.workflow, flower.core.runtime, flower.core.channel, claude_agent_sdk"
 
 
@@ -129,9 +131,10 @@ def main(n: int, backend: str) -> None:
                                       "python: the entrypoint's imports": []}
     with tempfile.TemporaryDirectory(prefix="flower-bench-start-") as tmp, ScriptedModel([stamps.rule()]) as model:
         root = Path(tmp)
-        deployment = Deployment(root / "deploy", quota=n + 1, max_running=n + 1, backend=backend)
+        deployment = Deployment(root / "deploy", quota=n + 1, max_running=n + 1, backend=backend,
+                                extra_config=DOCKER if backend == "docker" else "")
         services: list[Service] = []
-        service = serve(deployment, services, model)
+        service = serve(deployment, services, model, timeout=600)  # a first Docker start may build the image
         try:
             (root / "home").mkdir()
             for i in range(n):  # alternating, so a busy machine slows every side alike
