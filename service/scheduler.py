@@ -189,6 +189,8 @@ class Scheduler:
         self.ticks += 1
         if not self.health.backend_up and not await self._probe_backend():
             return  # its runs cannot be seen: none is failed, none is started, until the engine answers
+        if not self.health.disk().low:
+            await self._start_queued()  # a submit that woke this pass does not wait behind every running run
         for run in self.registry.list(statuses=["running"], oldest_first=True):
             if not self.backoff.ready(run.id):
                 continue

@@ -56,3 +56,30 @@ def spill_file(directory: str | Path, text: str) -> Path:
     if not os.path.exists(name):  # a store load asks this for every long result: kept off pathlib
         write_atomic(name, data)
     return Path(name)
+
+
+class SpillFolder:
+    """``spill_file`` for many texts at once: the folder is listed once, not stat-ed per text.
+
+    A resume spills thousands of old results, nearly all already on disk from the last
+    resume; one listing answers for all of them. Names are ``spill_file``'s.
+    """
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = os.fspath(directory)
+        self._names: set[str] | None = None
+
+    def put(self, text: str) -> str:
+        """The path holding ``text`` (written if missing), as a string."""
+        data = text.encode("utf-8", "surrogatepass")
+        name = hashlib.sha256(data).hexdigest()[:16] + ".txt"
+        if self._names is None:
+            try:
+                self._names = set(os.listdir(self.directory))
+            except FileNotFoundError:
+                self._names = set()
+        path = os.path.join(self.directory, name)
+        if name not in self._names:
+            write_atomic(path, data)
+            self._names.add(name)
+        return path

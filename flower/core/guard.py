@@ -99,18 +99,29 @@ def _matcher(pattern: str, hook: HookCallback, *, wall: bool = False) -> HookMat
     return HookMatcher(matcher=pattern, hooks=[hook], on_failure="block" if wall else None)
 
 
-def _resolve(path: str, cwd: str | None) -> Path:
-    p = Path(os.path.expanduser(path))
-    if not p.is_absolute() and cwd:
-        p = Path(cwd) / p
-    return Path(os.path.normpath(p))
+def _resolve(path: str, cwd: str | None) -> str:
+    p = os.path.expanduser(path)
+    if not os.path.isabs(p) and cwd:
+        p = os.path.join(cwd, p)
+    return os.path.normpath(p)
 
 
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        return path.resolve().is_relative_to(root.resolve())
-    except OSError:
-        return False
+class _Root:
+    """A folder that paths are tested against, its real path found once (hooks run on every tool call)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._real: str | None = None
+
+    def holds(self, path: str) -> bool:
+        """Is ``path``, symlinks followed, the folder or inside it?"""
+        try:
+            if self._real is None:
+                self._real = os.path.realpath(self.root)
+            real = os.path.realpath(path)
+        except (OSError, ValueError):
+            return False
+        return real == self._real or real.startswith(self._real.rstrip(os.sep) + os.sep)
 
 
 # ---------------------------------------------------------------------------
@@ -177,18 +188,18 @@ def delegate_guard(*, tools: str = HANDS_ON, allow_glance: bool = False) -> Hook
 # ---------------------------------------------------------------------------
 
 
-def _reads_spill(data: ToolHookInput, spill: Path, shown: str) -> bool:
+def _reads_spill(data: ToolHookInput, spill: _Root, shown: str) -> bool:
     """Reading a spill file must come back whole, or "Read it" would loop forever."""
     inp = data.get("tool_input") or {}
     cwd = data.get("cwd")
     tool = data.get("tool_name")
     if tool == "Read" and inp.get("file_path"):
-        return _inside(_resolve(str(inp["file_path"]), cwd), spill)
+        return spill.holds(_resolve(str(inp["file_path"]), cwd))
     if tool in ("Grep", "Glob") and inp.get("path"):
-        return _inside(_resolve(str(inp["path"]), cwd), spill)
+        return spill.holds(_resolve(str(inp["path"]), cwd))
     if tool == "Bash":
         command = str(inp.get("command") or "")
-        return str(spill) in command or shown in command
+        return str(spill.root) in command or shown in command
     return False
 
 
@@ -211,6 +222,7 @@ def spill_guard(
     may hold image blocks). Anything that is not a dict is left alone.
     """
     spill_dir = workbench.root / "spill"
+    spill_root, spill_shown = _Root(spill_dir), workbench.show(spill_dir)
 
     def trim(value: dict[str, Any], spilled: list[tuple[str, int]]) -> dict[str, Any] | None:
         out: dict[str, Any] | None = None
@@ -234,7 +246,7 @@ def spill_guard(
             return {}
         response = data.get("tool_response")
         if (not isinstance(response, dict) or _binary(response)
-                or _reads_spill(data, spill_dir, workbench.show(spill_dir))):
+                or _reads_spill(data, spill_root, spill_shown)):
             return {}
         spilled: list[tuple[str, int]] = []
         try:
@@ -254,10 +266,11 @@ def spill_guard(
 
 def index_guard(workbench: Workbench) -> HookMatcher:
     """A write into the workbench refreshes INDEX.md, so the next agent knows it exists."""
+    root = _Root(workbench.root)
 
     def guard(data: PostToolUseHookInput) -> SyncHookJSONOutput:
         path = (data.get("tool_input") or {}).get("file_path")
-        if path and _inside(_resolve(str(path), data.get("cwd")), workbench.root):
+        if path and root.holds(_resolve(str(path), data.get("cwd"))):
             workbench.refresh()
         return {}
 

@@ -7,8 +7,9 @@ products, decisions) instead of redoing or re-reading them.
 
 from __future__ import annotations
 
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .files import write_atomic
@@ -62,6 +63,8 @@ class Workbench:
     dirname: str = ".flower"
     max_index_entries: int = 40
     home: Path | None = None
+    _descriptions: dict[tuple[str, int, int], str] = field(default_factory=dict, init=False, repr=False,
+                                                           compare=False)
 
     def __post_init__(self) -> None:
         self.workspace = Path(self.workspace).resolve()
@@ -109,14 +112,39 @@ class Workbench:
         return self
 
     def scan(self, d: Path) -> list[tuple[str, str, int]]:
-        """(shown path, description, bytes) of every file under `d`, dotfiles skipped."""
+        """(shown path, description, bytes) of every file under `d`, dotfiles skipped.
+
+        Every Write into the workbench rescans it (``index_guard``), so a file's description
+        is read once per (size, mtime), and the walk is ``os.scandir``, not pathlib.
+        """
         if not d.is_dir():
             return []
-        out = []
-        for p in sorted(d.rglob("*")):
-            if not p.is_file() or any(part.startswith(".") for part in p.relative_to(d).parts):
+        found: list[tuple[str, os.stat_result]] = []
+        stack = [str(d)]
+        while stack:
+            try:
+                with os.scandir(stack.pop()) as it:
+                    for e in it:
+                        if e.name.startswith("."):
+                            continue
+                        if e.is_dir(follow_symlinks=False):  # as rglob: a linked folder is not walked
+                            stack.append(e.path)
+                        elif e.is_file():
+                            found.append((e.path, e.stat()))
+            except OSError:
                 continue
-            out.append((self.show(p), _describe(p), p.stat().st_size))
+        out = []
+        cache = self._descriptions
+        for path, st in sorted(found, key=lambda f: f[0].split(os.sep)):  # pathlib's order, part by part
+            key = (path, st.st_size, st.st_mtime_ns)
+            desc = cache.get(key)
+            if desc is None:
+                desc = cache[key] = _describe(Path(path))
+            out.append((self.show(Path(path)), desc, st.st_size))
+        if len(cache) > 4 * max(len(found), 256):  # rewritten files leave old keys behind
+            live = {(p, st.st_size, st.st_mtime_ns) for p, st in found}
+            for k in [k for k in cache if k not in live]:
+                del cache[k]
         return out
 
     def _listing(self, limit: int | None) -> list[str]:
@@ -132,9 +160,19 @@ class Workbench:
         return lines
 
     def refresh(self) -> str:
-        """Rewrite INDEX.md (every entry, unbounded) and return its text."""
+        """Rewrite INDEX.md (every entry, unbounded) and return its text; an unchanged index is left alone.
+
+        Left alone because a rename over an existing file makes ext4 flush it: milliseconds
+        on every Write into the workbench, for an index that mostly reads the same.
+        """
         self.ensure()
         text = "\n".join(["# 工作台索引", "", f"工作台:`{self.root}`", "", *self._listing(None), ""])
+        try:
+            with open(self.index_path, encoding="utf-8") as f:
+                if f.read() == text:
+                    return text
+        except (OSError, UnicodeDecodeError):
+            pass
         write_atomic(self.index_path, text)  # concurrent hooks refresh it at once: a shared temp name would collide
         return text
 

@@ -160,7 +160,8 @@ def _old_denials(entries: list[Entry], ix: TranscriptIndex, keep: int) -> set[st
     """Ids of the denied calls beyond the newest ``keep`` (only calls whose use is here)."""
     denied = list(dict.fromkeys(
         b["tool_use_id"] for i, b in ix.results
-        if isinstance(b.get("tool_use_id"), str) and b["tool_use_id"] in ix.uses and is_denial(entries[i])
+        if i in ix.marked and isinstance(b.get("tool_use_id"), str) and b["tool_use_id"] in ix.uses
+        and is_denial(entries[i])
     ))
     return set(denied[: max(0, len(denied) - keep)])
 
@@ -168,8 +169,9 @@ def _old_denials(entries: list[Entry], ix: TranscriptIndex, keep: int) -> set[st
 def neutralize_interrupts(entries: list[Entry], ix: TranscriptIndex, policy: PrunePolicy) -> int:
     """Replace the body of interrupt residue results by ``policy.interrupt_text``; returns how many."""
     n = 0
+    marked = ix.marked
     for i, block in ix.results:
-        if is_interrupt_residue(entries[i]):
+        if i in marked and is_interrupt_residue(entries[i]):
             block["content"] = policy.interrupt_text
             n += 1
     return n

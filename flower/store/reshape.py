@@ -57,11 +57,13 @@ def run_passes(entries: list[Entry], passes: Sequence[Pass]) -> tuple[list[Entry
     """Every pass in order over one transcript; the index is rebuilt only when a pass made a new list."""
     reports: dict[str, Report] = {}
     with _gc_paused():
-        ix = TranscriptIndex(entries)
+        ix: TranscriptIndex | None = None
         for p in passes:
+            if ix is None:  # built when a pass needs it: never after the last one
+                ix = TranscriptIndex(entries)
             out, reports[p.name] = p(entries, ix)
             if out is not entries:
-                entries, ix = out, TranscriptIndex(out)
+                entries, ix = out, None
     return entries, reports
 
 

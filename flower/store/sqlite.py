@@ -15,12 +15,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio.to_thread
 import msgspec
-from claude_agent_sdk import fold_session_summary
 from claude_agent_sdk.types import (
     SessionKey,
     SessionListSubkeysKey,
@@ -31,6 +31,7 @@ from claude_agent_sdk.types import (
 )
 
 from flower.core.usage import context_of
+from flower.store.summary import fold_summary
 
 __all__ = ["SqliteSessionStore", "store_key"]
 
@@ -53,7 +54,6 @@ CREATE TABLE IF NOT EXISTS entries (
     data    BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS entries_by_key ON entries(key_id, id);
-CREATE UNIQUE INDEX IF NOT EXISTS entries_uuid ON entries(key_id, uuid) WHERE uuid IS NOT NULL;
 CREATE TABLE IF NOT EXISTS summaries (
     project_key TEXT NOT NULL,
     session_id  TEXT NOT NULL,
@@ -65,6 +65,20 @@ CREATE TABLE IF NOT EXISTS summaries (
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
+
+
+@dataclass
+class _Seen:
+    """One key as ``append`` last left it: uuids stored, summary (main key), and the mtime it wrote.
+
+    No unique index on uuid: random uuids land on random index pages, and writing those
+    pages back cost a third of an append. The set is exact while ``mtime`` is the stored one.
+    """
+
+    key_id: int
+    mtime: int
+    uuids: set[str]
+    summary: SessionSummaryEntry | None
 
 
 @contextmanager
@@ -127,6 +141,7 @@ class SqliteSessionStore(SessionStore):
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
         self._last_mtime = 0
+        self._seen: dict[str, _Seen] = {}  # store_key -> what append() trusts while the key's mtime is its own
 
     # -- connection -----------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -179,63 +194,75 @@ class SqliteSessionStore(SessionStore):
 
         A batch that adds nothing (a replay) leaves the mtime and the summary alone. Only
         the main transcript (no subpath) is folded into the summary sidecar.
+
+        The uuids already stored and the summary are kept in memory per key and trusted
+        while the key's stored mtime is the one this store last wrote (every append moves
+        it, whichever process writes): no uuid index to update, no summary to re-read.
         """
         if not entries:
             return
         k = store_key(key)
         pk, sid, sub = key["project_key"], key["session_id"], key.get("subpath") or ""
-        uuids = [e.get("uuid") if isinstance(e.get("uuid"), str) else None for e in entries]
+        uuids = [u if isinstance(u := e.get("uuid"), str) else None for e in entries]
 
         def write(conn: sqlite3.Connection) -> None:
             blobs = [_encode(e) for e in entries]  # before the transaction, so the file stays locked briefly
             with _immediate(conn):
                 row = conn.execute("SELECT id, mtime FROM meta WHERE key = ?", (k,)).fetchone()
-                stored: set[str] = set()
                 if row is None:
                     key_id = conn.execute(
                         "INSERT INTO meta(key, project_key, session_id, subpath, mtime) VALUES (?, ?, ?, ?, 0)",
                         (k, pk, sid, sub),
                     ).lastrowid
-                    floor = 0
+                    assert key_id is not None
+                    seen = _Seen(key_id, 0, set(), None)
                 else:
-                    key_id, floor = row
-                    wanted = [u for u in uuids if u is not None]
-                    for i in range(0, len(wanted), 500):
-                        chunk = wanted[i : i + 500]
-                        stored.update(r[0] for r in conn.execute(
-                            f"SELECT uuid FROM entries WHERE key_id = ? AND uuid IN ({','.join('?' * len(chunk))})",
-                            (key_id, *chunk),
-                        ))
+                    seen = self._seen.get(k) or _Seen(row[0], -1, set(), None)
+                    if (seen.key_id, seen.mtime) != row:  # first write here, or another process wrote since
+                        seen = self._reread(conn, row[0], row[1], pk, sid, sub)
+                self._seen.pop(k, None)  # until the commit: a failed write must not leave it trusted
+                stored = seen.uuids
                 fresh: list[SessionStoreEntry] = []
-                rows: list[tuple[int | None, str | None, bytes]] = []
+                rows: list[tuple[int, str | None, bytes]] = []
                 for e, u, blob in zip(entries, uuids, blobs):
                     if u is not None:
                         if u in stored:
                             continue
                         stored.add(u)
                     fresh.append(e)
-                    rows.append((key_id, u, blob))
+                    rows.append((seen.key_id, u, blob))
                 if not rows:  # a replayed batch: nothing new, nothing moves
+                    self._seen[k] = seen
                     return
                 conn.executemany("INSERT OR IGNORE INTO entries(key_id, uuid, data) VALUES (?, ?, ?)", rows)
-                prev: SessionSummaryEntry | None = None
-                if not sub:
-                    srow = conn.execute(
-                        "SELECT mtime, data FROM summaries WHERE project_key = ? AND session_id = ?", (pk, sid)
-                    ).fetchone()
-                    if srow:
-                        prev = {"session_id": sid, "mtime": srow[0], "data": _decode(srow[1])}
-                        floor = max(floor, srow[0])
+                floor = max(seen.mtime, seen.summary["mtime"] if seen.summary else 0)
                 mtime = self._next_mtime(floor)
-                conn.execute("UPDATE meta SET mtime = ? WHERE id = ?", (mtime, key_id))
+                conn.execute("UPDATE meta SET mtime = ? WHERE id = ?", (mtime, seen.key_id))
                 if not sub:
-                    folded = fold_session_summary(prev, key, fresh)
+                    folded = fold_summary(seen.summary, key, fresh)
+                    folded["mtime"] = mtime
                     conn.execute(
                         "INSERT OR REPLACE INTO summaries(project_key, session_id, mtime, data) VALUES (?, ?, ?, ?)",
                         (pk, sid, mtime, _encode(folded["data"])),
                     )
+                    seen.summary = folded
+            seen.mtime = mtime
+            self._seen[k] = seen
 
         await self._run(write)
+
+    def _reread(self, conn: sqlite3.Connection, key_id: int, mtime: int, pk: str, sid: str, sub: str) -> _Seen:
+        """What ``append`` keeps of a key, read from the file: its uuids and (main key) its summary."""
+        uuids = {r[0] for r in conn.execute(
+            "SELECT uuid FROM entries WHERE key_id = ? AND uuid IS NOT NULL", (key_id,))}
+        summary: SessionSummaryEntry | None = None
+        if not sub:
+            srow = conn.execute(
+                "SELECT mtime, data FROM summaries WHERE project_key = ? AND session_id = ?", (pk, sid)
+            ).fetchone()
+            if srow:
+                summary = {"session_id": sid, "mtime": srow[0], "data": _decode(srow[1])}
+        return _Seen(key_id, mtime, uuids, summary)
 
     # -- synchronous lookups (no event loop needed; cheap) ---------------------
     def projects(self) -> list[str]:
@@ -318,6 +345,9 @@ class SqliteSessionStore(SessionStore):
                     ids = conn.execute("SELECT id FROM meta WHERE key = ?", (k,)).fetchall()
                 conn.executemany("DELETE FROM entries WHERE key_id = ?", ids)
                 conn.executemany("DELETE FROM meta WHERE id = ?", ids)
+            gone = {i for (i,) in ids}
+            for name in [n for n, s in self._seen.items() if s.key_id in gone]:
+                del self._seen[name]
 
         await self._run(write)
 

@@ -27,38 +27,49 @@ class TranscriptIndex:
     entries: those are never edited.
     """
 
-    __slots__ = ("uses", "results", "tied", "failed")
+    __slots__ = ("uses", "results", "tied", "failed", "marked")
 
     def __init__(self, entries: list[Entry]) -> None:
         self.uses: dict[str, tuple[int, dict[str, Any]]] = {}  # tool_use id -> (entry index, block)
         self.results: list[tuple[int, dict[str, Any]]] = []  # (entry index, tool_result block)
         self.tied: list[tuple[int, str]] = []  # entries that reference a tool call: (index, tool_use id)
         self.failed: list[int] = []  # assistant entries flagged as a failed API call (candidates)
-        uses, results, tied = self.uses, self.results, self.tied
+        self.marked: set[int] = set()  # result entries carrying ``toolDenialKind`` (denials, interrupts)
+        uses, results, tied, marked = self.uses, self.results, self.tied, self.marked
+        # one walk, the cheapest tests first: this runs on every entry of every resume
         for i, e in enumerate(entries):
             kind = e.get("type")
             if kind == "user":
-                content = _content(e)
+                msg = e.get("message")
+                content = msg.get("content") if isinstance(msg, dict) else None
                 if isinstance(content, list) and not e.get("isCompactSummary") and not e.get("isMeta"):
+                    found = False
                     for b in content:
                         if isinstance(b, dict) and b.get("type") == "tool_result":
                             results.append((i, b))
+                            found = True
+                    if found and "toolDenialKind" in e:
+                        marked.add(i)
             elif kind == "assistant":
                 if "isApiErrorMessage" in e or "error" in e:
                     self.failed.append(i)
-                content = _content(e)
+                msg = e.get("message")
+                content = msg.get("content") if isinstance(msg, dict) else None
                 if isinstance(content, list):
                     for b in content:
-                        if isinstance(b, dict) and b.get("type") == "tool_use" and isinstance(b.get("id"), str):
-                            uses[b["id"]] = (i, b)
+                        if isinstance(b, dict) and b.get("type") == "tool_use":
+                            tid = b.get("id")
+                            if isinstance(tid, str):
+                                uses[tid] = (i, b)
             elif kind == "attachment" or kind == "progress":
                 att = e.get("attachment")
                 tid = e.get("toolUseID") or (att.get("toolUseID") if isinstance(att, dict) else None)
                 if isinstance(tid, str):
                     tied.append((i, tid))
-            src = e.get("sourceToolUseID")
-            if isinstance(src, str):
-                tied.append((i, src))
+            if "sourceToolUseID" in e:
+                src = e["sourceToolUseID"]
+                if isinstance(src, str):
+                    tied.append((i, src))
 
     def older(self, keep: int) -> list[tuple[int, dict[str, Any]]]:
         """The results outside the newest ``keep`` (all of them when ``keep <= 0``)."""

@@ -33,7 +33,7 @@ import anyio.to_thread
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
 from flower.core.errors import ConfigError
-from flower.core.files import spill_file
+from flower.core.files import SpillFolder
 from flower.core.shell import is_ephemeral
 from flower.store.ephemeral import EphemeralPolicy
 from flower.store.reshape import Pass, Report, run_passes
@@ -81,13 +81,19 @@ def expire(entries: list[Entry], ix: TranscriptIndex, policy: EphemeralPolicy) -
     a Read is never a snapshot of a moment. Edits ``entries`` in place.
     """
     total, expired = len(ix.results), 0
+    verdicts: dict[str, bool] = {}  # the same few commands recur all session long: lex each once
     for pos, (i, block) in enumerate(ix.older(policy.keep_recent)):
         use = ix.uses.get(block.get("tool_use_id", ""))
         if use is None or use[1].get("name") != "Bash":
             continue
         inp = use[1].get("input")
         cmd = inp.get("command") if isinstance(inp, dict) else None
-        if not isinstance(cmd, str) or not is_ephemeral(cmd) or "toolDenialKind" in entries[i]:
+        if not isinstance(cmd, str) or "toolDenialKind" in entries[i]:
+            continue
+        ephemeral = verdicts.get(cmd)
+        if ephemeral is None:
+            ephemeral = verdicts[cmd] = is_ephemeral(cmd)
+        if not ephemeral:
             continue
         content = block.get("content")
         text = _plain_text(content)
@@ -105,12 +111,13 @@ def trim(entries: list[Entry], ix: TranscriptIndex, policy: TrimPolicy, spill_di
     """
     old = ix.older(policy.keep_recent)
     cleared = saved = 0
+    spilled = SpillFolder(spill_dir)
     for _, block in old:
         content = block.get("content")
         text = _plain_text(content)
         if text is None or len(text) < policy.min_chars:
             continue
-        pointer = policy.placeholder(str(spill_file(spill_dir, text)), len(text))
+        pointer = policy.placeholder(spilled.put(text), len(text))
         block["content"] = _with_text(content, pointer)
         cleared += 1
         saved += max(0, len(text) - len(pointer))

@@ -156,3 +156,47 @@ def test_sync_lookups_need_no_event_loop(tmp_path: Path) -> None:
     store.close()
     assert store.has_session("p", "s")  # reopens after close()
     store.close()
+
+
+async def test_two_stores_on_one_file_skip_each_others_uuids(tmp_path: Path) -> None:
+    """Each store trusts its memory of a key's uuids only while the key's mtime is the one it wrote."""
+    a, b = SqliteSessionStore(tmp_path / "s.db"), SqliteSessionStore(tmp_path / "s.db")
+    await a.append(KEY, [{"type": "user", "uuid": "1"}])  # type: ignore[arg-type, list-item]
+    await b.append(KEY, [{"type": "user", "uuid": "1"}, {"type": "user", "uuid": "2"}])  # type: ignore[arg-type, list-item]
+    await a.append(KEY, [{"type": "user", "uuid": "2"}, {"type": "user", "uuid": "3"}])  # type: ignore[arg-type, list-item]
+    await b.delete(KEY)  # type: ignore[arg-type]
+    await b.append(KEY, [{"type": "user", "uuid": "3"}])  # type: ignore[arg-type, list-item]
+    await a.append(KEY, [{"type": "user", "uuid": "3"}, {"type": "user", "uuid": "1"}])  # type: ignore[arg-type, list-item]
+    assert [e["uuid"] for e in await a.load(KEY) or []] == ["3", "1"]  # type: ignore[arg-type, typeddict-item]
+    with sqlite3.connect(tmp_path / "s.db") as conn:  # a file made before: its unique index still holds
+        conn.execute("CREATE UNIQUE INDEX entries_uuid ON entries(key_id, uuid) WHERE uuid IS NOT NULL")
+    await SqliteSessionStore(tmp_path / "s.db").append(KEY, [{"type": "user", "uuid": "1"}])  # type: ignore[arg-type, list-item]
+    assert len(await a.load(KEY) or []) == 2  # type: ignore[arg-type]
+
+
+def test_the_summary_fold_matches_the_sdks_batch_by_batch() -> None:
+    """fold_summary skips entries only where the SDK's fold would overwrite what they set."""
+    from claude_agent_sdk import fold_session_summary
+
+    from flower.store.summary import fold_summary
+
+    entries: list[dict[str, object]] = [{"type": "queue-operation", "operation": "enqueue"}]
+    for i in range(150):
+        meta = {"cwd": "/w", "gitBranch": f"b{i % 7}", "timestamp": f"2026-01-01T00:{i % 60:02d}:00.000Z",
+                "isSidechain": False, "uuid": f"u{i}"}
+        prompt = "<command-name>/init</command-name>" if i == 0 else f"step {i}"
+        entries += [{**meta, "type": "user", "message": {"role": "user", "content": prompt}},
+                    {**meta, "type": "assistant", "message": {"role": "assistant", "content": []}},
+                    {**meta, "type": "user", "message": {"role": "user", "content": [{"type": "tool_result"}]}},
+                    {"type": "last-prompt", "lastPrompt": f"step {i}"}]
+    entries[50:50] = [{"type": "custom-title", "customTitle": "t1"}, {"type": "tag", "tag": "x"},
+                      {"type": "ai-title", "aiTitle": "ai"}, {"type": "summary", "summary": "s"}]
+    entries[300:300] = [{"type": "tag", "tag": ""}, {"type": "custom-title", "customTitle": "t2"},
+                        {"type": "tag", "tag": "y"}, {"type": "user", "gitBranch": "other"}]
+    key = {"project_key": "p", "session_id": "s"}
+    ours = theirs = None
+    for i in range(0, len(entries), 37):
+        batch = entries[i : i + 37]
+        ours, theirs = fold_summary(ours, key, batch), fold_session_summary(theirs, key, batch)  # type: ignore[arg-type]
+        assert ours == theirs
+    assert ours and ours["data"]["first_prompt"] == "step 1" and ours["data"]["custom_title"] == "t2"

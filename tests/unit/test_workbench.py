@@ -73,6 +73,18 @@ def test_refresh_writes_every_entry(tmp_path: Path):
     assert "决定:用 SQLite 存会话" in text and ".flower/artifacts/report.txt" in text and "3000B" in text
 
 
+def test_refresh_leaves_an_unchanged_index_alone(tmp_path: Path):
+    wb = Workbench(tmp_path)
+    make(wb, "scripts/a.sh", "# desc: 甲\n")
+    first = wb.refresh()
+    inode = wb.index_path.stat().st_ino
+    assert wb.refresh() == first and wb.index_path.stat().st_ino == inode  # same text: not rewritten
+    make(wb, "scripts/b.sh", "# desc: 乙\n")
+    assert "乙" in wb.refresh() and "乙" in wb.index_path.read_text() and wb.index_path.stat().st_ino != inode
+    wb.index_path.write_text("stale")
+    assert wb.refresh() == wb.index_path.read_text() != "stale"
+
+
 def test_prompt_block_rules_and_bounded_index(tmp_path: Path):
     wb = Workbench(tmp_path, max_index_entries=2)
     for i in range(5):

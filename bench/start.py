@@ -1,0 +1,164 @@
+"""Where a run's start goes: ``POST /v1/runs`` to the run's first model request, phase by phase.
+
+    .venv/bin/python bench/start.py [--runs 10] [--backend local|docker]
+
+One process, one scripted model, alternating: the bare CLI (``claude -p`` spawned to its first
+request: the floor), ``python -c pass`` and the imports the entrypoint's path needs (spawned to
+exit), and a clarify-only run through the real service (``python -m service``, real git, the
+chosen backend, the real CLI inside). The run's phases are read from what the service and the
+run leave anyway, all on this host's clock:
+
+    submit → picked      POST sent → the scheduler's ``run.starting`` log line
+    worktree + spec      → spec.json written (checkout, env file, spec)
+    sandbox start        → ``run.started`` (backend.start returned: bwrap spawned / container started)
+    python + imports     → the run's first events.jsonl line ("sandbox started", Runtime built)
+    SDK + CLI + request  → the first request at the scripted model
+
+Every figure is printed as a median over ``--runs`` and as a ratio to the bare CLI of the same
+run. Prints figures; asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "service")]
+
+from _service_helpers import Deployment, Service, serve, wait_status  # noqa: E402
+from flower.testing import Request, Rule, ScriptedModel, say  # noqa: E402
+from sandbox.layout import RunLayout  # noqa: E402
+from sandbox.testing import BRIEF  # noqa: E402
+
+# containers reach the scripted model on the host's loopback (as tests/service/test_service_docker.py)
+DOCKER = 'network_mode = "host"\n'
+IMPORTS = "import sandbox.entrypoint, flower.workflow, flower.core.runtime, flower.core.channel, claude_agent_sdk"
+
+
+class Stamps:
+    """The wall time of the first request of each conversation, by a tag in its first prompt."""
+
+    def __init__(self) -> None:
+        self.first: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def rule(self) -> Rule:
+        def answer(req: Request) -> Any:
+            m = re.search(r"\b(?:bare|run)\d+\b", req.prompt)
+            tag = m.group(0) if m else ""
+            with self._lock:
+                self.first.setdefault(tag, time.time())
+            return say(BRIEF)
+
+        return Rule(answer, repeat=True)
+
+    def wait(self, tag: str, timeout: float = 120) -> float:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if tag in self.first:
+                return self.first[tag]
+            time.sleep(0.005)
+        raise TimeoutError(f"no model request for {tag} in {timeout:.0f}s")
+
+
+def cli_path() -> str:
+    import claude_agent_sdk
+
+    return str(Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude")
+
+
+def bare_cli(model: ScriptedModel, stamps: Stamps, tag: str, home: Path) -> float:
+    """``claude -p`` spawned to its first request (then left to finish)."""
+    env = {**os.environ, **model.env, "HOME": str(home)}
+    t = time.time()
+    proc = subprocess.Popen([cli_path(), "-p", f"{tag} hi"], cwd=home, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = stamps.wait(tag) - t
+    proc.wait(60)
+    return first
+
+
+def spawn(code: str) -> float:
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    return time.perf_counter() - t
+
+
+def _ts(line: dict[str, Any]) -> float:
+    return datetime.fromisoformat(str(line["timestamp"]).replace("Z", "+00:00")).timestamp()
+
+
+def one_run(service: Service, stamps: Stamps, tag: str, runs_root: Path) -> dict[str, float]:
+    client = service.client("acme")
+    t0 = time.time()
+    r = client.post("/v1/runs", json={"ask": f"{tag} 做一个 hello 程序", "options": {"clarify_only": True}})
+    assert r.status_code == 201, r.text
+    run_id = r.json()["id"]
+    first = stamps.wait(tag)
+    wait_status(client, run_id, ("succeeded", "failed", "aborted", "cancelled"))
+    lines = {ln.get("event"): ln for ln in service.lines() if ln.get("run") == run_id}
+    layout = RunLayout(runs_root, run_id, "acme")
+    spec_at = layout.spec_file.stat().st_mtime
+    events = [json.loads(x) for x in layout.events.read_text().splitlines() if x.strip()]
+    sandbox_at = next(e["at"] for e in events if (e.get("payload") or {}).get("subtype") == "sandbox")
+    picked, started = _ts(lines["run.starting"]), _ts(lines["run.started"])
+    return {
+        "submit → picked": picked - t0,
+        "worktree + env + spec": spec_at - picked,
+        "sandbox start": started - spec_at,
+        "python + imports + Runtime": sandbox_at - started,
+        "SDK + CLI start + request": first - sandbox_at,
+        "total: submit → first request": first - t0,
+    }
+
+
+def main(n: int, backend: str) -> None:
+    stamps = Stamps()
+    phases: dict[str, list[float]] = {}
+    floors: dict[str, list[float]] = {"bare CLI: claude -p → first request": [], "python -c pass": [],
+                                      "python: the entrypoint's imports": []}
+    with tempfile.TemporaryDirectory(prefix="flower-bench-start-") as tmp, ScriptedModel([stamps.rule()]) as model:
+        root = Path(tmp)
+        deployment = Deployment(root / "deploy", quota=n + 1, max_running=n + 1, backend=backend,
+                                extra_config=DOCKER if backend == "docker" else "")
+        services: list[Service] = []
+        service = serve(deployment, services, model, timeout=600)  # a first Docker start may build the image
+        try:
+            (root / "home").mkdir()
+            for i in range(n):  # alternating, so a busy machine slows every side alike
+                floors["bare CLI: claude -p → first request"].append(bare_cli(model, stamps, f"bare{i}", root / "home"))
+                floors["python -c pass"].append(spawn("pass"))
+                floors["python: the entrypoint's imports"].append(spawn(IMPORTS))
+                for k, v in one_run(service, stamps, f"run{i}", deployment.data / "runs").items():
+                    phases.setdefault(k, []).append(v)
+        finally:
+            for s in services:
+                s.stop()
+    cli = statistics.median(floors["bare CLI: claude -p → first request"])
+    load = os.getloadavg()
+    print(f"start of a clarify-only run, {backend} backend, median of {n}; load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"{'phase':40s} {'median':>9s} {'min':>9s} {'/ bare CLI':>11s}")
+    for name, xs in [*floors.items(), *phases.items()]:
+        med = statistics.median(xs)
+        print(f"{name:40s} {med * 1000:7.0f}ms {min(xs) * 1000:7.0f}ms {med / cli:10.2f}x")
+    print("targets: total <= 1.0 s cold (the bare CLI is the floor)")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--backend", choices=["local", "docker"], default="local")
+    a = ap.parse_args()
+    main(a.runs, a.backend)
