@@ -47,12 +47,15 @@ CREATE TABLE IF NOT EXISTS runs (
     diffstat        TEXT,
     event_offset    INTEGER NOT NULL DEFAULT 0,
     event_seq       INTEGER NOT NULL DEFAULT 0,
-    cancel_requested INTEGER NOT NULL DEFAULT 0
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    disk_bytes      INTEGER,
+    deleted         REAL
 );
 CREATE INDEX IF NOT EXISTS runs_tenant ON runs (tenant, created);
 CREATE INDEX IF NOT EXISTS runs_status ON runs (status, created);
 """
-_VERSION = 1
+_VERSION = 2
+_ADDED = {"disk_bytes": "INTEGER", "deleted": "REAL"}  # columns added since version 1 (an older file gains them)
 
 
 class Run(msgspec.Struct, kw_only=True):
@@ -76,26 +79,15 @@ class Run(msgspec.Struct, kw_only=True):
     event_offset: int = 0
     event_seq: int = 0
     cancel_requested: bool = False
+    disk_bytes: int | None = None
+    """What the run's folder took on disk when last measured (bounded by ``max_run_disk_mb``)."""
+    deleted: float | None = None
+    """When its files were removed (DELETE or ``retain_days``); the row stays as a tombstone."""
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
-    def public(self) -> dict[str, Any]:
-        """What a tenant sees: no host paths, no handle."""
-        return {
-            "id": self.id, "status": self.status, "ask": self.ask, "options": self.options,
-            "branch": self.branch, "base": self.base, "commit": self.commit_sha,
-            "created": _iso(self.created), "started": _iso(self.started), "ended": _iso(self.ended),
-            "cost_usd": round(self.cost_usd, 6), "error": self.error, "step": self.step,
-            "diffstat": self.diffstat, "events": self.event_seq, "cancel_requested": self.cancel_requested,
-        }
-
-
-def _iso(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
 _COLUMNS = Run.__struct_fields__
@@ -128,6 +120,10 @@ class Registry:
                 raise RuntimeError(f"registry {self.path} was written by a newer service (schema {version}); "
                                    "upgrade the service or point data_dir elsewhere")
             self._db.executescript(_SCHEMA)
+            have = {r[1] for r in self._db.execute("PRAGMA table_info(runs)")}
+            for name, kind in _ADDED.items():
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
             self._db.execute(f"PRAGMA user_version={_VERSION}")
 
     def close(self) -> None:
@@ -145,8 +141,15 @@ class Registry:
         return _row(r) if r else None
 
     def list(self, *, tenant: str | None = None, statuses: Iterable[str] | None = None,
-             limit: int | None = None, oldest_first: bool = False) -> list[Run]:
+             limit: int | None = None, oldest_first: bool = False, deleted: bool | None = None,
+             ended_before: float | None = None) -> list[Run]:
+        """``deleted``: None = tombstones too, False = without them, True = only them."""
         where, args = [], []  # type: list[str], list[Any]
+        if deleted is not None:
+            where.append("deleted IS NOT NULL" if deleted else "deleted IS NULL")
+        if ended_before is not None:
+            where.append("ended IS NOT NULL AND ended < ?")
+            args.append(ended_before)
         if tenant is not None:
             where.append("tenant = ?")
             args.append(tenant)
@@ -172,6 +175,12 @@ class Registry:
             args = [*st, tenant]
         with self._lock:
             return int(self._db.execute(sql, args).fetchone()[0])
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """(tenant, status) → number of runs."""
+        with self._lock:
+            rows = self._db.execute("SELECT tenant, status, COUNT(*) FROM runs GROUP BY tenant, status").fetchall()
+        return {(r[0], r[1]): int(r[2]) for r in rows}
 
     # -- writes ----------------------------------------------------------------------------
     def create(self, *, id: str, tenant: str, ask: str, options: dict[str, Any], repo: str) -> Run:

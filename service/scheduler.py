@@ -32,6 +32,7 @@ import shutil
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from sandbox.backends.base import read_exit
@@ -40,14 +41,15 @@ from sandbox.layout import RunLayout
 from sandbox.spec import RunSpec, write_spec
 
 from .config import ServiceConfig
-from .events import read_new
+from .events import END, read_new
 from .logging import get_logger
+from .metrics import FailureReason, Metrics
 from .registry import ACTIVE, Registry, Run
+from .retention import folder_bytes, remove_run_files
 from .tenants import Tenant, TenantNotReady, Tenants
 
 __all__ = ["Scheduler", "END", "diffstat"]
 
-END = object()  # what a subscriber's queue gets when its run has ended (or the service stops)
 _RESERVED = {"event", "level", "timestamp", "logger", "tenant", "run"}
 _SUB_QUEUE = 10_000
 QUESTION_BYTES = 64 * 1024
@@ -90,9 +92,19 @@ def _claimed_cost(value: Any, default: float) -> float:
     return cost if math.isfinite(cost) and 0 <= cost < 1e9 else default
 
 
+DISK_EVERY_S = 10.0  # how often a running run's folder is measured
+SWEEP_EVERY_S = 300.0  # how often ended runs older than retain_days are looked for
+
+
 class Scheduler:
-    def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Any) -> None:
+    def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Any, *,
+                 metrics: Metrics | None = None, clock: Callable[[], float] = time.time) -> None:
         self.config = config
+        self.metrics = metrics or Metrics()
+        self.clock = clock  # wall time of retention (a test moves it on by days)
+        self._measured: dict[str, float] = {}  # run → monotonic time its folder was last measured
+        self._over_disk: dict[str, str] = {}  # run → why it is being stopped for its disk use
+        self._next_sweep = 0.0
         self.registry = registry
         self.tenants = tenants
         self.backend = backend
@@ -127,6 +139,11 @@ class Scheduler:
         for run_id in list(self._subs):
             self._publish_end(run_id)
 
+    @property
+    def healthy(self) -> bool:
+        """The scheduler's loop is running (started and neither crashed nor stopped)."""
+        return self._task is not None and not self._task.done()
+
     def wake(self) -> None:
         if self._wake is not None:
             self._wake.set()
@@ -155,6 +172,9 @@ class Scheduler:
             except Exception:  # noqa: BLE001
                 log.exception("scheduler.follow_failed", tenant=run.tenant, run=run.id)
         await self._start_queued()
+        if self.config.retain_days and self.clock() >= self._next_sweep:
+            self._next_sweep = self.clock() + SWEEP_EVERY_S
+            await self.sweep()
         self.ticks += 1
 
     # -- re-attach ---------------------------------------------------------------------------
@@ -213,8 +233,10 @@ class Scheduler:
         except Exception as e:  # noqa: BLE001 - every failure fails this run, never the scheduler
             why = str(e) if isinstance(e, TenantNotReady) else f"{type(e).__name__}: {_one_line(e)}"
             self._fail(run, f"could not start the run: {why}", frm=["starting"])
+            self.metrics.failed_to_start(run.tenant)
             return
         self.handles[run.id] = handle
+        self.metrics.started(run.tenant, time.time() - run.created)
         if not self.registry.transition(run.id, "running", frm=["starting"], handle=str(handle)):
             log.warning("run.vanished_while_starting", tenant=run.tenant, run=run.id)
         log.info("run.started", tenant=run.tenant, run=run.id, branch=self.layout(run).branch, base=base,
@@ -257,12 +279,28 @@ class Scheduler:
         if handle is None:
             await self._finish(run, "missing")
             return
-        if run.cancel_requested and run.id not in self._stopping:
+        await self._check_disk(run)
+        if (run.cancel_requested or run.id in self._over_disk) and run.id not in self._stopping:
             self._stopping[run.id] = asyncio.get_running_loop().create_task(self._stop(run, handle))
         state = await asyncio.to_thread(self.backend.state, handle)
         if state == "running":
             return
         await self._finish(run, state)
+
+    async def _check_disk(self, run: Run) -> None:
+        """Every ``DISK_EVERY_S``: measure the run's folder, store it, and stop a run past ``max_run_disk_mb``."""
+        now = time.monotonic()
+        if now - self._measured.get(run.id, 0.0) < DISK_EVERY_S:
+            return
+        self._measured[run.id] = now
+        used = await asyncio.to_thread(folder_bytes, self.layout(run).dir)
+        self.registry.update(run.id, disk_bytes=used)
+        run.disk_bytes = used
+        limit = self.config.max_run_disk_mb * 1024 * 1024
+        if limit and used > limit and run.id not in self._over_disk:
+            self._over_disk[run.id] = (f"the run used {used // (1024 * 1024)} MB of disk, more than the "
+                                       f"{self.config.max_run_disk_mb} MB a run may use (max_run_disk_mb)")
+            log.warning("run.over_disk", tenant=run.tenant, run=run.id, disk_bytes=used, limit=limit)
 
     async def _stop(self, run: Run, handle: Any) -> None:
         """In the background: a stop waits for the run to end, and other runs must not wait with it."""
@@ -304,6 +342,7 @@ class Scheduler:
                   for k, v in list(payload.items())[:32] if k != "audit" and isinstance(v, (str, int, float, bool))}
         if ev.get("step"):
             fields.setdefault("step", ev["step"])
+        self.metrics.audited(run.tenant, action)
         level = "warning" if action in ("deny", "spill_failed") else "info"
         getattr(audit_log, level)(f"audit.{action}", tenant=run.tenant, run=run.id, **fields)
 
@@ -321,7 +360,10 @@ class Scheduler:
         error: str | None = None
         if exit_data is not None:
             cost = _claimed_cost(exit_data.get("cost_usd"), cost) or cost
-        if run.cancel_requested:
+        reason: FailureReason | None = None
+        if run.id in self._over_disk:
+            status, error, reason = "failed", self._over_disk[run.id], "disk"
+        elif run.cancel_requested:
             status, error = "cancelled", "cancelled on request"
         elif exit_data is not None and exit_data.get("status") in EXIT_STATUSES:
             status = str(exit_data["status"])
@@ -330,6 +372,7 @@ class Scheduler:
             status, error = "failed", f"the run wrote an exit.json with an unknown status {exit_data.get('status')!r}"
         elif state == "missing":
             status, error = "failed", why or "the run's sandbox disappeared without writing exit.json"
+            reason = "vanished"
         else:
             code = None
             if handle is not None:
@@ -337,9 +380,15 @@ class Scheduler:
                     code = await asyncio.to_thread(self.backend.exit_code, handle)
                 except Exception:  # noqa: BLE001
                     code = None
-            status = "failed"
+            status, reason = "failed", "crashed"
             error = f"the run exited with code {code} without writing exit.json (it crashed before finishing)"
+        if reason is None and status in ("failed", "aborted", "killed"):
+            reason = status  # type: ignore[assignment]
         commit, stat, notes = await asyncio.to_thread(self._collect, run, layout)
+        branch = run.branch
+        if status == "cancelled" and run.base and commit in (None, run.base):  # nothing handed back: no branch
+            await asyncio.to_thread(self._discard_workspace, run, keep_branch=False)
+            branch = None
         if notes:
             error = "; ".join([e for e in [error, *notes] if e])
         if handle is not None:
@@ -350,8 +399,13 @@ class Scheduler:
         self.handles.pop(run.id, None)
         self._stopping.pop(run.id, None)
         self._imported.pop(run.id, None)
-        self.registry.transition(run.id, status, frm=ACTIVE, ended=time.time(), cost_usd=cost, error=error,
-                                 commit_sha=commit, diffstat=stat)
+        self._measured.pop(run.id, None)
+        self._over_disk.pop(run.id, None)
+        used = await asyncio.to_thread(folder_bytes, layout.dir)
+        ended = time.time()
+        if self.registry.transition(run.id, status, frm=ACTIVE, ended=ended, cost_usd=cost, error=error,
+                                    commit_sha=commit, diffstat=stat, branch=branch, disk_bytes=used):
+            self.metrics.finished(run.tenant, status, ended - run.started if run.started else None, reason)
         log.info("run.finished", tenant=run.tenant, run=run.id, status=status, cost_usd=round(cost, 6),
                  commit=commit, files=len(stat["files"]) if stat else None, error=error)
         self._publish_end(run.id)
@@ -419,7 +473,7 @@ class Scheduler:
         log.info("run.checkpoint", tenant=run.tenant, run=run.id, commit=tip)
         return tip
 
-    def _discard_workspace(self, run: Run, *, keep_branch: bool) -> None:
+    def _discard_workspace(self, run: Run, *, keep_branch: bool, strict: bool = False) -> None:
         from sandbox.worktree import delete_branch, remove_workspace
 
         layout = self.layout(run)
@@ -428,7 +482,47 @@ class Scheduler:
             try:
                 delete_branch(run.repo, layout.branch)
             except Exception as e:  # noqa: BLE001
+                if strict:
+                    raise
                 log.warning("run.branch_remove_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
+
+    # -- retention ---------------------------------------------------------------------------
+    async def delete(self, run: Run, *, branch: bool) -> Run:
+        """Remove an ended run's folder (and its branch when asked); its row stays, marked deleted. A run that
+        is not ended is never touched (ValueError)."""
+        current = self.registry.get(run.id)
+        if current is None or not current.terminal or current.id in self.handles:
+            raise ValueError(f"run {run.id} has not ended: nothing of a live run is removed")
+        notes = await asyncio.to_thread(remove_run_files, self.layout(current))
+        fields: dict[str, Any] = {"disk_bytes": 0 if not notes else None}
+        if current.deleted is None:
+            fields["deleted"] = self.clock()
+        if branch and current.branch:
+            try:
+                await asyncio.to_thread(self._discard_workspace, current, keep_branch=False, strict=True)
+                fields["branch"] = None
+            except Exception as e:  # noqa: BLE001 - the files are gone either way; say what stayed
+                notes.append(f"the branch {current.branch} stayed: {_one_line(e, 200)}")
+        if notes:
+            log.warning("run.delete_incomplete", tenant=current.tenant, run=current.id, left=notes)
+        self.registry.update(current.id, only_if=[current.status], **fields)
+        done = self.registry.get(current.id)
+        assert done is not None
+        return done
+
+    async def sweep(self) -> list[str]:
+        """Delete the files of runs that ended more than ``retain_days`` ago (their branches stay)."""
+        if not self.config.retain_days:
+            return []
+        cutoff = self.clock() - self.config.retain_days * 86400
+        gone = []
+        for run in self.registry.list(ended_before=cutoff, deleted=False, oldest_first=True):
+            if run.terminal:
+                await self.delete(run, branch=False)
+                gone.append(run.id)
+        if gone:
+            log.info("runs.retention", deleted=len(gone), retain_days=self.config.retain_days)
+        return gone
 
     def _fail(self, run: Run, error: str, *, frm: Any = ACTIVE) -> None:
         self.registry.transition(run.id, "failed", frm=frm, ended=time.time(), error=error)

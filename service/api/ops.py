@@ -1,0 +1,59 @@
+"""For operators: health, Prometheus metrics, and the API's own documentation (served from this process:
+clusters are often air-gapped, so the docs page loads nothing from a CDN)."""
+
+from __future__ import annotations
+
+from litestar import Response, get
+from litestar.openapi import OpenAPIConfig, ResponseSpec
+from litestar.openapi.plugins import SwaggerRenderPlugin
+from litestar.openapi.spec import Components, SecurityScheme
+from litestar.response import Redirect
+from litestar.static_files import create_static_files_router
+from litestar.types import ControllerRouterHandler
+
+from ..config import ServiceConfig
+from ..metrics import CONTENT_TYPE, Metrics
+from ..scheduler import Scheduler
+from .schemas import HealthOut
+
+__all__ = ["healthz", "metrics", "docs_redirect", "openapi_config", "docs_assets"]
+
+ASSETS = "/schema/assets"
+
+
+@get("/healthz", tags=["ops"], summary="Is the scheduler running (503 when not)",
+     responses={503: ResponseSpec(HealthOut, description="the scheduler is not running", generate_examples=False)})
+async def healthz(scheduler: Scheduler, config: ServiceConfig) -> Response[HealthOut]:
+    ok = scheduler.healthy
+    return Response(HealthOut(status="ok" if ok else "scheduler stopped", backend=config.backend),
+                    status_code=200 if ok else 503)
+
+
+@get("/metrics", tags=["ops"], media_type=CONTENT_TYPE, summary="Prometheus metrics (text exposition format)")
+async def metrics(metrics: Metrics) -> Response[bytes]:
+    return Response(metrics.render(), media_type=CONTENT_TYPE)
+
+
+@get("/docs", include_in_schema=False)
+async def docs_redirect() -> Redirect:
+    return Redirect("/schema")
+
+
+def openapi_config(version: str) -> OpenAPIConfig:
+    swagger = SwaggerRenderPlugin(path="/swagger", js_url=f"{ASSETS}/swagger-ui-bundle.js",
+                                  css_url=f"{ASSETS}/swagger-ui.css",
+                                  standalone_preset_js_url=f"{ASSETS}/swagger-ui-standalone-preset.js",
+                                  favicon=f"<link rel='icon' type='image/png' href='{ASSETS}/favicon-32x32.png'>")
+    return OpenAPIConfig(
+        title="flower service", version=version, path="/schema", render_plugins=[swagger],
+        description="Runs each tenant's ask in its own sandbox. Every /v1 route needs "
+                    "`Authorization: Bearer <tenant token>` and sees only the caller's runs.",
+        components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
+        use_handler_docstrings=True, create_examples=False)
+
+
+def docs_assets() -> ControllerRouterHandler:
+    """Swagger UI's files from the ``swagger-ui-bundle`` wheel."""
+    from swagger_ui_bundle import swagger_ui_path
+
+    return create_static_files_router(path=ASSETS, directories=[swagger_ui_path], include_in_schema=False)
