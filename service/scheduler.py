@@ -305,8 +305,10 @@ class Scheduler:
     async def _stop(self, run: Run, handle: Any) -> None:
         """In the background: a stop waits for the run to end, and other runs must not wait with it."""
         log.info("run.cancelling", tenant=run.tenant, run=run.id)
+        t0 = time.monotonic()
         try:
             await asyncio.to_thread(self.backend.stop, handle)
+            log.info("run.stopped", tenant=run.tenant, run=run.id, took_s=round(time.monotonic() - t0, 3))
         except Exception as e:  # noqa: BLE001 - the next pass sees the state either way
             log.warning("run.stop_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
         self.wake()
