@@ -24,7 +24,8 @@ SUBCOMMANDS = {  # name → (arguments, what it does): `--help` lists every one
 
 
 def _parser() -> argparse.ArgumentParser:
-    listing = "\n".join(f"  python -m service {name} {args}\n      {what}" for name, (args, what) in SUBCOMMANDS.items())
+    listing = "\n".join(f"  python -m service {name} {args}\n      {what}"
+                        for name, (args, what) in SUBCOMMANDS.items())
     p = argparse.ArgumentParser(prog="python -m service", formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="flower service: runs asks in sandboxes. Without a subcommand it "
                                             "serves the API.",

@@ -55,7 +55,7 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     run_tmp_size: str = "256m"
     max_bundle_mb: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1024
     """The largest work bundle taken from a run."""
-    max_run_disk_mb: Annotated[int, msgspec.Meta(ge=0, le=10_000_000)] = 10_240
+    max_run_disk_mb: Annotated[float, msgspec.Meta(ge=0, le=10_000_000)] = 10_240
     """Disk one run's folder may use (measured every 10 s; past it the run is stopped and fails); 0 for no limit."""
     retain_days: Annotated[float, msgspec.Meta(ge=0, le=36_500)] = 0
     """Remove the files of runs that ended this many days ago (rows and branches stay); 0 keeps them forever."""

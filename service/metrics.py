@@ -64,7 +64,8 @@ class Metrics:
         self.cost = Counter("flower_model_cost_usd", "Model cost in USD by tenant (from the gateway).", ["tenant"],
                             registry=r)
 
-    def watch(self, runs: Callable[[], Mapping[tuple[str, str], int]], streams: Callable[[], Mapping[str, int]]) -> None:
+    def watch(self, runs: Callable[[], Mapping[tuple[str, str], int]],
+              streams: Callable[[], Mapping[str, int]]) -> None:
         """Register the scrape-time gauges (the registry's run counts, the scheduler's open streams)."""
         self.registry.register(_Gauges(runs, streams))
 

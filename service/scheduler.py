@@ -296,10 +296,10 @@ class Scheduler:
         used = await asyncio.to_thread(folder_bytes, self.layout(run).dir)
         self.registry.update(run.id, disk_bytes=used)
         run.disk_bytes = used
-        limit = self.config.max_run_disk_mb * 1024 * 1024
+        limit = int(self.config.max_run_disk_mb * 1024 * 1024)
         if limit and used > limit and run.id not in self._over_disk:
-            self._over_disk[run.id] = (f"the run used {used // (1024 * 1024)} MB of disk, more than the "
-                                       f"{self.config.max_run_disk_mb} MB a run may use (max_run_disk_mb)")
+            self._over_disk[run.id] = (f"the run used {used / (1024 * 1024):.1f} MB of disk, more than the "
+                                       f"{self.config.max_run_disk_mb:g} MB a run may use (max_run_disk_mb)")
             log.warning("run.over_disk", tenant=run.tenant, run=run.id, disk_bytes=used, limit=limit)
 
     async def _stop(self, run: Run, handle: Any) -> None:

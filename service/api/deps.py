@@ -8,7 +8,8 @@ from typing import Any
 
 from litestar import Request
 from litestar.connection import ASGIConnection
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath
 from litestar.exceptions import NotAuthorizedException, NotFoundException
 from litestar.handlers import BaseRouteHandler
 
@@ -18,7 +19,16 @@ from ..registry import Registry, Run
 from ..scheduler import Scheduler
 from ..tenants import Tenant, Tenants
 
-__all__ = ["bearer_guard", "dependencies", "provide_run"]
+__all__ = ["bearer_guard", "dependencies", "provide_run", "ConfigDep", "RegistryDep", "SchedulerDep", "MetricsDep",
+           "TenantDep", "RunDep"]
+
+# what a handler declares to be given (by name: ``registry: RegistryDep``)
+ConfigDep = NamedDependency[ServiceConfig]
+RegistryDep = NamedDependency[Registry]
+SchedulerDep = NamedDependency[Scheduler]
+MetricsDep = NamedDependency[Metrics]
+TenantDep = NamedDependency[Tenant]
+RunDep = NamedDependency[Run]
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="flower"'}
 
@@ -45,7 +55,7 @@ def _tenant(request: Request[Any, Any, Any]) -> Tenant:
     return tenant
 
 
-def provide_run(registry: Registry, tenant: Tenant, run_id: str) -> Run:
+def provide_run(registry: RegistryDep, tenant: TenantDep, run_id: FromPath[str]) -> Run:
     """The run ``run_id`` of the caller's tenant; 404 when it has none by that id."""
     run = registry.get(run_id, tenant=tenant.name)
     if run is None:

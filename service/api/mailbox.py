@@ -8,13 +8,14 @@ import time
 
 from litestar import Controller, get, post
 from litestar.di import Provide
+from litestar.params import JSONBody
 from litestar.exceptions import NotFoundException
 
 from ..logging import get_logger
 from ..registry import ACTIVE, Run
 from ..scheduler import Scheduler
 from ..tenants import Tenant
-from .deps import provide_run
+from .deps import RunDep, SchedulerDep, TenantDep, provide_run
 from .errors import Conflict, errors
 from .schemas import AcceptedOut, AnswerIn, AnswerOut, MessageOut, QuestionList, QuestionOut, TextIn
 
@@ -27,7 +28,7 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def _need_active(run: Run, what: str) -> None:
+def _need_active(run: RunDep, what: str) -> None:
     if run.status not in ACTIVE:
         hint = "it has not started yet" if run.status == "queued" else "it has ended"
         raise Conflict(f"run {run.id} is {run.status} ({hint}); {what} only reach a running run")
@@ -39,7 +40,7 @@ class MailboxController(Controller):
     dependencies = {"run": Provide(provide_run, sync_to_thread=False)}
 
     @get("/questions", responses=errors(404), summary="The run's open questions, oldest first")
-    async def questions(self, run: Run, scheduler: Scheduler) -> QuestionList:
+    async def questions(self, run: RunDep, scheduler: SchedulerDep) -> QuestionList:
         if run.status not in ACTIVE:
             return QuestionList(questions=[])
         found = await asyncio.to_thread(scheduler.questions, run)
@@ -47,7 +48,8 @@ class MailboxController(Controller):
 
     @post("/answers", status_code=200, responses=errors(400, 404, 409, 413),
           summary="Answer an open question (its id from GET …/questions or the `ask` event)")
-    async def answer(self, run: Run, tenant: Tenant, scheduler: Scheduler, data: AnswerIn) -> AnswerOut:
+    async def answer(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep,
+                     data: JSONBody[AnswerIn]) -> AnswerOut:
         _need_active(run, "answers")
         if not any(q["id"] == data.question_id for q in await asyncio.to_thread(scheduler.questions, run)):
             raise NotFoundException(f"question {data.question_id} is not open on run {run.id} "
@@ -59,7 +61,8 @@ class MailboxController(Controller):
 
     @post("/messages", status_code=202, responses=errors(400, 404, 409, 413),
           summary="Tell a running run something without being asked")
-    async def message(self, run: Run, tenant: Tenant, scheduler: Scheduler, data: TextIn) -> MessageOut:
+    async def message(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep,
+                      data: JSONBody[TextIn]) -> MessageOut:
         _need_active(run, "messages")
         mid = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(8)}"
         await asyncio.to_thread(scheduler.mail, run, f"inbox/{mid}.json", {"text": data.text, "sent_at": _now()})
@@ -68,7 +71,8 @@ class MailboxController(Controller):
 
     @post("/interrupt", status_code=202, responses=errors(400, 404, 409, 413),
           summary="Interrupt the step in flight; it continues with these words")
-    async def interrupt(self, run: Run, tenant: Tenant, scheduler: Scheduler, data: TextIn) -> AcceptedOut:
+    async def interrupt(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep,
+                        data: JSONBody[TextIn]) -> AcceptedOut:
         _need_active(run, "interrupts")
         await asyncio.to_thread(scheduler.mail, run, "interrupt.json", {"words": data.text, "at": _now()})
         log.info("run.interrupt", tenant=tenant.name, run=run.id, chars=len(data.text))

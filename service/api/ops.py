@@ -14,6 +14,7 @@ from litestar.types import ControllerRouterHandler
 from ..config import ServiceConfig
 from ..metrics import CONTENT_TYPE, Metrics
 from ..scheduler import Scheduler
+from .deps import ConfigDep, MetricsDep, SchedulerDep
 from .schemas import HealthOut
 
 __all__ = ["healthz", "metrics", "docs_redirect", "openapi_config", "docs_assets"]
@@ -23,14 +24,14 @@ ASSETS = "/schema/assets"
 
 @get("/healthz", tags=["ops"], summary="Is the scheduler running (503 when not)",
      responses={503: ResponseSpec(HealthOut, description="the scheduler is not running", generate_examples=False)})
-async def healthz(scheduler: Scheduler, config: ServiceConfig) -> Response[HealthOut]:
+async def healthz(scheduler: SchedulerDep, config: ConfigDep) -> Response[HealthOut]:
     ok = scheduler.healthy
     return Response(HealthOut(status="ok" if ok else "scheduler stopped", backend=config.backend),
                     status_code=200 if ok else 503)
 
 
 @get("/metrics", tags=["ops"], media_type=CONTENT_TYPE, summary="Prometheus metrics (text exposition format)")
-async def metrics(metrics: Metrics) -> Response[bytes]:
+async def metrics(metrics: MetricsDep) -> Response[bytes]:
     return Response(metrics.render(), media_type=CONTENT_TYPE)
 
 

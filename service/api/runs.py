@@ -13,7 +13,7 @@ from litestar import Controller, Response, delete, get, post
 from litestar.di import Provide
 from litestar.exceptions import NotFoundException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import Parameter
+from litestar.params import JSONBody, Parameter
 
 from sandbox.layout import RunLayout
 from sandbox.spec import RunSpec
@@ -23,7 +23,7 @@ from ..logging import get_logger
 from ..registry import STATUSES, Registry, Run
 from ..scheduler import Scheduler
 from ..tenants import Tenant, TenantNotReady
-from .deps import provide_run
+from .deps import ConfigDep, RegistryDep, RunDep, SchedulerDep, TenantDep, provide_run
 from .errors import Conflict, Gone, Unprocessable, errors
 from .schemas import ManifestOut, RunList, RunOut, SubmitIn, SubmitOut, run_out
 
@@ -37,7 +37,7 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(16)
 
 
-def _gone(run: Run, what: str) -> None:
+def _gone(run: RunDep, what: str) -> None:
     if run.deleted is not None:
         raise Gone(f"run {run.id} was deleted, and its {what} with it")
 
@@ -49,8 +49,8 @@ class RunController(Controller):
 
     @post("/", status_code=201, responses=errors(400, 413, 422),
           response_headers=None, summary="Submit an ask; the run is queued")
-    async def submit(self, tenant: Tenant, scheduler: Scheduler, registry: Registry,
-                     data: SubmitIn) -> Response[SubmitOut]:
+    async def submit(self, tenant: TenantDep, scheduler: SchedulerDep, registry: RegistryDep,
+                     data: JSONBody[SubmitIn]) -> Response[SubmitOut]:
         ask = data.ask.strip()
         if not ask:
             raise ValidationException("`ask` is blank: say what you want done")
@@ -77,7 +77,7 @@ class RunController(Controller):
                         status_code=201, headers={"Location": f"/v1/runs/{run.id}"})
 
     @get("/", responses=errors(400), summary="The tenant's runs, newest first")
-    async def list_runs(self, tenant: Tenant, registry: Registry,
+    async def list_runs(self, tenant: TenantDep, registry: RegistryDep,
                         status: Annotated[str | None, Parameter(
                             description="comma-separated statuses to keep, e.g. `running,queued`")] = None,
                         limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
@@ -93,12 +93,12 @@ class RunController(Controller):
         return RunList(runs=[run_out(r) for r in runs])
 
     @get("/{run_id:str}", responses=errors(404), summary="One run")
-    async def get_run(self, run: Run) -> RunOut:
+    async def get_run(self, run: RunDep) -> RunOut:
         return run_out(run)
 
     @delete("/{run_id:str}", status_code=200, responses=errors(400, 404, 409),
             summary="Delete an ended run's files (and, with branch=true, its branch); the row stays as a tombstone")
-    async def delete_run(self, run: Run, tenant: Tenant, scheduler: Scheduler,
+    async def delete_run(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep,
                          branch: Annotated[bool, Parameter(
                              description="also delete the branch flower/<run> from the tenant's repository")] = False,
                          ) -> RunOut:
@@ -111,7 +111,8 @@ class RunController(Controller):
     @post("/{run_id:str}/cancel", status_code=200, responses={
         **errors(400, 404, 409), 202: ResponseSpec(RunOut, description="asked to stop; not ended within `wait`")},
         summary="Cancel: a queued run at once, a running one is stopped")
-    async def cancel(self, run: Run, tenant: Tenant, registry: Registry, scheduler: Scheduler, config: ServiceConfig,
+    async def cancel(self, run: RunDep, tenant: TenantDep, registry: RegistryDep, scheduler: SchedulerDep,
+                     config: ConfigDep,
                      wait: Annotated[float, Parameter(ge=0, le=120,
                                                       description="seconds to wait for the run to end")] = 30.0,
                      ) -> Response[RunOut]:
@@ -131,7 +132,7 @@ class RunController(Controller):
 
     @get("/{run_id:str}/diff", media_type="text/x-diff", responses=errors(404, 409, 410),
          summary="git diff of the run's branch against its base")
-    async def diff(self, run: Run, tenant: Tenant, scheduler: Scheduler) -> Response[str]:
+    async def diff(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep) -> Response[str]:
         """From the tenant's repository only: while the run is live, that is its last checkpoint (the runner
         hands its work back after every step)."""
         from sandbox.worktree import diff
@@ -150,7 +151,7 @@ class RunController(Controller):
                         headers={"X-Flower-Branch": branch, "X-Flower-Base": run.base, "X-Flower-Status": run.status})
 
     @get("/{run_id:str}/manifest", responses=errors(404, 410), summary="The run's steps and exit, as it wrote them")
-    async def manifest(self, run: Run, scheduler: Scheduler) -> ManifestOut:
+    async def manifest(self, run: RunDep, scheduler: SchedulerDep) -> ManifestOut:
         from sandbox.backends.base import read_exit
         from sandbox.runfiles import read_json
 

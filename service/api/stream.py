@@ -10,14 +10,14 @@ from typing import Annotated
 from litestar import get
 from litestar.di import Provide
 from litestar.exceptions import ValidationException
-from litestar.params import Parameter
+from litestar.params import HeaderParameter, Parameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from ..events import Ended, KeepAlive, Numbered, replay
 from ..registry import Registry, Run
 from ..scheduler import Scheduler
 from ..tenants import Tenant
-from .deps import provide_run
+from .deps import RegistryDep, RunDep, SchedulerDep, TenantDep, provide_run
 from .errors import Gone, TooManyRequests, errors
 
 __all__ = ["events", "KEEPALIVE_S"]
@@ -37,14 +37,15 @@ def _message(item: Numbered | KeepAlive | Ended) -> ServerSentEventMessage:
     return ServerSentEventMessage(data=data, event=name, id=item.seq)
 
 
-@get("/runs/{run_id:str}/events", tags=["runs"], media_type="text/event-stream", dependencies={"run": Provide(provide_run, sync_to_thread=False)},
+@get("/runs/{run_id:str}/events", tags=["runs"], media_type="text/event-stream",
+     dependencies={"run": Provide(provide_run, sync_to_thread=False)},
      responses=errors(400, 404, 410, 429),
      summary="The run's events: every line from `after` (or Last-Event-ID) on, then live; `end` last",
      response_description="text/event-stream: `id` is the event's number, `event` its kind, `data` its JSON "
                           "({seq, kind, text, payload, …}); an `ask` event's payload.id is the question id")
-async def events(run: Run, tenant: Tenant, registry: Registry,
-                 scheduler: Scheduler, after: Annotated[int | None, Parameter(ge=0)] = None,
-                 last_event_id: Annotated[str | None, Parameter(header="Last-Event-ID", required=False)] = None,
+async def events(run: RunDep, tenant: TenantDep, registry: RegistryDep,
+                 scheduler: SchedulerDep, after: Annotated[int | None, Parameter(ge=0)] = None,
+                 last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID", required=False)] = None,
                  ) -> ServerSentEvent:
     if after is None:
         last = (last_event_id or "").strip()

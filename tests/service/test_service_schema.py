@@ -122,3 +122,20 @@ def test_real_runs_answer_as_documented(api_schema: Any, live: tuple[Service, di
     assert httpx.get(f"{service.url}/v1/runs/{ended}", headers=AUTH).json()["deleted"]
     acme = service.client("acme")
     assert wait_status(acme, waiting, ("running",))["status"] == "running", "the live run was never touched"
+
+
+def test_the_docs_page_loads_nothing_from_outside(live: tuple[Service, dict[str, str]]) -> None:
+    import re
+
+    service, _ = live
+    page = httpx.get(f"{service.url}/schema")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "SwaggerUIBundle" in page.text and not re.search(r"(src|href)=[\"']?https?://", page.text), page.text[:800]
+    assets = re.findall(r"(?:src|href)=[\"']([^\"']+)[\"']", page.text)
+    assert {"/schema/assets/swagger-ui-bundle.js", "/schema/assets/swagger-ui.css"} <= set(assets), assets
+    for asset in assets:
+        r = httpx.get(f"{service.url}{asset}")
+        assert r.status_code == 200 and len(r.content) > 100, asset
+    docs = httpx.get(f"{service.url}/docs")
+    assert docs.status_code in (301, 302, 307, 308) and docs.headers["location"] == "/schema"
+    assert httpx.get(f"{service.url}/").status_code == 404, "/ is left for the web page"
