@@ -20,10 +20,36 @@ from .config import ConfigError, load_config
 from .tenants import TenantError, hash_token
 
 MAX_HEAD = 32 * 1024  # bytes of request line + headers
+SUBCOMMANDS = {  # name → (arguments, what it does): `--help` lists every one
+    "hash-token": ("[TOKEN]", "print the sha256 of a tenant token, for token_sha256 in the tenants file "
+                              "(TOKEN, or a line on stdin)"),
+    "backup": ("FILE", "a consistent copy of the live registry (SQLite online backup), checked, mode 0600"),
+    "restore": ("FILE", "with the service stopped: put that copy back; the old registry is moved aside"),
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    listing = "\n".join(f"  python -m service {name} {args}\n      {what}"
+                        for name, (args, what) in SUBCOMMANDS.items())
+    p = argparse.ArgumentParser(prog="python -m service", formatter_class=argparse.RawDescriptionHelpFormatter,
+                                description="flower service: runs asks in sandboxes. Without a subcommand it "
+                                            "serves the API.",
+                                epilog=f"subcommands:\n{listing}")
+    p.add_argument("--config", help="TOML/JSON config file (default: $FLOWER_SERVICE_CONFIG)")
+    p.add_argument("--host", help="address to listen on (default from config: 127.0.0.1)")
+    p.add_argument("--port", type=int, help="port to listen on; 0 picks a free one")
+    p.add_argument("--log-format", choices=["json", "console", "auto"],
+                   help="auto (default): key=value on a terminal, JSON lines otherwise")
+    return p
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["hash-token"]:
+        if argv[1:2] in (["-h"], ["--help"]):
+            args, what = SUBCOMMANDS["hash-token"]
+            print(f"usage: python -m service hash-token {args}\n\n{what}")
+            return 0
         token = argv[1] if len(argv) > 1 else sys.stdin.readline().strip()
         if not token:
             print("flower-service: give the token as an argument or on stdin", file=sys.stderr)
@@ -32,12 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if argv[:1] in (["backup"], ["restore"]):
         return _backup_or_restore(argv[0], argv[1:])
-    p = argparse.ArgumentParser(prog="python -m service", description="flower service: runs asks in sandboxes")
-    p.add_argument("--config", help="TOML/JSON config file (default: $FLOWER_SERVICE_CONFIG)")
-    p.add_argument("--host", help="address to listen on (default from config: 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port to listen on; 0 picks a free one")
-    p.add_argument("--log-format", choices=["json", "console", "auto"])
-    args = p.parse_args(argv)
+    args = _parser().parse_args(argv)
     try:
         config = load_config(args.config, host=args.host, port=args.port, log_format=args.log_format)
     except ConfigError as e:

@@ -1,453 +1,46 @@
-"""The REST API: tenants submit asks, follow their runs, answer questions, read the results.
+"""The service's app: the REST API (``service/api/``), its OpenAPI document and docs page, metrics, health.
 
 Every ``/v1`` route needs ``Authorization: Bearer <tenant token>`` (401 otherwise) and only
 ever sees the caller's own runs (another tenant's run is a 404, indistinguishable from none).
-Errors are JSON ``{"status_code", "error", ...}`` with one sentence in ``error``; a malformed
+Errors are JSON ``ErrorOut`` ``{"status_code", "error", ...}`` with one sentence in ``error``; a malformed
 body is a 400 naming the field, never a 500, and nothing is created or lost on bad input.
+``/`` is left free for the web page.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
-import re
-import secrets
-import sqlite3
-import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Annotated, Any
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
-import msgspec
-from litestar import Litestar, Request, Response, Router, get, post
-from litestar.connection import ASGIConnection
+from litestar import Litestar, Router
 from litestar.datastructures import State
-from litestar.di import Provide
-from litestar.exceptions import (
-    ClientException,
-    HTTPException,
-    NotAuthorizedException,
-    NotFoundException,
-    SerializationException,
-    ServiceUnavailableException,
-    ValidationException,
-)
-from litestar.handlers import BaseRouteHandler
-from litestar.params import Parameter
-from litestar.response import ServerSentEvent, ServerSentEventMessage
-from litestar.status_codes import HTTP_409_CONFLICT, HTTP_422_UNPROCESSABLE_ENTITY, HTTP_429_TOO_MANY_REQUESTS
 
-from sandbox.layout import RunLayout
-from sandbox.spec import RunSpec
-
+from .api.deps import bearer_guard, dependencies
+from .api.errors import EXCEPTION_HANDLERS
+from .api.mailbox import MailboxController
+from .api.ops import docs_assets, docs_redirect, healthz, openapi_config
+from .api.ops import metrics as metrics_handler
+from .api.runs import RunController, new_run_id, usage
+from .api.schemas import AnswerIn, SubmitIn, TextIn
+from .api.stream import events
 from .config import ServiceConfig
-from .events import read_new
 from .gateway import Gateway
-from .health import is_disk_full
 from .logging import get_logger
-from .registry import ACTIVE, STATUSES, Registry, Run
-from .scheduler import END, Scheduler
-from .tenants import Tenant, TenantNotReady, Tenants
+from .metrics import Metrics
+from .registry import Registry
+from .scheduler import Scheduler
+from .tenants import Tenants
 
-__all__ = ["create_app", "make_backend", "SubmitBody", "AnswerBody", "TextBody"]
+__all__ = ["create_app", "make_backend", "new_run_id", "SubmitIn", "AnswerIn", "TextIn"]
 
 log = get_logger("flower.service.api")
+MAX_BODY = 1024 * 1024
 
-MAX_ASK = 100_000
-MAX_TEXT = 20_000
-KEEPALIVE_S = 15.0
-QID_RE = r"^[\w.-]{1,200}$"
 
-
-# -- wire types ------------------------------------------------------------------------------
-class SubmitBody(msgspec.Struct, forbid_unknown_fields=True):
-    ask: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ASK)]
-    options: dict[str, Any] = {}
-
-
-class AnswerBody(msgspec.Struct, forbid_unknown_fields=True):
-    question_id: Annotated[str, msgspec.Meta(pattern=QID_RE)]
-    text: Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
-
-
-class TextBody(msgspec.Struct, forbid_unknown_fields=True):
-    text: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
-
-
-class Conflict(ClientException):
-    status_code = HTTP_409_CONFLICT
-
-
-class Unprocessable(ClientException):
-    status_code = HTTP_422_UNPROCESSABLE_ENTITY
-
-
-class TooManyRequests(ClientException):
-    status_code = HTTP_429_TOO_MANY_REQUESTS
-
-
-class InsufficientStorage(HTTPException):
-    status_code = 507
-
-
-# -- auth ------------------------------------------------------------------------------------
-def _bearer(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-    header = connection.headers.get("authorization", "")
-    scheme, _sep, token = header.partition(" ")
-    challenge = {"WWW-Authenticate": 'Bearer realm="flower"'}
-    if scheme.lower() != "bearer" or not token.strip():
-        raise NotAuthorizedException("missing bearer token: send `Authorization: Bearer <your tenant token>`",
-                                     headers=challenge)
-    tenant = connection.app.state.tenants.authenticate(token.strip())
-    if tenant is None:
-        raise NotAuthorizedException("this token belongs to no tenant: check it, or ask the operator for yours",
-                                     headers=challenge)
-    connection.state.tenant = tenant
-
-
-async def _tenant(request: Request[Any, Any, Any]) -> Tenant:
-    return request.state.tenant
-
-
-# -- helpers ---------------------------------------------------------------------------------
-def _app_state(request: Request[Any, Any, Any]) -> tuple[Registry, Scheduler]:
-    return request.app.state.registry, request.app.state.scheduler
-
-
-def _own(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> Run:
-    run = request.app.state.registry.get(run_id, tenant=tenant.name)
-    if run is None:
-        raise NotFoundException(f"run {run_id} not found")
-    return run
-
-
-def new_run_id() -> str:
-    """Sortable by time, with 128 random bits: nobody guesses another tenant's run."""
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(16)
-
-
-def _sse(seq: int, ev: dict[str, Any]) -> ServerSentEventMessage:
-    data = json.dumps({"seq": seq, **ev}, ensure_ascii=False, default=str)
-    kind = ev.get("kind")
-    event = kind if isinstance(kind, str) and re.fullmatch(r"[\w.-]{1,64}", kind) else "event"
-    return ServerSentEventMessage(data=data, event=event, id=seq)
-
-
-# -- runs ------------------------------------------------------------------------------------
-@post("/runs", status_code=201)
-async def submit(request: Request[Any, Any, Any], tenant: Tenant, data: SubmitBody) -> Response[dict[str, Any]]:
-    registry, scheduler = _app_state(request)
-    if scheduler.refusal:
-        raise ServiceUnavailableException(scheduler.refusal)
-    ask = data.ask.strip()
-    if not ask:
-        raise ValidationException("`ask` is blank: say what you want done")
-    try:
-        tenant.check_options(data.options)
-    except TenantNotReady as e:
-        raise ValidationException(str(e)) from None
-    run_id = new_run_id()
-    try:
-        spec = RunSpec(run_id=run_id, tenant=tenant.name, ask=ask, options=dict(data.options), env={})
-    except (ValueError, TypeError, msgspec.ValidationError) as e:
-        raise ValidationException(f"invalid options: {e}") from None
-    try:
-        layout = RunLayout(scheduler.config.runs_root, run_id, Path(tenant.repo).name)
-        await asyncio.to_thread(tenant.check_ready)
-    except TenantNotReady as e:
-        raise Unprocessable(str(e)) from None
-    except ValueError as e:
-        raise Unprocessable(f"tenant {tenant.name} cannot run here: {e}") from None
-    disk = scheduler.health.disk(fresh=True)
-    if disk.low:
-        raise InsufficientStorage(f"the service is low on disk space ({disk.sentence()}): nothing was queued; "
-                                  "submit again once the operator has freed space", headers={"Retry-After": "60"})
-    try:
-        run = registry.create(id=run_id, tenant=tenant.name, ask=ask, options=spec.options, repo=tenant.repo)
-    except sqlite3.OperationalError as e:
-        if not is_disk_full(e):
-            raise
-        scheduler.health.disk_full_seen()
-        raise InsufficientStorage("the service's disk is full: nothing was queued; submit again once the operator "
-                                  "has freed space", headers={"Retry-After": "60"}) from None
-    log.info("run.submitted", tenant=tenant.name, run=run.id, options=sorted(data.options))
-    scheduler.wake()
-    return Response({"id": run.id, "status": run.status, "branch": layout.branch}, status_code=201,
-                    headers={"Location": f"/v1/runs/{run.id}"})
-
-
-@get("/runs")
-async def list_runs(request: Request[Any, Any, Any], tenant: Tenant,
-                    status: str | None = None,
-                    limit: Annotated[int, Parameter(ge=1, le=1000)] = 100) -> dict[str, Any]:
-    statuses = None
-    if status:
-        statuses = [s.strip() for s in status.split(",") if s.strip()]
-        bad = [s for s in statuses if s not in STATUSES]
-        if bad:
-            raise ValidationException(f"unknown status {', '.join(bad)} (known: {', '.join(STATUSES)})")
-    runs = request.app.state.registry.list(tenant=tenant.name, statuses=statuses, limit=limit)
-    return {"runs": [r.public() for r in runs]}
-
-
-@get("/runs/{run_id:str}")
-async def get_run(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> dict[str, Any]:
-    return _own(request, tenant, run_id).public()
-
-
-@get("/runs/{run_id:str}/events")
-async def events(request: Request[Any, Any, Any], tenant: Tenant, run_id: str,
-                 after: Annotated[int | None, Parameter(ge=0)] = None) -> ServerSentEvent:
-    """Server-sent events: every event line from ``after`` (or Last-Event-ID) on, then live; ``end`` last."""
-    run = _own(request, tenant, run_id)
-    if after is None:
-        last = request.headers.get("last-event-id", "").strip()
-        if last and not re.fullmatch(r"[0-9]{1,18}", last):
-            raise ValidationException("Last-Event-ID must be the number of the last event received")
-        after = int(last) if last else 0
-    registry, scheduler = _app_state(request)
-    if scheduler.streams[tenant.name] >= scheduler.config.max_streams_per_tenant:
-        raise TooManyRequests(f"tenant {tenant.name} already has {scheduler.streams[tenant.name]} event streams open "
-                              f"(at most {scheduler.config.max_streams_per_tenant}); close one first",
-                              headers={"Retry-After": "5"})
-    folder = scheduler.layout(run).dir
-    queue = scheduler.subscribe(run.id)  # before the replay: nothing falls between the two
-
-    async def stream() -> AsyncIterator[ServerSentEventMessage]:
-        scheduler.streams[tenant.name] += 1  # counted while served (a stream never started is never counted)
-        sent = after
-        offset, read = 0, 0  # how far this stream has read the file: bytes, events
-
-        async def from_file() -> list[tuple[int, dict[str, Any]]]:
-            """Everything in the file past ``sent`` (the file is the truth; the queue only says "more")."""
-            nonlocal offset, read
-            out: list[tuple[int, dict[str, Any]]] = []
-            while True:
-                evs, new_offset, read = await asyncio.to_thread(read_new, folder, offset, read)
-                out += [(n, e) for n, e in evs if n > sent]
-                if new_offset == offset:
-                    return out
-                offset = new_offset
-
-        try:
-            while True:
-                for seq, ev in await from_file():
-                    yield _sse(seq, ev)
-                    sent = seq
-                current = registry.get(run.id)
-                if current is None or current.terminal:
-                    break
-                item: Any = None
-                while True:
-                    try:
-                        item = await asyncio.wait_for(queue.get(), KEEPALIVE_S)
-                    except TimeoutError:
-                        yield ServerSentEventMessage(comment="keep-alive")
-                        continue
-                    if item is END:
-                        break
-                    seq, ev = item
-                    if seq <= sent:
-                        continue
-                    if seq > sent + 1:  # missed some (a slow client's queue overflowed): back to the file
-                        break
-                    yield _sse(seq, ev)
-                    sent = seq
-                if item is END:  # the run ended, or the service is stopping: the rest is in the file
-                    break
-            for seq, ev in await from_file():
-                yield _sse(seq, ev)
-                sent = seq
-            final = registry.get(run.id)
-            status = final.status if final is not None else "unknown"
-            yield ServerSentEventMessage(data=json.dumps({"status": status, "events": sent}), event="end")
-        finally:
-            scheduler.unsubscribe(run.id, queue)
-            scheduler.streams[tenant.name] -= 1
-
-    return ServerSentEvent(stream(), headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-
-
-@get("/runs/{run_id:str}/questions")
-async def questions(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> dict[str, Any]:
-    run = _own(request, tenant, run_id)
-    if run.status not in ACTIVE:
-        return {"questions": []}
-    return {"questions": await asyncio.to_thread(request.app.state.scheduler.questions, run)}
-
-
-def _need_active(run: Run, what: str) -> None:
-    if run.status not in ACTIVE:
-        hint = "it has not started yet" if run.status == "queued" else "it has ended"
-        raise Conflict(f"run {run.id} is {run.status} ({hint}); {what} only reach a running run")
-
-
-@post("/runs/{run_id:str}/answers", status_code=200)
-async def answer(request: Request[Any, Any, Any], tenant: Tenant, run_id: str, data: AnswerBody) -> dict[str, Any]:
-    run = _own(request, tenant, run_id)
-    _need_active(run, "answers")
-    scheduler: Scheduler = request.app.state.scheduler
-    if not any(q["id"] == data.question_id for q in await asyncio.to_thread(scheduler.questions, run)):
-        raise NotFoundException(f"question {data.question_id} is not open on run {run.id} "
-                                "(answered, timed out or never asked); GET its questions to see the open ones")
-    await asyncio.to_thread(scheduler.mail, run, f"answers/{data.question_id}.json",
-                            {"text": data.text, "answered_at": _now()})
-    log.info("run.answered", tenant=tenant.name, run=run.id, question=data.question_id)
-    return {"question_id": data.question_id, "accepted": True}
-
-
-@post("/runs/{run_id:str}/messages", status_code=202)
-async def message(request: Request[Any, Any, Any], tenant: Tenant, run_id: str, data: TextBody) -> dict[str, Any]:
-    run = _own(request, tenant, run_id)
-    _need_active(run, "messages")
-    mid = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(8)}"
-    await asyncio.to_thread(request.app.state.scheduler.mail, run, f"inbox/{mid}.json",
-                            {"text": data.text, "sent_at": _now()})
-    log.info("run.message", tenant=tenant.name, run=run.id, chars=len(data.text))
-    return {"id": mid, "accepted": True}
-
-
-@post("/runs/{run_id:str}/interrupt", status_code=202)
-async def interrupt(request: Request[Any, Any, Any], tenant: Tenant, run_id: str, data: TextBody) -> dict[str, Any]:
-    run = _own(request, tenant, run_id)
-    _need_active(run, "interrupts")
-    await asyncio.to_thread(request.app.state.scheduler.mail, run, "interrupt.json",
-                            {"words": data.text, "at": _now()})
-    log.info("run.interrupt", tenant=tenant.name, run=run.id, chars=len(data.text))
-    return {"accepted": True}
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-@post("/runs/{run_id:str}/cancel", status_code=200)
-async def cancel(request: Request[Any, Any, Any], tenant: Tenant, run_id: str,
-                 wait: Annotated[float, Parameter(ge=0, le=120)] = 30.0) -> Response[dict[str, Any]]:
-    """Queued: cancelled at once. Running: stopped; waits up to ``wait`` seconds for it to end (else 202)."""
-    run = _own(request, tenant, run_id)
-    if run.terminal:
-        raise Conflict(f"run {run.id} has already ended ({run.status})")
-    registry, scheduler = _app_state(request)
-    scheduler.request_cancel(run.id)
-    log.info("run.cancel_requested", tenant=tenant.name, run=run.id)
-    deadline = time.monotonic() + wait
-    while True:
-        current = registry.get(run.id)
-        assert current is not None
-        if current.terminal or time.monotonic() >= deadline:
-            break
-        await asyncio.sleep(min(0.1, request.app.state.config.poll_s))
-    return Response(current.public(), status_code=200 if current.terminal else 202)
-
-
-@get("/runs/{run_id:str}/diff")
-async def get_diff(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> Response[str]:
-    """``git diff`` of the run's branch against its base, from the tenant's repository only: while the run is
-    live, that is its last checkpoint (the runner hands its work back after every step)."""
-    from sandbox.worktree import diff
-
-    run = _own(request, tenant, run_id)
-    if not run.base:
-        raise Conflict(f"run {run.id} never started ({run.status}), so it has no diff")
-    branch = request.app.state.scheduler.layout(run).branch
-    try:
-        text = await asyncio.to_thread(diff, run.repo, branch, base=run.base)
-    except Exception as e:  # noqa: BLE001
-        log.warning("run.diff_failed", tenant=tenant.name, run=run.id, error=str(e)[:300])
-        raise NotFoundException(f"the diff of run {run.id} cannot be read: branch {branch} "
-                                "or its base is gone from the repository") from None
-    return Response(text, media_type="text/x-diff; charset=utf-8",
-                    headers={"X-Flower-Branch": branch, "X-Flower-Base": run.base,
-                             "X-Flower-Status": run.status})
-
-
-@get("/runs/{run_id:str}/manifest")
-async def manifest(request: Request[Any, Any, Any], tenant: Tenant, run_id: str) -> dict[str, Any]:
-    from sandbox.backends.base import read_exit
-    from sandbox.runfiles import read_json
-
-    run = _own(request, tenant, run_id)
-    folder = request.app.state.scheduler.layout(run).dir
-    steps = await asyncio.to_thread(read_json, folder, "run/manifest.json", limit=8 * 1024 * 1024)
-    return {"id": run.id, "status": run.status, "steps": steps if isinstance(steps, list) else [],
-            "exit": await asyncio.to_thread(read_exit, folder)}
-
-
-@get("/usage")
-async def usage(request: Request[Any, Any, Any], tenant: Tenant,
-                day: Annotated[str | None, Parameter(pattern=r"^\d{4}-\d{2}-\d{2}$")] = None) -> dict[str, Any]:
-    """What the tenant spent on ``day`` (UTC, default today), as the model gateway measured it, and its budget."""
-    when = day or time.strftime("%Y-%m-%d", time.gmtime())
-    spent = request.app.state.registry.spent(tenant.name, when)
-    budget = tenant.budget_usd
-    return {"tenant": tenant.name, "day": when, "cost_usd": round(spent["cost_usd"], 6),
-            "input_tokens": spent["input_tokens"], "output_tokens": spent["output_tokens"],
-            "budget_usd": {"run": budget.run, "day": budget.day}}
-
-
-@get("/healthz")
-async def healthz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
-    scheduler: Scheduler = request.app.state.scheduler
-    task = scheduler._task
-    ok = task is not None and not task.done()
-    reasons = scheduler.health.reasons()  # degraded still answers 200: a full disk is no reason to restart
-    body: dict[str, Any] = {"status": ("degraded" if reasons else "ok") if ok else "scheduler stopped",
-                            "backend": request.app.state.config.backend}
-    if reasons:
-        body["reasons"] = reasons
-    if scheduler.refusal:
-        ok, body["status"], body["reason"] = False, "refusing runs", scheduler.refusal
-    elif scheduler.hold:
-        body["guards"] = scheduler.hold
-    return Response(body, status_code=200 if ok else 503)
-
-
-@get("/metrics", media_type="text/plain; version=0.0.4")
-async def metrics(request: Request[Any, Any, Any]) -> str:
-    return request.app.state.scheduler.health.prometheus()
-
-
-# -- errors ----------------------------------------------------------------------------------
-def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
-    body: dict[str, Any] = {"status_code": exc.status_code, "error": exc.detail}
-    if isinstance(exc.__cause__, SerializationException):
-        body["error"] = f"the request body is not valid JSON ({exc.detail}): send a JSON object"
-    if isinstance(exc, ValidationException) and exc.extra:
-        extra = exc.extra if isinstance(exc.extra, list) else [exc.extra]
-        msgs = []
-        for item in extra:
-            if isinstance(item, dict):
-                where = item.get("key") or item.get("source") or ""
-                where = "body" if where == "data" else where
-                msg = str(item.get("message", "")).strip()
-                msgs.append(f"{where}: {msg}" if where and where not in msg else msg)
-        if msgs:
-            body["error"] = "invalid request: " + "; ".join(m for m in msgs if m)
-        body["extra"] = extra
-    return Response(body, status_code=exc.status_code, headers=exc.headers)
-
-
-def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[dict[str, Any]]:
-    return Response({"status_code": 400, "error": "the request body nests too deeply: send a flat JSON object"},
-                    status_code=400)
-
-
-def _crash(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
-    if is_disk_full(exc):  # an answer, a message, a cancel that cannot be written: the disk, not the service
-        request.app.state.scheduler.health.disk_full_seen()
-        log.warning("api.disk_full", path=request.url.path, method=request.method, error=str(exc)[:300])
-        return Response({"status_code": 507, "error": "the service's disk is full, so this was not saved; "
-                         "try again once the operator has freed space"}, status_code=507,
-                        headers={"Retry-After": "60"})
-    log.exception("api.unhandled", path=request.url.path, method=request.method)
-    return Response({"status_code": 500, "error": "internal error in the service; the operator's log has details"},
-                    status_code=500)
-
-
-# -- assembly --------------------------------------------------------------------------------
 def make_backend(config: ServiceConfig, tenants: int = 1) -> Any:
     """The configured backend, scoped to this service's runs: a restarted service adopts its own runs only.
 
@@ -492,7 +85,15 @@ def make_backend(config: ServiceConfig, tenants: int = 1) -> Any:
                          pids_limit=config.run_pids or None, tmp_size=config.run_tmp_size)
 
 
+def _version() -> str:
+    try:
+        return version("flower")
+    except PackageNotFoundError:
+        return "0"
+
+
 async def _canary(scheduler: Scheduler, config: ServiceConfig) -> None:
+    """The guards proven for this CLI before any run starts (``service.canary``); a failure refuses runs."""
     from .canary import prove_guards
 
     why = await prove_guards(cli_path=config.guard_canary_cli)
@@ -504,8 +105,9 @@ async def _canary(scheduler: Scheduler, config: ServiceConfig) -> None:
     scheduler.wake()
 
 
-def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
-    """The app; the scheduler starts with it and stops with it (runs themselves keep running)."""
+def create_app(config: ServiceConfig, *, backend: Any = None, clock: Callable[[], float] | None = None) -> Litestar:
+    """The app; the scheduler starts with it and stops with it (runs themselves keep running).
+    ``clock``: the wall time retention reads (a test moves it on by days)."""
     state_log = get_logger("flower.service")
     tenants = Tenants(config.tenants, on_reload_error=lambda why: state_log.error("tenants.reload_failed",
                                                                                    error=why))
@@ -514,8 +116,11 @@ def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
     registry = Registry(config.db_path)
     if backend is None:
         backend = make_backend(config, tenants=len(tenants.all()))
+    metrics = Metrics()
     gateway = Gateway(prices=config.prices)
-    scheduler = Scheduler(config, registry, tenants, backend, gateway)
+    scheduler = Scheduler(config, registry, tenants, backend, gateway, metrics=metrics,
+                          **({"clock": clock} if clock is not None else {}))
+    metrics.watch(registry.counts, lambda: dict(scheduler.streams))
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -539,15 +144,17 @@ def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
             registry.close()
             state_log.info("service.stopped")
 
-    v1 = Router(path="/v1", route_handlers=[submit, list_runs, get_run, events, questions, answer, message,
-                                           interrupt, cancel, get_diff, manifest, usage],
-                guards=[_bearer], dependencies={"tenant": Provide(_tenant)})
+    v1 = Router(path="/v1", route_handlers=[RunController, MailboxController, events, usage],
+                guards=[bearer_guard(tenants)], security=[{"bearer": []}])
     return Litestar(
-        route_handlers=[v1, healthz, metrics],
+        route_handlers=[v1, healthz, metrics_handler, docs_redirect, docs_assets()],
+        dependencies=dependencies(config, registry, scheduler, metrics),
         lifespan=[lifespan],
-        state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants}),
-        exception_handlers={HTTPException: _http_error, RecursionError: _too_deep, Exception: _crash},
-        request_max_body_size=1024 * 1024,
+        state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants,
+                     "metrics": metrics}),
+        exception_handlers=EXCEPTION_HANDLERS,
+        request_max_body_size=MAX_BODY,
         logging_config=None,
-        openapi_config=None,
+        openapi_config=openapi_config(_version()),
     )
+

@@ -41,7 +41,8 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """How often the scheduler looks at queued runs, events and exits."""
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
-    log_format: Literal["json", "console", "auto"] = "json"
+    log_format: Literal["json", "console", "auto"] = "auto"
+    """"auto": key=value lines on a terminal, JSON lines otherwise (a pipe, a file, a log shipper)."""
     log_level: str = "INFO"
     min_free_mb: Annotated[float, msgspec.Meta(ge=0)] = 512
     """Free space the data dir keeps: below it submits get 507, queued runs wait, /healthz says degraded."""
@@ -56,6 +57,10 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     run_tmp_size: str = "256m"
     max_bundle_mb: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 1024
     """The largest work bundle taken from a run."""
+    max_run_disk_mb: Annotated[float, msgspec.Meta(ge=0, le=10_000_000)] = 10_240
+    """Disk one run's folder may use (measured every 10 s; past it the run is stopped and fails); 0 for no limit."""
+    retain_days: Annotated[float, msgspec.Meta(ge=0, le=36_500)] = 0
+    """Remove the files of runs that ended this many days ago (rows and branches stay); 0 keeps them forever."""
     # -- the local backend -----------------------------------------------------------------------
     local_isolation: Literal["auto", "bwrap", "none"] = "auto"
     """"auto": bubblewrap when installed, else none (then only one tenant, unless unsafe_shared_local)."""

@@ -10,18 +10,25 @@ The file is the run's: it is opened through ``sandbox.runfiles`` (never a symlin
 pass reads at most ``MAX_CHUNK`` bytes, a line longer than ``MAX_LINE`` is cut into ``MAX_LINE`` pieces
 (each one ``unparsed`` event), and nothing past ``MAX_FILE`` is read at all — a 10 GB sparse file or a
 100 MB line costs the service bounded memory and time.
+
+``replay`` is what one SSE stream serves: the file from ``after`` on, then the live events the scheduler
+fans out, back to the file whenever the live queue fell behind, and how the run ended last.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sandbox.runfiles import open_file
 
-__all__ = ["parse_line", "read_new", "MAX_CHUNK", "MAX_LINE", "MAX_FILE", "EVENTS"]
+__all__ = ["parse_line", "read_new", "replay", "Numbered", "KeepAlive", "Ended", "END", "MAX_CHUNK", "MAX_LINE",
+           "MAX_FILE", "EVENTS"]
 
 EVENTS = "outbox/events.jsonl"
 MAX_CHUNK = 1024 * 1024  # bytes read per pass; the rest comes on the next pass
@@ -69,3 +76,77 @@ def read_new(folder: Path, offset: int, seq: int, *, limit: int = MAX_CHUNK
         if ev is not None:
             out.append((seq, ev))
     return out, offset + end + 1, seq
+
+
+# -- one stream's replay ---------------------------------------------------------------------
+END = object()  # what a subscriber's queue gets when its run has ended (or the service stops)
+
+
+@dataclass(frozen=True)
+class Numbered:
+    """One event line and its number."""
+    seq: int
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class KeepAlive:
+    """Nothing happened for a while: a comment keeps proxies from closing the stream."""
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The last thing a stream says: how the run ended and the number of its last event."""
+    status: str
+    events: int
+
+
+async def replay(folder: Path, after: int, queue: asyncio.Queue[Any], over: Callable[[], str | None],
+                 *, keepalive_s: float = 15.0) -> AsyncIterator[Numbered | KeepAlive | Ended]:
+    """Everything in ``<folder>``'s events.jsonl past ``after``, then what arrives on ``queue`` (subscribed
+    before this starts, so nothing falls between the two), then ``Ended``.
+
+    ``over()`` is None while the run is live, then its final status.
+    The file is the truth; the queue only says "more": a gap in it (a slow client's queue overflowed)
+    sends the stream back to the file."""
+    sent = after
+    offset, read = 0, 0  # how far this stream has read the file: bytes, events
+
+    async def from_file() -> list[Numbered]:
+        nonlocal offset, read
+        out: list[Numbered] = []
+        while True:
+            evs, new_offset, read = await asyncio.to_thread(read_new, folder, offset, read)
+            out += [Numbered(n, e) for n, e in evs if n > sent]
+            if new_offset == offset:
+                return out
+            offset = new_offset
+
+    while True:
+        for item in await from_file():
+            yield item
+            sent = item.seq
+        if over() is not None:
+            break
+        got: Any = None
+        while True:
+            try:
+                got = await asyncio.wait_for(queue.get(), keepalive_s)
+            except TimeoutError:
+                yield KeepAlive()
+                continue
+            if got is END:
+                break
+            seq, ev = got
+            if seq <= sent:
+                continue
+            if seq > sent + 1:
+                break
+            yield Numbered(seq, ev)
+            sent = seq
+        if got is END:  # the run ended, or the service is stopping: the rest is in the file
+            break
+    for item in await from_file():
+        yield item
+        sent = item.seq
+    yield Ended(over() or "unknown", sent)

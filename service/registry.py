@@ -49,7 +49,9 @@ CREATE TABLE IF NOT EXISTS runs (
     diffstat        TEXT,
     event_offset    INTEGER NOT NULL DEFAULT 0,
     event_seq       INTEGER NOT NULL DEFAULT 0,
-    cancel_requested INTEGER NOT NULL DEFAULT 0
+    cancel_requested INTEGER NOT NULL DEFAULT 0,
+    disk_bytes      INTEGER,
+    deleted         REAL
 );
 CREATE INDEX IF NOT EXISTS runs_tenant ON runs (tenant, created);
 CREATE INDEX IF NOT EXISTS runs_status ON runs (status, created);
@@ -62,16 +64,12 @@ CREATE TABLE IF NOT EXISTS spend (
     PRIMARY KEY (tenant, day)
 );
 """
-# Columns added after schema 1 (ALTER TABLE on an older file): what the model gateway measures.
-_ADDED = (
-    ("input_tokens", "INTEGER NOT NULL DEFAULT 0"),
-    ("output_tokens", "INTEGER NOT NULL DEFAULT 0"),
-    ("cache_write_tokens", "INTEGER NOT NULL DEFAULT 0"),
-    ("cache_read_tokens", "INTEGER NOT NULL DEFAULT 0"),
-    ("claimed_cost_usd", "REAL NOT NULL DEFAULT 0"),
-    ("token_sha256", "TEXT"),
-)
 _VERSION = 2
+# Columns added since version 1 (an older file gains them): what the model gateway measures, disk and tombstones.
+_ADDED = {"disk_bytes": "INTEGER", "deleted": "REAL",
+          "input_tokens": "INTEGER NOT NULL DEFAULT 0", "output_tokens": "INTEGER NOT NULL DEFAULT 0",
+          "cache_write_tokens": "INTEGER NOT NULL DEFAULT 0", "cache_read_tokens": "INTEGER NOT NULL DEFAULT 0",
+          "claimed_cost_usd": "REAL NOT NULL DEFAULT 0", "token_sha256": "TEXT"}
 
 
 class Run(msgspec.Struct, kw_only=True):
@@ -103,29 +101,15 @@ class Run(msgspec.Struct, kw_only=True):
     """What the run itself reported; ``cost_usd`` is what the gateway measured on the wire."""
     token_sha256: str | None = None
     """The hash of the run's gateway token while it is live."""
+    disk_bytes: int | None = None
+    """What the run's folder took on disk when last measured (bounded by ``max_run_disk_mb``)."""
+    deleted: float | None = None
+    """When its files were removed (DELETE or ``retain_days``); the row stays as a tombstone."""
 
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL
 
-    def public(self) -> dict[str, Any]:
-        """What a tenant sees: no host paths, no handle."""
-        return {
-            "id": self.id, "status": self.status, "ask": self.ask, "options": self.options,
-            "branch": self.branch, "base": self.base, "commit": self.commit_sha,
-            "created": _iso(self.created), "started": _iso(self.started), "ended": _iso(self.ended),
-            "cost_usd": round(self.cost_usd, 6), "error": self.error, "step": self.step,
-            "diffstat": self.diffstat, "events": self.event_seq, "cancel_requested": self.cancel_requested,
-            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
-                      "cache_write_tokens": self.cache_write_tokens, "cache_read_tokens": self.cache_read_tokens},
-            "claimed_cost_usd": round(self.claimed_cost_usd, 6),
-        }
-
-
-def _iso(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
 _COLUMNS = Run.__struct_fields__
@@ -160,9 +144,9 @@ class Registry:
                                    "upgrade the service or point data_dir elsewhere")
             self._db.executescript(_SCHEMA)
             have = {r[1] for r in self._db.execute("PRAGMA table_info(runs)")}
-            for name, decl in _ADDED:
+            for name, kind in _ADDED.items():
                 if name not in have:
-                    self._db.execute(f"ALTER TABLE runs ADD COLUMN {name} {decl}")
+                    self._db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
             self._db.execute(f"PRAGMA user_version={_VERSION}")
 
     def close(self) -> None:
@@ -180,8 +164,15 @@ class Registry:
         return _row(r) if r else None
 
     def list(self, *, tenant: str | None = None, statuses: Iterable[str] | None = None,
-             limit: int | None = None, oldest_first: bool = False) -> list[Run]:
+             limit: int | None = None, oldest_first: bool = False, deleted: bool | None = None,
+             ended_before: float | None = None) -> list[Run]:
+        """``deleted``: None = tombstones too, False = without them, True = only them."""
         where, args = [], []  # type: list[str], list[Any]
+        if deleted is not None:
+            where.append("deleted IS NOT NULL" if deleted else "deleted IS NULL")
+        if ended_before is not None:
+            where.append("ended IS NOT NULL AND ended < ?")
+            args.append(ended_before)
         if tenant is not None:
             where.append("tenant = ?")
             args.append(tenant)
@@ -207,6 +198,12 @@ class Registry:
             args = [*st, tenant]
         with self._lock:
             return int(self._db.execute(sql, args).fetchone()[0])
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """(tenant, status) → number of runs."""
+        with self._lock:
+            rows = self._db.execute("SELECT tenant, status, COUNT(*) FROM runs GROUP BY tenant, status").fetchall()
+        return {(r[0], r[1]): int(r[2]) for r in rows}
 
     # -- writes ----------------------------------------------------------------------------
     def create(self, *, id: str, tenant: str, ask: str, options: dict[str, Any], repo: str) -> Run:

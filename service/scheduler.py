@@ -39,6 +39,7 @@ import shutil
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from sandbox.backends.base import read_exit
@@ -48,17 +49,18 @@ from sandbox.spec import RunSpec, write_spec
 
 from .backoff import Backoff, RepeatLog
 from .config import ServiceConfig
-from .events import read_new
+from .events import END, read_new
 from .gateway import SOCKET_NAME, Gateway, Grant, new_token, run_credentials, upstream_of
 from .health import Health, disk_full_reason, is_disk_full, is_engine_down
 from .logging import get_logger
+from .metrics import FailureReason, Metrics
 from .registry import ACTIVE, Registry, Run
+from .retention import folder_bytes, remove_run_files
 from .tenants import Tenant, TenantNotReady, Tenants
 from .wire import Usage
 
 __all__ = ["Scheduler", "END", "diffstat"]
 
-END = object()  # what a subscriber's queue gets when its run has ended (or the service stops)
 _RESERVED = {"event", "level", "timestamp", "logger", "tenant", "run"}
 _SUB_QUEUE = 10_000
 QUESTION_BYTES = 64 * 1024
@@ -101,14 +103,24 @@ def _claimed_cost(value: Any, default: float) -> float:
     return cost if math.isfinite(cost) and 0 <= cost < 1e9 else default
 
 
+DISK_EVERY_S = 10.0  # how often a running run's folder is measured
+SWEEP_EVERY_S = 300.0  # how often ended runs older than retain_days are looked for
+
+
 def _day(t: float | None = None) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(time.time() if t is None else t))
 
 
 class Scheduler:
     def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Any,
-                 gateway: Gateway | None = None) -> None:
+                 gateway: Gateway | None = None, *, metrics: Metrics | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.config = config
+        self.metrics = metrics or Metrics()
+        self.clock = clock  # wall time of retention (a test moves it on by days)
+        self._measured: dict[str, float] = {}  # run → monotonic time its folder was last measured
+        self._over_disk: dict[str, str] = {}  # run → why it is being stopped for its disk use
+        self._next_sweep = 0.0
         self.registry = registry
         self.tenants = tenants
         self.backend = backend
@@ -161,6 +173,11 @@ class Scheduler:
         self._stopping.clear()
         for run_id in list(self._subs):
             self._publish_end(run_id)
+
+    @property
+    def healthy(self) -> bool:
+        """The scheduler's loop is running (started and neither crashed nor stopped)."""
+        return self._task is not None and not self._task.done()
 
     def wake(self) -> None:
         if self._wake is not None:
@@ -218,6 +235,9 @@ class Scheduler:
             self.wake()
             log.info("scheduler.queue_released", free_bytes=self.health.disk().free_bytes)
         await self._start_queued()
+        if self.config.retain_days and self.clock() >= self._next_sweep:
+            self._next_sweep = self.clock() + SWEEP_EVERY_S
+            await self.sweep()
 
     # -- failures ----------------------------------------------------------------------------
     def _failed(self, event: str, key: str, error: BaseException, **fields: Any) -> None:
@@ -334,8 +354,10 @@ class Scheduler:
             why = str(e) if isinstance(e, TenantNotReady) else f"{type(e).__name__}: {_one_line(e)}"
             await self.gateway.close(run.id)
             self._fail(run, f"could not start the run: {why}", frm=["starting"])
+            self.metrics.failed_to_start(run.tenant)
             return
         self.handles[run.id] = handle
+        self.metrics.started(run.tenant, time.time() - run.created)
         if not self.registry.transition(run.id, "running", frm=["starting"], handle=str(handle)):
             log.warning("run.vanished_while_starting", tenant=run.tenant, run=run.id)
         log.info("run.started", tenant=run.tenant, run=run.id, branch=self.layout(run).branch, base=base,
@@ -411,6 +433,9 @@ class Scheduler:
                                 output_tokens=usage.output_tokens,
                                 cache_write_tokens=usage.cache_creation_input_tokens,
                                 cache_read_tokens=usage.cache_read_input_tokens, cost_usd=usage.cost_usd)
+        self.metrics.model_usage(grant.tenant, cost_usd=usage.cost_usd, tokens={
+            "input": usage.input_tokens, "output": usage.output_tokens,
+            "cache_write": usage.cache_creation_input_tokens, "cache_read": usage.cache_read_input_tokens})
         tenant = self.tenants.get(grant.tenant)
         if tenant is not None:
             self._check_budget(grant, tenant)
@@ -456,18 +481,37 @@ class Scheduler:
         if handle is None:
             await self._finish(run, "missing")
             return
-        if (run.cancel_requested or run.id in self._overspent) and run.id not in self._stopping:
+        await self._check_disk(run)
+        if (run.cancel_requested or run.id in self._over_disk or run.id in self._overspent) \
+                and run.id not in self._stopping:
             self._stopping[run.id] = asyncio.get_running_loop().create_task(self._stop(run, handle))
         state = await asyncio.to_thread(self.backend.state, handle)
         if state == "running":
             return
         await self._finish(run, state)
 
+    async def _check_disk(self, run: Run) -> None:
+        """Every ``DISK_EVERY_S``: measure the run's folder, store it, and stop a run past ``max_run_disk_mb``."""
+        now = time.monotonic()
+        if now - self._measured.get(run.id, 0.0) < DISK_EVERY_S:
+            return
+        self._measured[run.id] = now
+        used = await asyncio.to_thread(folder_bytes, self.layout(run).dir)
+        self.registry.update(run.id, disk_bytes=used)
+        run.disk_bytes = used
+        limit = int(self.config.max_run_disk_mb * 1024 * 1024)
+        if limit and used > limit and run.id not in self._over_disk:
+            self._over_disk[run.id] = (f"the run used {used / (1024 * 1024):.1f} MB of disk, more than the "
+                                       f"{self.config.max_run_disk_mb:g} MB a run may use (max_run_disk_mb)")
+            log.warning("run.over_disk", tenant=run.tenant, run=run.id, disk_bytes=used, limit=limit)
+
     async def _stop(self, run: Run, handle: Any) -> None:
         """In the background: a stop waits for the run to end, and other runs must not wait with it."""
         log.info("run.cancelling", tenant=run.tenant, run=run.id)
+        t0 = time.monotonic()
         try:
             await asyncio.to_thread(self.backend.stop, handle)
+            log.info("run.stopped", tenant=run.tenant, run=run.id, took_s=round(time.monotonic() - t0, 3))
         except Exception as e:  # noqa: BLE001 - the next pass sees the state either way
             log.warning("run.stop_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
         self.wake()
@@ -508,6 +552,7 @@ class Scheduler:
             fields.setdefault("step", ev["step"])
         if action in ("deny", "spill"):
             self._claimed[run.id][action] += 1
+        self.metrics.audited(run.tenant, action)
         level = "warning" if action in ("deny", "spill_failed") else "info"
         getattr(audit_log, level)(f"audit.{action}", tenant=run.tenant, run=run.id, source="run", **fields)
 
@@ -526,9 +571,12 @@ class Scheduler:
         disk_full = False  # the run died for want of space: its reason says so, whatever it managed to write
         if exit_data is not None:
             claimed = _claimed_cost(exit_data.get("cost_usd"), claimed) or claimed
+        reason: FailureReason | None = None
         overspent = self._overspent.get(run.id)
         if overspent:
-            status, error = "failed", overspent
+            status, error, reason = "failed", overspent, "budget"
+        elif run.id in self._over_disk:
+            status, error, reason = "failed", self._over_disk[run.id], "disk"
         elif run.cancel_requested:
             status, error = "cancelled", "cancelled on request"
         elif exit_data is not None and exit_data.get("status") in EXIT_STATUSES:
@@ -541,6 +589,7 @@ class Scheduler:
             status, error = "failed", f"the run wrote an exit.json with an unknown status {exit_data.get('status')!r}"
         elif state == "missing":
             status, error = "failed", why or "the run's sandbox disappeared without writing exit.json"
+            reason = "vanished"
         else:
             code = None
             if handle is not None:
@@ -548,17 +597,27 @@ class Scheduler:
                     code = await asyncio.to_thread(self.backend.exit_code, handle)
                 except Exception:  # noqa: BLE001
                     code = None
-            status = "failed"
+            status, reason = "failed", "crashed"
             error = f"the run exited with code {code} without writing exit.json (it crashed before finishing)"
             disk_full = self.health.disk_was_full(since=run.started or run.created)
+        if reason is None and status in ("failed", "aborted", "killed"):
+            reason = status  # type: ignore[assignment]
         commit, stat, notes = await asyncio.to_thread(self._collect, run, layout)
         if disk_full:
             error = disk_full_reason(self.health.disk(fresh=True), layout.branch if commit else None, error)
+        branch = run.branch
+        if status == "cancelled" and run.base and commit in (None, run.base):  # nothing handed back: no branch
+            await asyncio.to_thread(self._discard_workspace, run, keep_branch=False)
+            branch = None
         if notes:
             error = "; ".join([e for e in [error, *notes] if e])
         # the row first: if it cannot be written (a full disk), the next pass finishes the run again, sandbox and all
-        self.registry.transition(run.id, status, frm=ACTIVE, ended=time.time(), claimed_cost_usd=claimed,
-                                 error=error, commit_sha=commit, diffstat=stat, token_sha256=None)
+        used = await asyncio.to_thread(folder_bytes, layout.dir)
+        ended = time.time()
+        if self.registry.transition(run.id, status, frm=ACTIVE, ended=ended, claimed_cost_usd=claimed,
+                                    error=error, commit_sha=commit, diffstat=stat, token_sha256=None, branch=branch,
+                                    disk_bytes=used):
+            self.metrics.finished(run.tenant, status, ended - run.started if run.started else None, reason)
         grant = await self.gateway.close(run.id)  # its token ends with it
         self._overspent.pop(run.id, None)
         self._compare_audits(run, grant)
@@ -574,6 +633,8 @@ class Scheduler:
         self.handles.pop(run.id, None)
         self._stopping.pop(run.id, None)
         self._imported.pop(run.id, None)
+        self._measured.pop(run.id, None)
+        self._over_disk.pop(run.id, None)
         self._publish_end(run.id)
 
     def _compare_audits(self, run: Run, grant: Grant | None) -> None:
@@ -671,7 +732,7 @@ class Scheduler:
         tmp.mkdir(mode=0o700, exist_ok=True)
         return tmp / f"{run.id}.bundle"
 
-    def _discard_workspace(self, run: Run, *, keep_branch: bool) -> None:
+    def _discard_workspace(self, run: Run, *, keep_branch: bool, strict: bool = False) -> None:
         from sandbox.worktree import delete_branch, remove_workspace
 
         layout = self.layout(run)
@@ -680,7 +741,47 @@ class Scheduler:
             try:
                 delete_branch(run.repo, layout.branch)
             except Exception as e:  # noqa: BLE001
+                if strict:
+                    raise
                 log.warning("run.branch_remove_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
+
+    # -- retention ---------------------------------------------------------------------------
+    async def delete(self, run: Run, *, branch: bool) -> Run:
+        """Remove an ended run's folder (and its branch when asked); its row stays, marked deleted. A run that
+        is not ended is never touched (ValueError)."""
+        current = self.registry.get(run.id)
+        if current is None or not current.terminal or current.id in self.handles:
+            raise ValueError(f"run {run.id} has not ended: nothing of a live run is removed")
+        notes = await asyncio.to_thread(remove_run_files, self.layout(current))
+        fields: dict[str, Any] = {"disk_bytes": 0 if not notes else None}
+        if current.deleted is None:
+            fields["deleted"] = self.clock()
+        if branch and current.branch:
+            try:
+                await asyncio.to_thread(self._discard_workspace, current, keep_branch=False, strict=True)
+                fields["branch"] = None
+            except Exception as e:  # noqa: BLE001 - the files are gone either way; say what stayed
+                notes.append(f"the branch {current.branch} stayed: {_one_line(e, 200)}")
+        if notes:
+            log.warning("run.delete_incomplete", tenant=current.tenant, run=current.id, left=notes)
+        self.registry.update(current.id, only_if=[current.status], **fields)
+        done = self.registry.get(current.id)
+        assert done is not None
+        return done
+
+    async def sweep(self) -> list[str]:
+        """Delete the files of runs that ended more than ``retain_days`` ago (their branches stay)."""
+        if not self.config.retain_days:
+            return []
+        cutoff = self.clock() - self.config.retain_days * 86400
+        gone = []
+        for run in self.registry.list(ended_before=cutoff, deleted=False, oldest_first=True):
+            if run.terminal:
+                await self.delete(run, branch=False)
+                gone.append(run.id)
+        if gone:
+            log.info("runs.retention", deleted=len(gone), retain_days=self.config.retain_days)
+        return gone
 
     def _fail(self, run: Run, error: str, *, frm: Any = ACTIVE) -> None:
         self.registry.transition(run.id, "failed", frm=frm, ended=time.time(), error=error)

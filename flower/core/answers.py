@@ -16,6 +16,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable
+from contextvars import ContextVar
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -24,9 +25,13 @@ import structlog
 
 from .files import write_atomic
 
-__all__ = ["Answers", "ChannelClosed", "MailboxAnswers"]
+__all__ = ["Answers", "ChannelClosed", "MailboxAnswers", "ASK_ID"]
 
 _log = structlog.get_logger("flower.channel")
+
+ASK_ID: ContextVar[str | None] = ContextVar("flower_ask_id", default=None)
+"""The id of the question a source's ``get`` is fetching the answer to (the channel sets it around the call):
+a source that names its questions uses it, so the ``ask`` event, the question and its answer share one id."""
 
 
 class ChannelClosed(Exception):
@@ -85,7 +90,8 @@ class MailboxAnswers:
 
     # -- the run's side ----------------------------------------------------
     async def get(self, question: str, options: list[str] | None, timeout: float | None) -> str | None:
-        qid = _new_id()
+        given = ASK_ID.get()
+        qid = given if given and re.fullmatch(r"[\w.-]{1,200}", given) else _new_id()
         qfile = self.questions / f"{qid}.json"
         afile = self.folder / "answers" / f"{qid}.json"
         _write_json(qfile, {"id": qid, "question": question, "options": list(options or []),

@@ -32,7 +32,7 @@ from typing import Any, Protocol, runtime_checkable
 import structlog
 from claude_agent_sdk import McpSdkServerConfig
 
-from .answers import Answers, ChannelClosed, MailboxAnswers, duration_text
+from .answers import ASK_ID, Answers, ChannelClosed, MailboxAnswers, duration_text
 from .asks import Ask, AskBook, AskState, FinalState, Mail, pick
 from .bridge import call_soon
 from .channel_tools import ASK_TOOL, INBOX_TOOL, SERVER, channel_server
@@ -328,6 +328,7 @@ class HumanChannel:
 
     async def _from_source(self, a: Ask) -> None:
         assert self._answers is not None
+        ASK_ID.set(a.id)  # this task's own context: the source names the question as the ask event does
         try:
             text = await self._answers.get(a.question, list(a.options) or None, self.timeout_s)
         except asyncio.CancelledError:

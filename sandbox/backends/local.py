@@ -96,6 +96,21 @@ def _rmdir(d: Path, tries: int = 1) -> None:
             time.sleep(0.05)
 
 
+def _kill_cgroups(run: str) -> None:
+    """SIGKILL every process left in the run's cgroups: the CLI and what it started may sit in sessions of
+    their own, out of the process group's reach, and a cgroup with a process in it cannot be removed."""
+    for d in _run_cgroups(run):
+        try:
+            pids = [int(p) for p in (d / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            continue
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
 def _sweep() -> None:
     """Remove the empty cgroups runs left (a run's last processes may outlive its removal by a moment)."""
     for d in [*CGROUP.glob("memory/flower-*"), *CGROUP.glob("pids/flower-*"), *CGROUP.glob("flower/*")]:
@@ -286,6 +301,7 @@ class LocalBackend:
             while self._alive(pid, start) and time.monotonic() < deadline:
                 time.sleep(0.05)
         self._kill_group(pid, start, verified=verified)
+        _kill_cgroups(folder.name)
         stopped_exit(folder, timeout)
 
     def live(self) -> dict[str, str]:
@@ -321,6 +337,7 @@ class LocalBackend:
     def remove(self, handle: str) -> None:
         pid, start, folder = _parse(handle)
         self._kill_group(pid, start, force=True)
+        _kill_cgroups(folder.name)
         self._procs.pop(pid, None)
         self._removed.add(handle)
         for d in _run_cgroups(folder.name):

@@ -308,3 +308,29 @@ def test_the_service_pod_talks_to_dns_the_api_and_the_model_only(values, tmp_pat
             assert rule["to"] == [{"ipBlock": {"cidr": c}} for c in cidrs]
         else:
             assert "to" not in rule  # any address, on those ports only
+
+
+def test_prometheus_scrapes_by_annotation_or_a_service_monitor_behind_a_value() -> None:
+    docs = rendered()
+    pod = docs["Deployment"]["spec"]["template"]
+    notes = pod["metadata"]["annotations"]
+    (port,) = [p["containerPort"] for p in pod["spec"]["containers"][0]["ports"] if p["name"] == "http"]
+    assert (notes["prometheus.io/scrape"], notes["prometheus.io/path"]) == ("true", "/metrics")
+    assert notes["prometheus.io/port"] == str(port)
+    assert "ServiceMonitor" not in docs, "no ServiceMonitor unless asked (its CRD may not exist)"
+
+    off = rendered({"metrics": {"annotations": False}})
+    assert not any(k.startswith("prometheus.io/")
+                   for k in off["Deployment"]["spec"]["template"]["metadata"]["annotations"])
+
+    docs = rendered({"metrics": {"serviceMonitor": {"enabled": True, "interval": "15s",
+                                                    "labels": {"release": "prometheus"}}}},
+                    release="team-a", namespace="agents")
+    monitor = docs["ServiceMonitor"]
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["metadata"]["namespace"] == "agents"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    assert monitor["spec"]["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "15s"}]
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["agents"]}
+    service = docs["Service"]
+    assert selects(monitor["spec"]["selector"], service["metadata"]["labels"]), "the monitor selects the chart's Service"
+    assert "http" in [p["name"] for p in service["spec"]["ports"]]

@@ -87,6 +87,22 @@ def test_the_command_line_hashes_tokens_and_refuses_a_broken_tenants_file(tmp_pa
     assert "Traceback" not in out.stderr + out.stdout
 
 
+def test_help_lists_every_subcommand_and_logs_default_to_auto(tmp_path: Path):
+    from service.__main__ import SUBCOMMANDS
+
+    out = subprocess.run([sys.executable, "-m", "service", "--help"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and SUBCOMMANDS, out.stderr
+    for name in SUBCOMMANDS:
+        assert f"python -m service {name}" in out.stdout, (name, out.stdout)
+    assert "hash-token" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "service", "hash-token", "--help"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0 and "token_sha256" in out.stdout and hash_token("--help") not in out.stdout
+    (tmp_path / "t.toml").write_text("")
+    assert load_config(env={}, data_dir=str(tmp_path), tenants=str(tmp_path / "t.toml")).log_format == "auto"
+
+
 # -- tenants ---------------------------------------------------------------------------------------
 def _write_tenants(path: Path, body: str) -> Path:
     path.write_text(body)

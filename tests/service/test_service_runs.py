@@ -78,7 +78,9 @@ def test_a_run_end_to_end_question_events_audit_diff(deployment: Deployment, ser
     assert steps == ["确认需求", "设定目标", "工作"], steps
     calls = [(e["data"]["tool"], e["data"]["payload"].get("subagent")) for e in body if e["event"] == "tool_call"]
     assert ("Write", False) in calls and ("Agent", False) in calls and ("Write", True) in calls, calls
-    assert any(e["event"] == "ask" and "用什么语言" in e["data"]["text"] for e in body)
+    asked = [e["data"]["payload"]["id"] for e in body if e["event"] == "ask" and "用什么语言" in e["data"]["text"]]
+    assert asked and set(asked) == {q["id"]}, (asked, q["id"])  # one question id: the event's = /questions' = /answers'
+
     denied = [e["data"] for e in body if e["event"] == "audit" and e["data"]["text"] == "deny"]
     assert denied and denied[0]["payload"]["tool"] == "Write"
     # ?after=N replays only what follows N
@@ -103,7 +105,7 @@ def test_a_run_end_to_end_question_events_audit_diff(deployment: Deployment, ser
     assert not (deployment.data / "runs" / run_id / repo.name).exists(), "the finished run's checkout is removed"
     assert {f["path"] for f in final["diffstat"]["files"]} == {"hello.py"}
     r = acme.get(f"/v1/runs/{run_id}/diff")
-    assert r.status_code == 200 and r.headers["content-type"].startswith("text/x-diff")
+    assert r.status_code == 200 and r.headers["content-type"] == "text/x-diff; charset=utf-8"
     assert "+++ b/hello.py" in r.text and "+print('hello')" in r.text and "boss.txt" not in r.text
 
     # the manifest and exit
@@ -172,6 +174,27 @@ def test_cancel_stops_a_running_run(deployment: Deployment, services: list[Servi
 
     assert run_id not in LocalBackend().live()
     assert any(line.get("event") == "run.finished" and line.get("status") == "cancelled" for line in service.lines())
+
+
+def test_a_cancel_in_the_middle_of_a_model_call_ends_the_run(deployment: Deployment, services: list[Service]):
+    """The model takes a minute to answer: the cancel does not wait for it (bench: the time it takes)."""
+    from sandbox.testing import BRIEF as SLOW_BRIEF
+
+    with ScriptedModel([Rule(say(SLOW_BRIEF, delay=60), system=CLARIFIER, prompt="慢慢想")]) as model:
+        service = serve(deployment, services, model)
+        acme = service.client("acme")
+        run_id = acme.post("/v1/runs", json={"ask": "慢慢想", "options": {"clarify_only": True}}).json()["id"]
+        wait_for(lambda: model.requests and run_status(acme, run_id)["status"] == "running", 120,
+                 what="the model call in flight")
+        r = acme.post(f"/v1/runs/{run_id}/cancel", params={"wait": 30})
+        assert r.status_code == 200 and r.json()["status"] == "cancelled", r.text
+        assert r.json()["branch"] is None, "a cancelled run that handed nothing back keeps no branch"
+        assert f"flower/{run_id}" not in git(deployment.repos["acme"], "branch", "--list")
+    from sandbox.backends import LocalBackend
+
+    assert run_id not in LocalBackend().live()
+    stopped = [line for line in service.lines() if line.get("event") == "run.stopped" and line.get("run") == run_id]
+    assert stopped, "the backend stopped it"
 
 
 def test_an_interrupt_over_the_api_redirects_the_step_in_flight(deployment: Deployment, services: list[Service]):

@@ -1,0 +1,72 @@
+"""What handlers are given rather than fetch: the caller's tenant (from its bearer token), the registry,
+the scheduler, the config, and the run a path names — already checked to be the caller's own."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from litestar import Request
+from litestar.connection import ASGIConnection
+from litestar.di import NamedDependency, Provide
+from litestar.params import FromPath
+from litestar.exceptions import NotAuthorizedException, NotFoundException
+from litestar.handlers import BaseRouteHandler
+
+from ..config import ServiceConfig
+from ..metrics import Metrics
+from ..registry import Registry, Run
+from ..scheduler import Scheduler
+from ..tenants import Tenant, Tenants
+
+__all__ = ["bearer_guard", "dependencies", "provide_run", "ConfigDep", "RegistryDep", "SchedulerDep", "MetricsDep",
+           "TenantDep", "RunDep"]
+
+# what a handler declares to be given (by name: ``registry: RegistryDep``)
+ConfigDep = NamedDependency[ServiceConfig]
+RegistryDep = NamedDependency[Registry]
+SchedulerDep = NamedDependency[Scheduler]
+MetricsDep = NamedDependency[Metrics]
+TenantDep = NamedDependency[Tenant]
+RunDep = NamedDependency[Run]
+
+_CHALLENGE = {"WWW-Authenticate": 'Bearer realm="flower"'}
+
+
+def bearer_guard(tenants: Tenants) -> Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], None]:
+    """``Authorization: Bearer <tenant token>`` or 401; the tenant it names goes on the connection's state."""
+
+    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+        scheme, _sep, token = connection.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise NotAuthorizedException("missing bearer token: send `Authorization: Bearer <your tenant token>`",
+                                         headers=_CHALLENGE)
+        tenant = tenants.authenticate(token.strip())
+        if tenant is None:
+            raise NotAuthorizedException("this token belongs to no tenant: check it, or ask the operator for yours",
+                                         headers=_CHALLENGE)
+        connection.state.tenant = tenant
+
+    return guard
+
+
+def _tenant(request: Request[Any, Any, Any]) -> Tenant:
+    tenant: Tenant = request.state.tenant  # set by the guard, which runs first
+    return tenant
+
+
+def provide_run(registry: RegistryDep, tenant: TenantDep, run_id: FromPath[str]) -> Run:
+    """The run ``run_id`` of the caller's tenant; 404 when it has none by that id."""
+    run = registry.get(run_id, tenant=tenant.name)
+    if run is None:
+        raise NotFoundException(f"run {run_id} not found")
+    return run
+
+
+def dependencies(config: ServiceConfig, registry: Registry, scheduler: Scheduler, metrics: Metrics
+                 ) -> dict[str, Provide]:
+    def value(v: Any) -> Provide:
+        return Provide(lambda: v, use_cache=True, sync_to_thread=False)
+
+    return {"config": value(config), "registry": value(registry), "scheduler": value(scheduler),
+            "metrics": value(metrics), "tenant": Provide(_tenant, sync_to_thread=False)}

@@ -1,0 +1,190 @@
+"""/v1/runs: submit, list, read, cancel and delete runs; a run's diff and manifest."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import sqlite3
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+from litestar import Controller, Response, delete, get, post
+from litestar.di import Provide
+from litestar.exceptions import NotFoundException, ServiceUnavailableException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.params import JSONBody, Parameter
+
+from sandbox.layout import RunLayout
+from sandbox.spec import RunSpec
+
+from ..config import ServiceConfig
+from ..health import is_disk_full
+from ..logging import get_logger
+from ..registry import STATUSES, Registry, Run
+from ..scheduler import Scheduler
+from ..tenants import Tenant, TenantNotReady
+from .deps import ConfigDep, RegistryDep, RunDep, SchedulerDep, TenantDep, provide_run
+from .errors import Conflict, Gone, InsufficientStorage, Unprocessable, errors
+from .schemas import Budget, ManifestOut, RunList, RunOut, SubmitIn, SubmitOut, UsageOut, run_out
+
+__all__ = ["RunController", "new_run_id", "usage"]
+
+log = get_logger("flower.service.api")
+
+
+def new_run_id() -> str:
+    """Sortable by time, with 128 random bits: nobody guesses another tenant's run."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(16)
+
+
+def _gone(run: RunDep, what: str) -> None:
+    if run.deleted is not None:
+        raise Gone(f"run {run.id} was deleted, and its {what} with it")
+
+
+class RunController(Controller):
+    path = "/runs"
+    tags = ["runs"]
+    dependencies = {"run": Provide(provide_run, sync_to_thread=False)}
+
+    @post("/", status_code=201, responses=errors(400, 413, 422, 503, 507),
+          response_headers=None, summary="Submit an ask; the run is queued")
+    async def submit(self, tenant: TenantDep, scheduler: SchedulerDep, registry: RegistryDep,
+                     data: JSONBody[SubmitIn]) -> Response[SubmitOut]:
+        if scheduler.refusal:
+            raise ServiceUnavailableException(scheduler.refusal)
+        ask = data.ask.strip()
+        if not ask:
+            raise ValidationException("`ask` is blank: say what you want done")
+        try:
+            tenant.check_options(data.options)
+        except TenantNotReady as e:
+            raise ValidationException(str(e)) from None
+        run_id = new_run_id()
+        try:
+            spec = RunSpec(run_id=run_id, tenant=tenant.name, ask=ask, options=dict(data.options), env={})
+        except (ValueError, TypeError, msgspec.ValidationError) as e:
+            raise ValidationException(f"invalid options: {e}") from None
+        try:
+            layout = RunLayout(scheduler.config.runs_root, run_id, Path(tenant.repo).name)
+            await asyncio.to_thread(tenant.check_ready)
+        except TenantNotReady as e:
+            raise Unprocessable(str(e)) from None
+        except ValueError as e:
+            raise Unprocessable(f"tenant {tenant.name} cannot run here: {e}") from None
+        disk = scheduler.health.disk(fresh=True)
+        if disk.low:
+            raise InsufficientStorage(f"the service is low on disk space ({disk.sentence()}): nothing was queued; "
+                                      "submit again once the operator has freed space", headers={"Retry-After": "60"})
+        try:
+            run = registry.create(id=run_id, tenant=tenant.name, ask=ask, options=spec.options, repo=tenant.repo)
+        except sqlite3.OperationalError as e:
+            if not is_disk_full(e):
+                raise
+            scheduler.health.disk_full_seen()
+            raise InsufficientStorage("the service's disk is full: nothing was queued; submit again once the "
+                                      "operator has freed space", headers={"Retry-After": "60"}) from None
+        log.info("run.submitted", tenant=tenant.name, run=run.id, options=sorted(data.options))
+        scheduler.wake()
+        return Response(SubmitOut(id=run.id, status=run.status, branch=layout.branch),  # type: ignore[arg-type]
+                        status_code=201, headers={"Location": f"/v1/runs/{run.id}"})
+
+    @get("/", responses=errors(400), summary="The tenant's runs, newest first")
+    async def list_runs(self, tenant: TenantDep, registry: RegistryDep,
+                        status: Annotated[str | None, Parameter(
+                            description="comma-separated statuses to keep, e.g. `running,queued`")] = None,
+                        limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
+                        deleted: Annotated[bool, Parameter(description="include deleted runs (tombstones)")] = True,
+                        ) -> RunList:
+        statuses = None
+        if status:
+            statuses = [s.strip() for s in status.split(",") if s.strip()]
+            bad = [s for s in statuses if s not in STATUSES]
+            if bad:
+                raise ValidationException(f"unknown status {', '.join(bad)} (known: {', '.join(STATUSES)})")
+        runs = registry.list(tenant=tenant.name, statuses=statuses, limit=limit, deleted=None if deleted else False)
+        return RunList(runs=[run_out(r) for r in runs])
+
+    @get("/{run_id:str}", responses=errors(404), summary="One run")
+    async def get_run(self, run: RunDep) -> RunOut:
+        return run_out(run)
+
+    @delete("/{run_id:str}", status_code=200, responses=errors(400, 404, 409),
+            summary="Delete an ended run's files (and, with branch=true, its branch); the row stays as a tombstone")
+    async def delete_run(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep,
+                         branch: Annotated[bool, Parameter(
+                             description="also delete the branch flower/<run> from the tenant's repository")] = False,
+                         ) -> RunOut:
+        if not run.terminal:
+            raise Conflict(f"run {run.id} is {run.status}: only an ended run can be deleted (cancel it first)")
+        done = await scheduler.delete(run, branch=branch)
+        log.info("run.deleted", tenant=tenant.name, run=run.id, branch=branch)
+        return run_out(done)
+
+    @post("/{run_id:str}/cancel", status_code=200, responses={
+        **errors(400, 404, 409), 202: ResponseSpec(RunOut, description="asked to stop; not ended within `wait`")},
+        summary="Cancel: a queued run at once, a running one is stopped")
+    async def cancel(self, run: RunDep, tenant: TenantDep, registry: RegistryDep, scheduler: SchedulerDep,
+                     config: ConfigDep,
+                     wait: Annotated[float, Parameter(ge=0, le=120,
+                                                      description="seconds to wait for the run to end")] = 30.0,
+                     ) -> Response[RunOut]:
+        """Queued: cancelled at once. Running: stopped; waits up to ``wait`` seconds for it to end (else 202)."""
+        if run.terminal:
+            raise Conflict(f"run {run.id} has already ended ({run.status})")
+        scheduler.request_cancel(run.id)
+        log.info("run.cancel_requested", tenant=tenant.name, run=run.id)
+        deadline = time.monotonic() + wait
+        while True:
+            current = registry.get(run.id)
+            assert current is not None
+            if current.terminal or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(min(0.05, config.poll_s))
+        return Response(run_out(current), status_code=200 if current.terminal else 202)
+
+    @get("/{run_id:str}/diff", media_type="text/x-diff", responses=errors(404, 409, 410),
+         summary="git diff of the run's branch against its base")
+    async def diff(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep) -> Response[str]:
+        """From the tenant's repository only: while the run is live, that is its last checkpoint (the runner
+        hands its work back after every step)."""
+        from sandbox.worktree import diff
+
+        if not run.base:
+            raise Conflict(f"run {run.id} never started ({run.status}), so it has no diff")
+        branch = scheduler.layout(run).branch
+        try:
+            text = await asyncio.to_thread(diff, run.repo, branch, base=run.base)
+        except Exception as e:  # noqa: BLE001
+            _gone(run, "branch")
+            log.warning("run.diff_failed", tenant=tenant.name, run=run.id, error=str(e)[:300])
+            raise NotFoundException(f"the diff of run {run.id} cannot be read: branch {branch} "
+                                    "or its base is gone from the repository") from None
+        return Response(text, media_type="text/x-diff",
+                        headers={"X-Flower-Branch": branch, "X-Flower-Base": run.base, "X-Flower-Status": run.status})
+
+    @get("/{run_id:str}/manifest", responses=errors(404, 410), summary="The run's steps and exit, as it wrote them")
+    async def manifest(self, run: RunDep, scheduler: SchedulerDep) -> ManifestOut:
+        from sandbox.backends.base import read_exit
+        from sandbox.runfiles import read_json
+
+        _gone(run, "manifest")
+        folder = scheduler.layout(run).dir
+        steps = await asyncio.to_thread(read_json, folder, "run/manifest.json", limit=8 * 1024 * 1024)
+        exit_data = await asyncio.to_thread(read_exit, folder)
+        rows: list[dict[str, Any]] = [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
+        return ManifestOut(id=run.id, status=run.status, steps=rows, exit=exit_data)  # type: ignore[arg-type]
+
+
+@get("/usage", tags=["runs"], responses=errors(400), summary="The tenant's spend on one UTC day (the gateway's)")
+async def usage(tenant: TenantDep, registry: RegistryDep,
+                day: Annotated[str | None, Parameter(pattern=r"^\d{4}-\d{2}-\d{2}$")] = None) -> UsageOut:
+    """Cost and tokens the model gateway measured for this tenant's runs on ``day`` (default today), and its
+    ``budget_usd``."""
+    when = day or time.strftime("%Y-%m-%d", time.gmtime())
+    spent = registry.spent(tenant.name, when)
+    return UsageOut(tenant=tenant.name, day=when, cost_usd=round(spent["cost_usd"], 6),
+                    input_tokens=int(spent["input_tokens"]), output_tokens=int(spent["output_tokens"]),
+                    budget_usd=Budget(run=tenant.budget_usd.run, day=tenant.budget_usd.day))

@@ -1,0 +1,185 @@
+"""What goes over the wire, and nothing else: every request body and every response is one of these.
+
+The OpenAPI document is generated from them, so it says exactly what a client gets. Nothing internal
+(sandbox handles, event-file offsets, host paths, the tenant's repository path) is a field here.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+from ..registry import Run
+
+__all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
+           "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget", "ErrorOut", "DiffStat", "DiffFile",
+           "Status", "run_out", "MAX_ASK", "MAX_TEXT", "QID_RE"]
+
+MAX_ASK = 100_000
+MAX_TEXT = 20_000
+QID_RE = r"^[\w.-]{1,200}$"
+
+Status = Literal["queued", "starting", "running", "succeeded", "failed", "aborted", "cancelled", "killed"]
+JSON = Any  # an option's value: whatever JSON the tenant's allowed options take (checked by RunSpec)
+
+
+# -- requests --------------------------------------------------------------------------------
+class SubmitIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A new run: the ask in the tenant's words, and options among those the tenant may set."""
+    ask: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ASK)]
+    options: dict[str, JSON] = {}
+
+
+class AnswerIn(msgspec.Struct, forbid_unknown_fields=True):
+    """The answer to one open question (its id as in the ``ask`` event and in GET …/questions)."""
+    question_id: Annotated[str, msgspec.Meta(pattern=QID_RE)]
+    text: Annotated[str, msgspec.Meta(max_length=MAX_TEXT)]
+
+
+class TextIn(msgspec.Struct, forbid_unknown_fields=True):
+    """A message to a running run, or the words an interrupt continues with."""
+    text: Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_TEXT)]
+
+
+# -- responses -------------------------------------------------------------------------------
+class SubmitOut(msgspec.Struct):
+    id: str
+    status: Status
+    branch: str
+
+
+class DiffFile(msgspec.Struct):
+    path: str
+    insertions: int
+    deletions: int
+
+
+class DiffStat(msgspec.Struct):
+    files: list[DiffFile]
+    insertions: int
+    deletions: int
+
+
+class Usage(msgspec.Struct):
+    """Model tokens a run used, as the model gateway counted them on the wire."""
+    input_tokens: int
+    output_tokens: int
+    cache_write_tokens: int
+    cache_read_tokens: int
+
+
+class RunOut(msgspec.Struct):
+    """One run as its tenant sees it. Times are ISO 8601 UTC; ``events`` is how many events it has written
+    (the last SSE id); ``deleted`` is set once its files were removed (the row stays as a tombstone).
+    ``cost_usd`` and ``usage`` are the model gateway's figures; ``claimed_cost_usd`` is what the run reported."""
+    id: str
+    status: Status
+    ask: str
+    options: dict[str, JSON]
+    branch: str | None
+    base: str | None
+    commit: str | None
+    created: str
+    started: str | None
+    ended: str | None
+    cost_usd: float
+    error: str | None
+    step: str | None
+    diffstat: DiffStat | None
+    events: int
+    cancel_requested: bool
+    disk_bytes: int | None
+    deleted: str | None
+    usage: Usage
+    claimed_cost_usd: float
+
+
+class RunList(msgspec.Struct):
+    runs: list[RunOut]
+
+
+class QuestionOut(msgspec.Struct):
+    """An open question: answer it with POST …/answers and this ``id`` (the ``ask`` event's ``payload.id``)."""
+    id: str
+    question: str
+    options: list[str]
+    asked_at: str
+    timeout_s: float | None
+
+
+class QuestionList(msgspec.Struct):
+    questions: list[QuestionOut]
+
+
+class AnswerOut(msgspec.Struct):
+    question_id: str
+    accepted: bool
+
+
+class MessageOut(msgspec.Struct):
+    id: str
+    accepted: bool
+
+
+class AcceptedOut(msgspec.Struct):
+    accepted: bool
+
+
+class ManifestOut(msgspec.Struct):
+    """The run's own account of its steps and its exit (claims of the run, passed on as it wrote them)."""
+    id: str
+    status: Status
+    steps: list[dict[str, JSON]]
+    exit: dict[str, JSON] | None
+
+
+class HealthOut(msgspec.Struct, omit_defaults=True):
+    """``status`` "ok", "degraded" (``reasons``: disk low, backend down — still 200), "refusing runs" (503, the
+    guard canary failed: ``reason``) or "scheduler stopped" (503); ``guards`` while the canary still runs."""
+    status: str
+    backend: str
+    reasons: list[str] | None = None
+    reason: str | None = None
+    guards: str | None = None
+
+
+class Budget(msgspec.Struct):
+    run: float | None
+    day: float | None
+
+
+class UsageOut(msgspec.Struct):
+    """What a tenant spent on one UTC day, as the model gateway measured it, and its budgets."""
+    tenant: str
+    day: str
+    cost_usd: float
+    input_tokens: int
+    output_tokens: int
+    budget_usd: Budget
+
+
+class ErrorOut(msgspec.Struct):
+    """Every error: the HTTP status again and one sentence saying what is wrong and what to do."""
+    status_code: int
+    error: str
+    extra: list[dict[str, JSON]] | dict[str, JSON] | None = None
+
+
+def _iso(t: float | None) -> str | None:
+    if t is None:
+        return None
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+
+
+def run_out(run: Run) -> RunOut:
+    stat = msgspec.convert(run.diffstat, DiffStat) if run.diffstat else None
+    return RunOut(id=run.id, status=run.status, ask=run.ask, options=run.options,  # type: ignore[arg-type]
+                  branch=run.branch, base=run.base, commit=run.commit_sha, created=_iso(run.created) or "",
+                  started=_iso(run.started), ended=_iso(run.ended), cost_usd=round(run.cost_usd, 6),
+                  error=run.error, step=run.step, diffstat=stat, events=run.event_seq,
+                  cancel_requested=run.cancel_requested, disk_bytes=run.disk_bytes, deleted=_iso(run.deleted),
+                  usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
+                              cache_write_tokens=run.cache_write_tokens, cache_read_tokens=run.cache_read_tokens),
+                  claimed_cost_usd=round(run.claimed_cost_usd, 6))

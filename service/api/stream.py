@@ -1,0 +1,80 @@
+"""GET /v1/runs/{id}/events: the run's events as server-sent events (the replay itself is events.replay)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from litestar import get
+from litestar.di import Provide
+from litestar.exceptions import ValidationException
+from litestar.params import HeaderParameter, Parameter
+from litestar.response import ServerSentEvent, ServerSentEventMessage
+
+from ..events import Ended, KeepAlive, Numbered, replay
+from ..registry import Registry, Run
+from ..scheduler import Scheduler
+from ..tenants import Tenant
+from .deps import RegistryDep, RunDep, SchedulerDep, TenantDep, provide_run
+from .errors import Gone, TooManyRequests, errors
+
+__all__ = ["events", "KEEPALIVE_S"]
+
+KEEPALIVE_S = 15.0
+_KIND = re.compile(r"[\w.-]{1,64}")
+
+
+def _message(item: Numbered | KeepAlive | Ended) -> ServerSentEventMessage:
+    if isinstance(item, KeepAlive):
+        return ServerSentEventMessage(comment="keep-alive")
+    if isinstance(item, Ended):
+        return ServerSentEventMessage(data=json.dumps({"status": item.status, "events": item.events}), event="end")
+    data = json.dumps({"seq": item.seq, **item.event}, ensure_ascii=False, default=str)
+    kind = item.event.get("kind")
+    name = kind if isinstance(kind, str) and _KIND.fullmatch(kind) else "event"
+    return ServerSentEventMessage(data=data, event=name, id=item.seq)
+
+
+@get("/runs/{run_id:str}/events", tags=["runs"], media_type="text/event-stream",
+     dependencies={"run": Provide(provide_run, sync_to_thread=False)},
+     responses=errors(400, 404, 410, 429),
+     summary="The run's events: every line from `after` (or Last-Event-ID) on, then live; `end` last",
+     response_description="text/event-stream: `id` is the event's number, `event` its kind, `data` its JSON "
+                          "({seq, kind, text, payload, …}); an `ask` event's payload.id is the question id")
+async def events(run: RunDep, tenant: TenantDep, registry: RegistryDep,
+                 scheduler: SchedulerDep, after: Annotated[int | None, Parameter(ge=0)] = None,
+                 last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID", required=False)] = None,
+                 ) -> ServerSentEvent:
+    if after is None:
+        last = (last_event_id or "").strip()
+        if last and not re.fullmatch(r"[0-9]{1,18}", last):
+            raise ValidationException("Last-Event-ID must be the number of the last event received")
+        after = int(last) if last else 0
+    if run.deleted is not None:
+        raise Gone(f"run {run.id} was deleted, and its events with it")
+    open_now = scheduler.streams[tenant.name]
+    cap = scheduler.config.max_streams_per_tenant
+    if open_now >= cap:
+        raise TooManyRequests(f"tenant {tenant.name} already has {open_now} event streams open "
+                              f"(at most {cap}); close one first", headers={"Retry-After": "5"})
+    folder = scheduler.layout(run).dir
+    queue = scheduler.subscribe(run.id)  # before the replay: nothing falls between the two
+
+    def over() -> str | None:
+        current = registry.get(run.id)
+        if current is None:
+            return "unknown"
+        return current.status if current.terminal else None
+
+    async def stream() -> AsyncIterator[ServerSentEventMessage]:
+        scheduler.streams[tenant.name] += 1  # counted while served (a stream never started is never counted)
+        try:
+            async for item in replay(folder, after, queue, over, keepalive_s=KEEPALIVE_S):
+                yield _message(item)
+        finally:
+            scheduler.unsubscribe(run.id, queue)
+            scheduler.streams[tenant.name] -= 1
+
+    return ServerSentEvent(stream(), headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
