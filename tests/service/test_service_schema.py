@@ -66,7 +66,8 @@ def test_the_document_covers_every_route(api_schema: Any) -> None:
                       ("GET", "/v1/runs/{run_id}/diff"), ("GET", "/v1/runs/{run_id}/manifest"),
                       ("GET", "/v1/runs/{run_id}/events"), ("GET", "/v1/runs/{run_id}/questions"),
                       ("POST", "/v1/runs/{run_id}/answers"), ("POST", "/v1/runs/{run_id}/messages"),
-                      ("POST", "/v1/runs/{run_id}/interrupt"), ("GET", "/healthz"), ("GET", "/metrics")}, routes
+                      ("POST", "/v1/runs/{run_id}/interrupt"), ("GET", "/healthz"), ("GET", "/metrics"),
+                          ("GET", "/v1/usage")}, routes
 
 
 @pytest.mark.parametrize("bound", [15])
