@@ -8,9 +8,10 @@ import re
 from typing import Any, Callable, TypeVar
 
 from .. import __version__
+from . import remote
 
 
-CMDS = ("go", "run", "once", "status", "ask", "setup", "check", "demo")
+CMDS = ("go", "run", "once", "status", "ask", "setup", "check", "demo", "remote")
 """Words that name a subcommand; any other first word is the ask of ``go`` (``flower go run`` asks "run")."""
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
 
@@ -137,6 +138,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("setup", help="配置凭证(API key / 网关 / 模型),写到 ~/.config/flower/.env")
     sub.add_parser("check", help="看看能不能找到凭证(不联网)")
     sub.add_parser("demo", help="离线跑一个真实 CLI 会话(对着脚本模型)")
+    remote.add_parser(sub)
     for action in sub.choices.values():
         _add_globals(action, sub=True)
     return p
