@@ -35,6 +35,7 @@ from litestar.exceptions import (
 from litestar.handlers import BaseRouteHandler
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
+from litestar.static_files import create_static_files_router
 from litestar.status_codes import HTTP_409_CONFLICT, HTTP_422_UNPROCESSABLE_ENTITY, HTTP_429_TOO_MANY_REQUESTS
 
 from sandbox.layout import RunLayout
@@ -468,7 +469,8 @@ def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
                                            interrupt, cancel, get_diff, manifest],
                 guards=[_bearer], dependencies={"tenant": Provide(_tenant)})
     return Litestar(
-        route_handlers=[v1, healthz],
+        route_handlers=[v1, healthz,  # the web page: static files, no build step (service/web/)
+                        create_static_files_router("/", [Path(__file__).parent / "web"], html_mode=True)],
         lifespan=[lifespan],
         state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants}),
         exception_handlers={HTTPException: _http_error, RecursionError: _too_deep, Exception: _crash},

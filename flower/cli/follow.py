@@ -30,6 +30,7 @@ class RemoteView:
         self.screen = screen
         self.label = ""
         self.cost = 0.0
+        self._reports: dict[str, str] = {}  # a worker's whole report, by the Agent call it answers
 
     def show(self, item: StreamEvent) -> None:
         if item.step and item.step != self.label and item.kind != "step":
@@ -63,7 +64,12 @@ class RemoteView:
         if item.kind == "system" and item.payload.get("subtype") == "killed":
             self.screen.say("x the run was stopped")
             return
-        self.screen.event(Event(item.kind, item.text, item.tool, dict(item.payload), step=item.step, at=item.at))
+        text = item.text
+        if item.kind == "task" and isinstance(item.payload.get("summary"), str) and item.payload.get("tool_use_id"):
+            self._reports[str(item.payload["tool_use_id"])] = item.payload["summary"]
+        if item.kind == "tool_result":  # the stream cuts a result at 500 characters: the report's gist is past that
+            text = self._reports.pop(str(item.payload.get("tool_use_id") or ""), text)
+        self.screen.event(Event(item.kind, text, item.tool, dict(item.payload), step=item.step, at=item.at))
 
 
 class RemoteChannel:

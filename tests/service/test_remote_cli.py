@@ -15,28 +15,12 @@ import pexpect
 import pytest
 
 from _service_helpers import TOKENS, Deployment, Service, git, run_status, serve
-from flower.testing import Rule, ScriptedModel, say, tool
-from sandbox.testing import ACHIEVED, ASK, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
+from _hello import ASK_TEXT, hello_rules, interrupt_rules
+from flower.testing import ScriptedModel
 
 pytestmark = pytest.mark.cli
 
 FLOWER = [sys.executable, "-c", "import sys; from flower.cli import main; sys.exit(main())"]
-ASK_TEXT = "帮我做一个 hello 程序"
-
-
-def hello_rules() -> list[Rule]:
-    return [
-        Rule(tool(ASK, {"question": f"{ASK_TEXT} 用什么语言?", "options": ["Python", "Go"]}), system=CLARIFIER,
-             prompt=ASK_TEXT),
-        Rule(say(BRIEF), system=CLARIFIER, prompt=ASK_TEXT, result="Python"),
-        Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标"),
-        Rule(tool("Agent", {"description": "实现 hello.py", "prompt": "WORKER-TASK 写 hello.py", "subagent_type": "coder",
-                            "run_in_background": False}), system=LEAD, agent=False, prompt="把上面的需求做成"),
-        Rule(tool("Write", {"file_path": "hello.py", "content": "print('hello')\n"}), agent=True, prompt="WORKER-TASK"),
-        Rule(say(REPORT), agent=True, prompt="WORKER-TASK", result="hello.py"),
-        Rule(say("hello.py 写好了"), system=LEAD, agent=False, result="写好了 hello.py"),
-        Rule(say(ACHIEVED), system=JUDGE, prompt="第 1 轮工作结束了"),
-    ]
 
 
 def client_env(home: Path) -> dict[str, str]:
@@ -81,7 +65,7 @@ def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: 
         child.expect(re.escape("+ 1"))  # the answer, as the run took it
         child.expect("== 工作")
         child.expect("派给 coder")  # the dispatch
-        child.expect("报告交回来了")  # the worker's report
+        child.expect("报告交回来了:写好了 hello.py")  # the worker's report, its conclusion
         child.expect("判定#1")  # the judge's round
         child.expect("达成")  # its verdict
         child.expect(rf"\+ run {run_id} succeeded")
@@ -109,8 +93,7 @@ def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: 
 def test_ctrl_c_at_the_terminal_interrupts_the_run_on_the_service(deployment: Deployment, services: list[Service],
                                                                   tmp_path: Path):
     """The clarifier waits on a question nobody answers; Ctrl-C and a sentence redirect it over the API."""
-    rules = [Rule(tool(ASK, {"question": "用什么语言?"}), system=CLARIFIER, prompt="打断我"),
-             Rule(say(BRIEF), system=CLARIFIER, user="别问了,用 Python")]
+    rules = interrupt_rules("打断我")
     home = tmp_path / "home"
     home.mkdir()
     with ScriptedModel(rules) as model:
