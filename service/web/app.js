@@ -391,7 +391,7 @@ function colourCode(target, code, hashComments) {
 
 async function loadDiff() {
   const id = state.current, box = $("diff");
-  if (!id || !state.run || !state.run.base) { box.replaceChildren(el("div", "empty", "No diff yet: the run has not started.")); return; }
+  if (!id || !state.run || !state.run.base) { box.replaceChildren(el("div", "empty", "No diff yet: the run has handed back no work.")); return; }
   let text;
   try { text = await api("/runs/" + encodeURIComponent(id) + "/diff", { text: true }); }
   catch (e) { if (id === state.current) box.replaceChildren(el("div", "empty", e.message)); return; }

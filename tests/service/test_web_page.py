@@ -73,10 +73,12 @@ def sign_in(driver: Any, service: Service, token: str) -> None:
 
 
 def submit(driver: Any, ask: str, options: str) -> str:
+    before = text_of(driver, "run-id")
     driver.find_element("id", "new-ask").send_keys(ask)
+    driver.find_element("id", "new-options").clear()
     driver.find_element("id", "new-options").send_keys(options)
     driver.find_element("id", "submit-btn").click()
-    until(driver, lambda d: text_of(d, "run-id"), "the run to be selected")
+    until(driver, lambda d: text_of(d, "run-id") not in ("", before), "the new run to be selected")
     return text_of(driver, "run-id")
 
 
@@ -122,7 +124,7 @@ def test_a_run_is_submitted_its_question_answered_in_the_page_and_its_diff_shown
         assert text_of(driver, "run-cost") != "$0.0000" and not driver.find_elements("css selector", ".question")
         badge = f"#runs li[data-id='{run_id}'] .badge"
         until(driver, lambda d: d.find_element("css selector", badge).text == "succeeded", "the list to show it")
-        driver.execute_script("document.getElementById('events').scrollTop = 0")
+        driver.execute_script("document.getElementById('events').scrollTop = 1e9")  # the verdict, at the end
         driver.save_screenshot(str(ARTIFACTS / "03-run-succeeded-with-diff.png"))
         driver.find_element("id", "diff").screenshot(str(ARTIFACTS / "04-diff.png"))
 
@@ -168,5 +170,6 @@ def test_interrupt_message_and_cancel_from_the_page(deployment: Deployment, serv
         driver.save_screenshot(str(ARTIFACTS / "06-cancelled-run.png"))
     assert wait_status(acme, other, ("cancelled",), timeout=10)["status"] == "cancelled"
     assert any("别问了,用 Python" in str(r.messages) for r in model.requests)
-    inbox = deployment.data / "runs" / run_id
-    assert inbox.is_dir()
+    mailbox = deployment.data / "runs" / run_id / "mailbox"  # the message went where the run's inbox reads
+    assert any("先记一下:只用标准库" in f.read_text() for f in mailbox.rglob("*") if f.is_file()), \
+        [str(f) for f in mailbox.rglob("*")]
