@@ -160,6 +160,9 @@ async def follow(api: Remote, run_id: str, *, screen: Screen | None = None, inte
                 await channel.refresh()
     except asyncio.CancelledError:
         if console is not None and console.quitting:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # the cancel was ours (the second Ctrl-C): following ends, the caller goes on
             screen.say(f"- stopped following; run {run_id} goes on (flower remote attach {run_id})")
             return await api.run(run_id)
         raise

@@ -84,6 +84,8 @@ def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: 
     assert shown.returncode == 0 and "succeeded" in shown.stdout and "hello.py  +1 -0" in shown.stdout, shown.stdout
     logs = flower(env, "logs", run_id)
     assert logs.returncode == 0 and "== 确认需求" in logs.stdout and "达成" in logs.stdout, logs
+    again = flower(env, "attach", run_id)  # an ended run: its events replayed, then how it ended
+    assert again.returncode == 0 and "派给 coder" in again.stdout and f"run {run_id} succeeded" in again.stdout, again
     late = flower(env, "cancel", run_id)
     assert late.returncode == 1 and "already ended" in late.stderr, late.stderr
     missing = flower(env, "show", "no-such-run")
