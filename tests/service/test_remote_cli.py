@@ -95,7 +95,7 @@ def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: 
 def test_ctrl_c_at_the_terminal_interrupts_the_run_on_the_service(deployment: Deployment, services: list[Service],
                                                                   tmp_path: Path):
     """The clarifier waits on a question nobody answers; Ctrl-C and a sentence redirect it over the API."""
-    rules = interrupt_rules("打断我")
+    rules = interrupt_rules("打断我") + interrupt_rules("跟一半")
     home = tmp_path / "home"
     home.mkdir()
     with ScriptedModel(rules) as model:
@@ -114,6 +114,21 @@ def test_ctrl_c_at_the_terminal_interrupts_the_run_on_the_service(deployment: De
         child.expect(pexpect.EOF)
         child.close()
         assert child.exitstatus == 0
+        # twice Ctrl-C: the client stops following, the run goes on; `cancel` then stops it
+        child = spawn(env, "submit", "跟一半", "--clarify-only")
+        child.expect(r"run (\S+) submitted")
+        other = child.match.group(1)
+        child.expect("你的回答")
+        child.send("\x03")
+        child.expect("要打断这一轮")
+        child.send("\x03")
+        child.expect(f"stopped following; run {other} goes on")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+        assert run_status(service.client("acme"), other)["status"] == "running"
+        stopped = flower(env, "cancel", other)
+        assert stopped.returncode == 0 and f"run {other} cancelled" in stopped.stdout, stopped
     assert model.unmatched == []
     # the brief came from the rule that needs the interrupt's words in the conversation: they reached the model
     assert any("别问了,用 Python" in json.dumps(r.messages, ensure_ascii=False) for r in model.requests)

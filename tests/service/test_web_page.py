@@ -167,6 +167,8 @@ def test_interrupt_message_and_cancel_from_the_page(deployment: Deployment, serv
         until(driver, lambda d: text_of(d, "run-status") == "cancelled", "the run to be cancelled")
         until(driver, lambda d: "ended" in text_of(d, "stream-state"), "the stream to end")
         assert not driver.find_elements("css selector", "#questions .question")
+        badge = f"#runs li[data-id='{other}'] .badge"
+        until(driver, lambda d: d.find_element("css selector", badge).text == "cancelled", "the list to show it")
         driver.save_screenshot(str(ARTIFACTS / "06-cancelled-run.png"))
     assert wait_status(acme, other, ("cancelled",), timeout=10)["status"] == "cancelled"
     assert any("别问了,用 Python" in str(r.messages) for r in model.requests)
