@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from collections.abc import Coroutine
 from typing import Any
 
 from ..core.events import Event
@@ -108,7 +109,7 @@ class RemoteChannel:
     def close(self) -> None:
         """End of input: nothing to close on the service, the run keeps its own timeout for questions."""
 
-    def _send(self, call: Any, what: str) -> None:
+    def _send(self, call: Coroutine[Any, Any, None], what: str) -> None:
         async def go() -> None:
             try:
                 await call
