@@ -361,7 +361,7 @@ async function control(what) {
       notice("Interrupted: the step in flight goes on with your words.");
     } else {
       const run = await api("/runs/" + encodeURIComponent(id) + "/cancel?wait=0", { method: "POST" });
-      notice("Cancel requested (" + run.status + ").");
+      notice(ENDED.includes(run.status) ? "The run is " + run.status + "." : "Cancel requested: the run is stopping.");
     }
     $("say").value = "";
     refreshRun();

@@ -129,7 +129,9 @@ def test_ctrl_c_at_the_terminal_interrupts_the_run_on_the_service(deployment: De
         assert run_status(service.client("acme"), other)["status"] == "running"
         stopped = flower(env, "cancel", other)
         assert stopped.returncode == 0 and f"run {other} cancelled" in stopped.stdout, stopped
-    assert model.unmatched == []
+    # only the cancelled run may have asked past its script (its question was settled by the cancel)
+    assert all("跟一半" in r.prompt for r in model.unmatched), \
+        [(r.system[:40], r.prompt[:80], r.user[:80]) for r in model.unmatched]
     # the brief came from the rule that needs the interrupt's words in the conversation: they reached the model
     assert any("别问了,用 Python" in json.dumps(r.messages, ensure_ascii=False) for r in model.requests)
     events = [json.loads(line) for line in flower(env, "logs", run_id, "--json").stdout.splitlines()]
