@@ -153,6 +153,9 @@ async def _attach(api: Remote, args: argparse.Namespace) -> int:
 async def _follow_to_end(api: Remote, run_id: str, screen: Screen) -> int:
     from .follow import follow
 
+    if not (isatty(sys.stdin) and screen.tty):
+        screen.say(f"! not at a terminal: nobody here answers its questions (answer them in the web page, or with "
+                   f"`flower remote attach {run_id}` at a terminal)")
     try:
         final = await follow(api, run_id, screen=screen)
     finally:

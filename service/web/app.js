@@ -8,7 +8,7 @@ const ACTIVE = ["starting", "running"], ENDED = ["succeeded", "failed", "aborted
 const $ = (id) => document.getElementById(id);
 
 const state = { token: sessionStorage.getItem(TOKEN_KEY) || "", runs: [], current: null, run: null,
-                stream: null, label: "", tools: {}, reports: {}, streamedCost: 0, timers: [] };
+                stream: null, label: "", tools: {}, reports: {}, diffText: null, streamedCost: 0, timers: [] };
 
 // -- the API ------------------------------------------------------------------------------------
 class ApiError extends Error { constructor(status, message) { super(message); this.status = status; } }
@@ -119,7 +119,7 @@ function stopRun() {
 
 function selectRun(id) {
   stopRun();
-  state.current = id; state.label = ""; state.tools = {}; state.reports = {}; state.streamedCost = 0;
+  state.current = id; state.label = ""; state.tools = {}; state.reports = {}; state.streamedCost = 0; state.diffText = null;
   history.replaceState(null, "", "#" + encodeURIComponent(id));
   document.querySelectorAll("#runs li").forEach((li) => li.classList.toggle("selected", li.dataset.id === id));
   $("run").hidden = false;
@@ -395,7 +395,8 @@ async function loadDiff() {
   let text;
   try { text = await api("/runs/" + encodeURIComponent(id) + "/diff", { text: true }); }
   catch (e) { if (id === state.current) box.replaceChildren(el("div", "empty", e.message)); return; }
-  if (id !== state.current) return;
+  if (id !== state.current || (text === state.diffText && box.childElementCount)) return;  // unchanged: no redraw
+  state.diffText = text;
   $("diff-state").textContent = state.run && ENDED.includes(state.run.status) ? "" : "(its last checkpoint)";
   if (!text.trim()) { box.replaceChildren(el("div", "empty", "No changes (yet).")); return; }
   const rows = [];

@@ -117,10 +117,12 @@ def test_a_run_is_submitted_its_question_answered_in_the_page_and_its_diff_shown
                          "> dispatched to coder: 实现 hello.py", "* Write hello.py", "<- report handed back: 写好了 hello.py",
                          "- 工作·判定#1: the judge checks this round", "verdict: 达成"):
             assert expected in log, (expected, log)
-        added = [row.text for row in driver.find_elements("css selector", "#diff .add")]
-        assert added == ["+print('hello')"], added
-        assert driver.find_elements("css selector", "#diff .add .str")[0].text == "'hello'"  # coloured as code
-        assert "+++ b/hello.py" in [row.text for row in driver.find_elements("css selector", "#diff .file")]
+        diff = driver.execute_script(  # read in one go: the page may redraw the diff between two reads
+            "const all = (q) => [...document.querySelectorAll(q)].map((e) => e.textContent);"
+            "return {add: all('#diff .add'), str: all('#diff .add .str'), file: all('#diff .file')}")
+        assert diff["add"] == ["+print('hello')"], diff
+        assert diff["str"] == ["'hello'"], diff  # coloured as code
+        assert "+++ b/hello.py" in diff["file"], diff
         assert text_of(driver, "run-cost") != "$0.0000" and not driver.find_elements("css selector", ".question")
         badge = f"#runs li[data-id='{run_id}'] .badge"
         until(driver, lambda d: d.find_element("css selector", badge).text == "succeeded", "the list to show it")
