@@ -136,7 +136,10 @@ def parser() -> argparse.ArgumentParser:
     ask.add_argument("--isolate", action="store_true", help="这次运行用的是 --isolate(工作台在仓库外)")
 
     sub.add_parser("setup", help="配置凭证(API key / 网关 / 模型),写到 ~/.config/flower/.env")
-    sub.add_parser("check", help="看看能不能找到凭证(不联网)")
+    check = sub.add_parser("check", help="看看能不能找到凭证(不联网)")
+    check.add_argument("--guards", action="store_true",
+                       help="offline: prove through the CLI that every guard holds (✓/✗ per guard)")
+    check.add_argument("--cli", help="with --guards: the Claude Code CLI to prove (default: the bundled one)")
     sub.add_parser("demo", help="离线跑一个真实 CLI 会话(对着脚本模型)")
     remote.add_parser(sub)
     for action in sub.choices.values():
