@@ -174,11 +174,11 @@ async function follow(id, signal) {
           const line = buf.slice(0, nl);
           buf = buf.slice(nl + (buf[nl] === "\r" ? 2 : 1));
           if (line === "") {
-            if (msg.data.length) {
-              if (msg.event === "end") { setStream("ended"); refreshRun(); loadDiff(); return; }
-              const ev = JSON.parse(msg.data.join("\n"));
-              if (typeof ev.seq === "number" && ev.seq > last) { last = ev.seq; drops = 0; show(ev); }
-            }
+            const data = msg.data.join("\n");
+            if (msg.event === "end") { setStream("ended"); refreshRun(); loadDiff(); return; }
+            let ev = null;
+            try { ev = data.trim() ? JSON.parse(data) : null; } catch (e) { ev = null; }  // keep-alives carry an empty data line
+            if (ev && typeof ev.seq === "number" && ev.seq > last) { last = ev.seq; drops = 0; show(ev); }
             msg = { event: "message", data: [], id: null };
           } else if (!line.startsWith(":")) {
             const i = line.indexOf(":");
