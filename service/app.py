@@ -4,7 +4,7 @@ Every ``/v1`` route needs ``Authorization: Bearer <tenant token>`` (401 otherwis
 ever sees the caller's own runs (another tenant's run is a 404, indistinguishable from none).
 Errors are JSON ``ErrorOut`` ``{"status_code", "error", ...}`` with one sentence in ``error``; a malformed
 body is a 400 naming the field, never a 500, and nothing is created or lost on bad input.
-``/`` is left free for the web page.
+``/`` is the web page (``service/web/``).
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import hashlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import Any
 
 from litestar import Litestar, Router
 from litestar.datastructures import State
+from litestar.static_files import create_static_files_router
 
 from .api.deps import bearer_guard, dependencies
 from .api.errors import EXCEPTION_HANDLERS
@@ -147,7 +149,10 @@ def create_app(config: ServiceConfig, *, backend: Any = None, clock: Callable[[]
     v1 = Router(path="/v1", route_handlers=[RunController, MailboxController, events, usage],
                 guards=[bearer_guard(tenants)], security=[{"bearer": []}])
     return Litestar(
-        route_handlers=[v1, healthz, metrics_handler, docs_redirect, docs_assets()],
+        route_handlers=[v1, healthz, metrics_handler, docs_redirect, docs_assets(),
+                        # the web page: static files, no build step (service/web/)
+                        create_static_files_router("/", [Path(__file__).parent / "web"], html_mode=True,
+                                                   include_in_schema=False)],
         dependencies=dependencies(config, registry, scheduler, metrics),
         lifespan=[lifespan],
         state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants,

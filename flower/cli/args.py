@@ -8,9 +8,10 @@ import re
 from typing import Any, Callable, TypeVar
 
 from .. import __version__
+from . import remote
 
 
-CMDS = ("go", "run", "once", "status", "ask", "setup", "check", "demo")
+CMDS = ("go", "run", "once", "status", "ask", "setup", "check", "demo", "remote")
 """Words that name a subcommand; any other first word is the ask of ``go`` (``flower go run`` asks "run")."""
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
 
@@ -140,6 +141,7 @@ def parser() -> argparse.ArgumentParser:
                        help="offline: prove through the CLI that every guard holds (✓/✗ per guard)")
     check.add_argument("--cli", help="with --guards: the Claude Code CLI to prove (default: the bundled one)")
     sub.add_parser("demo", help="离线跑一个真实 CLI 会话(对着脚本模型)")
+    remote.add_parser(sub)
     for action in sub.choices.values():
         _add_globals(action, sub=True)
     return p

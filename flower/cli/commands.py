@@ -18,6 +18,7 @@ from .drive import drive, finish, install_signals, shown_runtime
 from .errors import Exit
 from .go import cmd_go
 from .oracle import ask_once
+from .remote import cmd_remote
 from .screen import EVENTS_FILE, Screen
 from .state import read_state, snapshot
 from .terminal import isatty, one_line, tilde
@@ -180,6 +181,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "go": cmd_go, "run": cmd_run, "once": cmd_once, "status": cmd_status, "ask": cmd_ask,
     "setup": cmd_setup, "check": cmd_check, "demo": lambda args: asyncio.run(demo()),
+    "remote": cmd_remote,
 }
 
 
