@@ -10,7 +10,7 @@ Figures: median and p95 of the whole request, time to the first streamed byte, a
 Memory: the gateway in a process of its own, RSS with 100 streams held open minus idle, per stream.
 Prints, never asserts.
 
-    .venv/bin/python bench/gateway.py [--turns 20] [--rounds 5] [--streams 100]
+    .venv/bin/python -m bench.gateway [--turns 20] [--rounds 5] [--streams 100]
 """
 
 from __future__ import annotations
@@ -105,6 +105,8 @@ CHILD = textwrap.dedent("""
     from pathlib import Path
     from service.gateway import Gateway, Grant
     async def main():
+        from service.logging import configure_logging
+        configure_logging("json", level="WARNING")
         gw = Gateway()
         await gw.open(Grant("bench", "bench", sys.argv[2], sys.argv[3], [("x-api-key", "k")]), Path(sys.argv[1]))
         print("ready", flush=True)
@@ -150,6 +152,9 @@ async def memory(streams: int) -> None:
 
 
 def main() -> None:
+    from service.logging import configure_logging
+
+    configure_logging("json", level="WARNING", stream=open(os.devnull, "w"))  # as a service logs: not per answer
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--turns", type=int, default=20)
     p.add_argument("--rounds", type=int, default=5)

@@ -1,5 +1,5 @@
-"""The hostile-run suite's deployments: two tenants, each with a canary secret, the service as an operator runs
-it (``python -m service`` on 127.0.0.1), on the local backend (bubblewrap) or the Docker backend."""
+"""The hostile-run suite's fixtures: each test on the local backend (bubblewrap) and the Docker backend, and the
+services it started stopped afterwards (deployments and canaries: ``_hostile.py``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
 
-from _service_helpers import Deployment, Service, stop_services  # noqa: E402
-
-CANARY = {"acme": "canary-acme-5f1d0c9e2b", "beta": "canary-beta-7a3e41b8d6"}
+from _service_helpers import Service, stop_services  # noqa: E402
 
 
 @pytest.fixture(params=["local", "docker"])
@@ -33,11 +31,3 @@ def services() -> Iterator[list[Service]]:
     started: list[Service] = []
     yield started
     stop_services(started)
-
-
-def hostile_deployment(root: Path, backend: str) -> Deployment:
-    extra = 'network_mode = "host"\n' if backend == "docker" else 'local_isolation = "bwrap"\n'
-    dep = Deployment(root, backend=backend, extra_config=extra, max_running=4, quota=2)
-    for name, repo in dep.repos.items():  # a secret in each team's repository and tenants' folders
-        (repo / ".git" / "canary").write_text(CANARY[name] + "\n")
-    return dep

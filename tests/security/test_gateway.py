@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from _service_helpers import Deployment, Service, wait_for, wait_question, wait_status
-from conftest import hostile_deployment
+from _hostile import hostile_deployment
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ACHIEVED, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT, waiting_rules
 

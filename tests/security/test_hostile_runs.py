@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from _service_helpers import TOKENS, Deployment, Service, git, sse, wait_for, wait_status
-from conftest import CANARY, hostile_deployment
+from _hostile import CANARY, hostile_deployment
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ACHIEVED, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
 
