@@ -30,7 +30,7 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         kw.setdefault("formatter_class", _Formatter)
-        super().__init__(*args, add_help=False, **kw)
+        super().__init__(*args, **{**kw, "add_help": False})
         self._positionals.title, self._optionals.title = t("help.positionals"), t("help.options")
         self.add_argument("-h", "--help", action="help", default=argparse.SUPPRESS, help=t("help.help"))
 

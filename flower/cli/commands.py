@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from . import credentials, places
 from .args import parse, parser
-from .demo import demo
+from .demo import cmd_demo
 from .drive import drive, finish, install_signals, shown_runtime
 from .places import exclude_from_git
 from .errors import Exit
@@ -113,7 +113,7 @@ def cmd_once(args: argparse.Namespace) -> int:
         screen.close()
 
 
-_DENIED = re.compile(r"permission|denied|not allowed|haven't granted|blocked|拒绝|不允许|不许", re.I)
+_DENIED = re.compile(r"permission|denied|not allowed|haven't granted|blocked", re.I)
 
 
 class _ToolTally:
@@ -211,7 +211,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "go": cmd_go, "run": cmd_run, "once": cmd_once, "status": cmd_status, "ask": cmd_ask,
-    "setup": cmd_setup, "check": cmd_check, "demo": lambda args: asyncio.run(demo()),
+    "setup": cmd_setup, "check": cmd_check, "demo": cmd_demo,
 }
 
 

@@ -104,7 +104,7 @@ def starter_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_go(args: argparse.Namespace) -> int:
     from ..docs.verdict import Verdict
     from ..workflow import VERDICT_KEY, starter_flow, starter_paths
-    from ..workflow.starter import is_git_repo  # the flow's own check, made before the ask is read
+    from ..workflow.paths import is_git_repo  # the flow's own check, made before the ask is read
 
     ws = places.workspace(args)
     rd = places.run_dir(args, ws, create=False)

@@ -24,7 +24,7 @@ def language(env: Mapping[str, str] | None = None) -> str:
     return "en"
 
 
-def t(key: str, **fields: object) -> str:
+def t(key: str, /, **fields: object) -> str:
     """The message ``key`` in the user's language, its ``{fields}`` filled in."""
     en, zh = MESSAGES[key]
     text = zh if language() == "zh" else en
@@ -332,10 +332,6 @@ MESSAGES: dict[str, tuple[str, str]] = {
                     "scripted one", "- 租户 \"demo\":仓库 {repo}(一个小示例项目);它的模型是内置的脚本模型"),
     "demo.submitted": ("- POST /v1/runs → run {run}; following it live", "- POST /v1/runs → 运行 {run};实时跟着看"),
     "demo.auto_answer": ("  (--yes: answering \"{answer}\" in {s} s)", "  (--yes:{s} 秒后自动回答 \"{answer}\")"),
-    "demo.prompt": ("your answer (1 or 2; Enter = {answer}) > ", "你的回答(1 或 2;回车 = {answer})> "),
-    "demo.answered": ("  + {answer}", "  + {answer}"),
-    "demo.denied": ("x the guard denied {tool} to the {role}: {why}", "x 守卫拒绝了{role}的 {tool}:{why}"),
-    "demo.verdict": ("= the judge's verdict: {verdict}", "= 判定者的结论:{verdict}"),
     "demo.status": ("- run {run}: {status}", "- 运行 {run}:{status}"),
     "demo.branch": ("- the work is on branch {branch} of {repo} (base {base})", "- 成果在 {repo} 的分支 {branch} 上(基于 {base})"),
     "demo.diffstat": ("- diffstat:", "- 改动统计:"),
@@ -344,8 +340,6 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "demo.done": ("+ demo done in {s:.1f} s", "+ 演示完成,用时 {s:.1f} 秒"),
     "demo.failed": ("the demo run ended {status}: {why}", "演示运行结束于 {status}:{why}"),
     "demo.here": ("- in-process (--here): no service, the flow runs right here in {ws}", "- 本进程(--here):不起服务,流程就在这里跑,工作区 {ws}"),
-    "demo.here_files": ("- files the worker wrote:", "- 干活的人写的文件:"),
-    "demo.role.coordinator": ("coordinator", "协调者"),
-    # -- bench / misc ----------------------------------------------------------------------------------
-    "exclude.added": ("runs/ and .flower/ are listed in .git/info/exclude", "runs/ 和 .flower/ 已写进 .git/info/exclude"),
+    "demo.here_work": ("- the work is in the working tree of {repo} (base {base}; --here makes no branch)",
+                       "- 成果在 {repo} 的工作区里(基于 {base};--here 不建分支)"),
 }
