@@ -8,10 +8,11 @@ import re
 from typing import Any, Callable, TypeVar
 
 from .. import __version__
+from . import remote
 from .messages import t
 
 
-CMDS = ("go", "run", "once", "status", "ask", "setup", "check", "demo")
+CMDS = ("go", "run", "once", "status", "ask", "setup", "check", "demo", "remote")
 """Words that name a subcommand; any other first word is the ask of ``go`` (``flower go run`` asks "run")."""
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
 
@@ -143,6 +144,7 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("-y", "--yes", action="store_true", help=t("help.demo.yes"))
     demo.add_argument("--keep", action="store_true", help=t("help.demo.keep"))
     demo.add_argument("--here", action="store_true", help=t("help.demo.here"))
+    remote.add_parser(sub)
     for action in sub.choices.values():
         _add_globals(action, sub=True)
     p.epilog = t("help.epilog") + "\n" + _flag_lines(go)

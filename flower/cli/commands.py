@@ -21,6 +21,7 @@ from .errors import Exit
 from .messages import t
 from .go import cmd_go
 from .oracle import ask_once
+from .remote import cmd_remote
 from .screen import EVENTS_FILE, Screen
 from .state import read_state, snapshot
 from .terminal import isatty, one_line, tilde
@@ -212,6 +213,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "go": cmd_go, "run": cmd_run, "once": cmd_once, "status": cmd_status, "ask": cmd_ask,
     "setup": cmd_setup, "check": cmd_check, "demo": cmd_demo,
+    "remote": cmd_remote,
 }
 
 

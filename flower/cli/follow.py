@@ -1,0 +1,167 @@
+"""Following a service run in a terminal: its event stream drawn by the same ``Screen`` as a local run, and
+(interactively) the same ``Console``: answers, messages and Ctrl-C interrupts go back over the API.
+
+``follow(api, run_id)`` is the reusable part (``flower remote`` and ``flower demo`` use it); it talks only
+to the service's public API through ``flower.remote.Remote``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from typing import Any
+
+from ..core.events import Event
+from ..remote import Question, Remote, RemoteError, RunInfo, StreamEnd, StreamEvent
+from .console import Console
+from .screen import Screen
+from .terminal import isatty, one_line
+
+EMPTY_INTERRUPT = "(interrupted from the terminal: carry on)"
+"""What an interrupt says when the person pressed Ctrl-C and Enter without words (the API wants some text)."""
+
+
+class RemoteView:
+    """Stream events → the screen: flower Events as the local renderer draws them, plus what only a service
+    run has (attempt labels carried on each event, per-session costs, guard denials, checkpoints)."""
+
+    def __init__(self, screen: Screen) -> None:
+        self.screen = screen
+        self.label = ""
+        self.cost = 0.0
+
+    def show(self, item: StreamEvent) -> None:
+        if item.step and item.step != self.label and item.kind != "step":
+            self.label = item.step
+            self.screen.attempt(item.step)  # "工作·判定#1", "工作#round2" … as the local runtime announces them
+        if item.kind == "step":
+            self.label = item.text
+        if item.kind == "result":
+            cost = item.payload.get("cost_usd")
+            self.cost += float(cost) if isinstance(cost, (int, float)) else 0.0
+            turns = item.payload.get("num_turns")
+            mark = "x" if item.payload.get("is_error") else "+"
+            self.screen.say(f"{mark} {item.step or '-'} · ${float(cost or 0):.4f} · {turns or 0} turns"
+                            f" · total ${self.cost:.4f}")
+            return
+        if item.kind == "audit":
+            if item.text == "deny":
+                who = item.payload.get("role") or "agent"
+                why = one_line(item.payload.get("reason") or "", self.screen.width - 30)
+                self.screen.say(f"  ! guard stopped {who}'s {item.tool or 'tool call'}: {why}")
+            elif self.screen.verbose:
+                self.screen.say(f"  # audit {item.text} {item.tool}".rstrip())
+            return
+        if item.kind == "checkpoint":
+            if self.screen.verbose:
+                self.screen.say(f"  # work handed back ({str(item.payload.get('commit') or '')[:12]})")
+            return
+        if item.kind == "system" and item.text == "sandbox started":
+            self.screen.say("- sandbox started")
+            return
+        if item.kind == "system" and item.payload.get("subtype") == "killed":
+            self.screen.say("x the run was stopped")
+            return
+        self.screen.event(Event(item.kind, item.text, item.tool, dict(item.payload), step=item.step, at=item.at))
+
+
+class RemoteChannel:
+    """What the Console needs of a human channel, backed by the API: the open questions come from
+    ``GET /questions`` (their ids are the ones ``POST /answers`` takes), lines go to ``/answers`` or ``/messages``."""
+
+    def __init__(self, api: Remote, run_id: str, screen: Screen, loop: asyncio.AbstractEventLoop) -> None:
+        self.api, self.run_id, self.screen, self.loop = api, run_id, screen, loop
+        self.open: list[Question] = []
+        self._answered: set[str] = set()
+
+    def pending(self) -> list[Question]:
+        return [q for q in self.open if q.id not in self._answered]
+
+    async def refresh(self) -> None:
+        try:
+            self.open = await self.api.questions(self.run_id)
+        except RemoteError as e:
+            self.screen.say(f"x cannot read the open questions: {e.message}")
+        self.screen.refresh()
+
+    def answer(self, qid: str, text: str) -> None:
+        self._answered.add(qid)
+        self._send(self.api.answer(self.run_id, qid, text), "the answer")
+
+    def decline(self, qid: str) -> None:
+        self.answer(qid, "")  # an empty answer: it decides for itself
+
+    def send(self, text: str) -> None:
+        self._send(self.api.message(self.run_id, text), "the message")
+        self.screen.say("+ sent (it reads its inbox at the next checkpoint)")
+
+    def interrupt(self, text: str) -> None:
+        self._send(self.api.interrupt(self.run_id, text or EMPTY_INTERRUPT), "the interrupt")
+
+    def close(self) -> None:
+        """End of input: nothing to close on the service, the run keeps its own timeout for questions."""
+
+    def _send(self, call: Any, what: str) -> None:
+        async def go() -> None:
+            try:
+                await call
+            except RemoteError as e:
+                self.screen.say(f"x {what} did not reach the run: {e.message}")
+        asyncio.run_coroutine_threadsafe(go(), self.loop)
+
+
+class _Interrupts:
+    """The Console's runtime: only ``interrupt`` is asked of it."""
+
+    def __init__(self, channel: RemoteChannel) -> None:
+        self.channel = channel
+
+    def interrupt(self, text: str) -> None:
+        self.channel.interrupt(text)
+
+
+async def follow(api: Remote, run_id: str, *, screen: Screen | None = None, interactive: bool | None = None,
+                 after: int = 0) -> RunInfo:
+    """Draw run ``run_id``'s events from ``after`` on until it ends; return the run as it ended.
+
+    Interactive (default: when stdin and stdout are terminals), what the person types answers the oldest
+    open question, else goes to the run's inbox; Ctrl-C interrupts the step in flight (the next line is
+    what it carries), a second Ctrl-C stops following (the run goes on; ``flower remote attach`` again).
+    """
+    screen = screen or Screen()
+    view = RemoteView(screen)
+    loop = asyncio.get_running_loop()
+    channel = RemoteChannel(api, run_id, screen, loop)
+    if interactive is None:
+        interactive = isatty(sys.stdin) and screen.tty
+    console: Console | None = None
+    if interactive:
+        console = Console(screen, channel, _Interrupts(channel), loop, tty=isatty(sys.stdin) and screen.tty)
+        console.main = asyncio.current_task()
+        console.start()
+        try:
+            loop.add_signal_handler(signal.SIGINT, console.ctrl_c)
+        except (NotImplementedError, RuntimeError, ValueError):
+            pass
+        await channel.refresh()
+    try:
+        async for item in api.events(run_id, after=after):
+            if isinstance(item, StreamEnd):
+                break
+            view.show(item)
+            if item.kind == "ask" and interactive:
+                await channel.refresh()
+    except asyncio.CancelledError:
+        if console is not None and console.quitting:
+            screen.say(f"- stopped following; run {run_id} goes on (flower remote attach {run_id})")
+            return await api.run(run_id)
+        raise
+    finally:
+        if console is not None:
+            console.stop()
+            try:
+                loop.remove_signal_handler(signal.SIGINT)
+            except (NotImplementedError, RuntimeError, ValueError):
+                pass
+    return await api.run(run_id)

@@ -1,0 +1,270 @@
+"""``flower remote``: the same runs, on a flower service — submit an ask and follow it live, answer its
+questions at the prompt, Ctrl-C to interrupt; ``list``, ``show``, ``diff``, ``cancel``, ``logs``, ``attach``.
+
+The service and the token come from ``--server``/``--token``, else ``FLOWER_SERVER``/``FLOWER_TOKEN``, else
+``~/.config/flower/remote.toml`` (``flower remote login`` writes it). Only the public API is used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import getpass
+import json
+import sys
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from .errors import Exit
+from .terminal import clean, isatty, one_line
+
+if TYPE_CHECKING:  # the screen is loaded when a run is drawn, not when argv is parsed
+    from .screen import Screen
+
+HELP = "drive runs on a flower service: submit, follow, answer, list, show, diff, cancel, logs"
+ACTIONS = ("login", "submit", "attach", "list", "show", "diff", "cancel", "logs")
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """The ``remote`` subcommand and its own subcommands, on the ``flower`` parser's ``sub``."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "remote", help=HELP, description=HELP + ". Config: --server/--token, FLOWER_SERVER/FLOWER_TOKEN, or "
+        "~/.config/flower/remote.toml (written by `flower remote login`).")
+    p.add_argument("--server", default=None, metavar="URL", help="the service, e.g. http://127.0.0.1:8080")
+    p.add_argument("--token", default=None, metavar="TOKEN", help="your tenant token")
+    acts = p.add_subparsers(dest="remote_cmd", metavar="{" + ",".join(ACTIONS) + "}")
+    acts.add_parser("login", help="check the server and token, then save them to ~/.config/flower/remote.toml")
+    s = acts.add_parser("submit", help="submit an ask and follow the run live (answer questions at the prompt)")
+    s.add_argument("ask", nargs="+", help="what you want done")
+    s.add_argument("--rounds", type=int, default=None, metavar="N", help="work rounds at most")
+    s.add_argument("--asks", type=int, default=None, metavar="N", help="questions it may ask at most")
+    s.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="how long a question waits")
+    s.add_argument("--clarify-only", action="store_true", help="only clarify the ask")
+    s.add_argument("--no-goal", action="store_true", help="no goal and no judge")
+    s.add_argument("-i", "--instructions", default=None, metavar="TEXT", help="domain instructions")
+    s.add_argument("--options", default=None, metavar="JSON", help="more run options, as a JSON object")
+    s.add_argument("-d", "--detach", action="store_true", help="print the run id and return at once")
+    a = acts.add_parser("attach", help="follow a run live (interactive), from its first event")
+    a.add_argument("run_id")
+    ls = acts.add_parser("list", help="your runs, newest first")
+    ls.add_argument("--status", default=None, help="only these statuses (comma-separated)")
+    ls.add_argument("--limit", type=int, default=50)
+    ls.add_argument("--json", action="store_true")
+    sh = acts.add_parser("show", help="one run: status, step, cost, branch, changed files, open questions")
+    sh.add_argument("run_id")
+    sh.add_argument("--json", action="store_true")
+    d = acts.add_parser("diff", help="the run's diff against its base (its last checkpoint while live)")
+    d.add_argument("run_id")
+    c = acts.add_parser("cancel", help="stop a run (waits until it has ended)")
+    c.add_argument("run_id")
+    lg = acts.add_parser("logs", help="the run's events so far, drawn as in the terminal (-f: until it ends)")
+    lg.add_argument("run_id")
+    lg.add_argument("-f", "--follow", action="store_true", help="keep streaming until the run ends")
+    lg.add_argument("--json", action="store_true", help="one JSON event per line")
+    return p
+
+
+def cmd_remote(args: argparse.Namespace) -> int:
+    from ..remote import RemoteError
+
+    if not getattr(args, "remote_cmd", None):
+        raise Exit(2, f"flower remote needs one of: {', '.join(ACTIONS)} (flower remote --help)")
+    try:
+        return asyncio.run(_dispatch(args))
+    except RemoteError as e:
+        raise Exit(1, e.message) from None
+    except ValueError as e:
+        raise Exit(1, str(e)) from None
+
+
+async def _dispatch(args: argparse.Namespace) -> int:
+    from ..remote import Remote, load_config
+
+    cfg = load_config(args.server, args.token)
+    if args.remote_cmd == "login":
+        return await _login(cfg.server, cfg.token)
+    async with Remote(cfg.server, cfg.token) as api:
+        handler: Callable[[Any, argparse.Namespace], Awaitable[int]] = _HANDLERS[args.remote_cmd]
+        return await handler(api, args)
+
+
+async def _login(server: str, token: str) -> int:
+    from ..remote import Remote, RemoteConfig, save_config
+
+    tty = isatty(sys.stdin)
+    if not server and tty:
+        server = input("service URL: ").strip()
+    if not token and tty:
+        token = getpass.getpass("tenant token: ").strip()
+    async with Remote(server, token) as api:
+        runs = await api.runs(limit=1)  # proves both: the server answers, the token is a tenant's
+    path = save_config(RemoteConfig(server=server, token=token))
+    print(f"flower: signed in to {server} ({'no runs yet' if not runs else 'runs found'}); saved to {path}")
+    return 0
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    if args.options:
+        try:
+            extra = json.loads(args.options)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"--options is not JSON ({e.msg}): write an object, e.g. '{{\"rounds\": 2}}'") from None
+        if not isinstance(extra, dict):
+            raise ValueError("--options must be a JSON object, e.g. '{\"rounds\": 2}'")
+        opts.update(extra)
+    for key, value in (("rounds", args.rounds), ("max_asks", args.asks), ("timeout_s", args.timeout),
+                       ("instructions", args.instructions)):
+        if value is not None:
+            opts[key] = value
+    if args.clarify_only:
+        opts["clarify_only"] = True
+    if args.no_goal:
+        opts["goal"] = False
+    return opts
+
+
+async def _submit(api: Any, args: argparse.Namespace) -> int:
+    ask = " ".join(args.ask).strip()
+    if not ask:
+        raise ValueError("the ask is blank: say what you want done")
+    run = await api.submit(ask, _options(args))
+    if args.detach:
+        print(run.id)
+        return 0
+    from .screen import Screen
+
+    screen = Screen(verbose=getattr(args, "verbose", False))
+    screen.say(f"- run {run.id} submitted to {api.server} ({run.status}); Ctrl-C interrupts, twice stops following")
+    return await _follow_to_end(api, run.id, screen)
+
+
+async def _attach(api: Any, args: argparse.Namespace) -> int:
+    from .screen import Screen
+
+    screen = Screen(verbose=getattr(args, "verbose", False))
+    run = await api.run(args.run_id)
+    screen.say(f"- run {run.id} ({run.status}) on {api.server}")
+    return await _follow_to_end(api, run.id, screen)
+
+
+async def _follow_to_end(api: Any, run_id: str, screen: Screen) -> int:
+    from .follow import follow
+
+    try:
+        final = await follow(api, run_id, screen=screen)
+    finally:
+        screen.close()
+    return _summary(final, screen)
+
+
+def _summary(run: Any, screen: Screen) -> int:
+    if not run.ended_already:
+        return 0  # stopped following; the run goes on
+    files = len(run.diffstat.files) if run.diffstat else 0
+    tail = f" · {files} file(s) changed on {run.branch} (flower remote diff {run.id})" if files else ""
+    mark = "+" if run.status == "succeeded" else "x"
+    why = f": {one_line(run.error, 300)}" if run.error else ""
+    screen.say(f"{mark} run {run.id} {run.status}{why} · ${run.cost_usd:.4f}{tail}")
+    return 0 if run.status == "succeeded" else 1
+
+
+async def _list(api: Any, args: argparse.Namespace) -> int:
+    runs = await api.runs(status=args.status, limit=args.limit)
+    if args.json:
+        import msgspec
+
+        print(msgspec.json.encode(runs).decode())
+        return 0
+    if not runs:
+        print("no runs yet (flower remote submit \"...\")")
+        return 0
+    for r in runs:
+        print(f"{r.id}  {r.status:<10} ${r.cost_usd:>8.4f}  {(r.step or '-'):<8}  {one_line(r.ask, 60)}")
+    return 0
+
+
+async def _show(api: Any, args: argparse.Namespace) -> int:
+    import msgspec
+
+    run = await api.run(args.run_id)
+    questions = await api.questions(run.id) if not run.ended_already else []
+    if args.json:
+        print(json.dumps({**msgspec.to_builtins(run), "questions": msgspec.to_builtins(questions)},
+                         ensure_ascii=False, indent=2))
+        return 0
+    rows = [("run", run.id), ("status", run.status + (" (cancel requested)" if run.cancel_requested else "")),
+            ("ask", one_line(run.ask, 200)), ("step", run.step or "-"), ("cost", f"${run.cost_usd:.4f}"),
+            ("events", str(run.events)), ("branch", run.branch or "-"), ("base", run.base or "-"),
+            ("commit", run.commit or "-"), ("created", run.created or "-"), ("started", run.started or "-"),
+            ("ended", run.ended or "-")]
+    if run.error:
+        rows.append(("error", one_line(run.error, 300)))
+    for key, value in rows:
+        print(f"{key:>8}  {value}")
+    if run.diffstat and run.diffstat.files:
+        print(f"{'changed':>8}  +{run.diffstat.insertions} -{run.diffstat.deletions}")
+        for f in run.diffstat.files:
+            print(f"{'':>8}  {clean(f.get('path'))}  +{f.get('insertions', 0)} -{f.get('deletions', 0)}")
+    for q in questions:
+        print(f"{'question':>8}  {one_line(q.question, 200)}  [{q.id}]")
+        for i, opt in enumerate(q.options, 1):
+            print(f"{'':>8}    {i}) {clean(opt)}")
+    return 0
+
+
+_COLOURS = (("diff --git", "\x1b[1m"), ("+++", "\x1b[1m"), ("---", "\x1b[1m"), ("@@", "\x1b[36m"),
+            ("+", "\x1b[32m"), ("-", "\x1b[31m"))
+
+
+async def _diff(api: Any, args: argparse.Namespace) -> int:
+    text = await api.diff(args.run_id)
+    if not text.strip():
+        print(f"run {args.run_id} changed nothing (yet)", file=sys.stderr)
+        return 0
+    colour = isatty(sys.stdout)
+    for line in text.splitlines():
+        safe = clean(line)
+        code = next((c for head, c in _COLOURS if safe.startswith(head)), "") if colour else ""
+        print(f"{code}{safe}\x1b[0m" if code else safe)
+    return 0
+
+
+async def _cancel(api: Any, args: argparse.Namespace) -> int:
+    run = await api.cancel(args.run_id)
+    print(f"run {run.id} {run.status}" + ("" if run.ended_already else " (stopping; flower remote show to check)"))
+    return 0
+
+
+async def _logs(api: Any, args: argparse.Namespace) -> int:
+    from ..remote import StreamEnd
+    from .follow import RemoteView
+    from .screen import Screen
+
+    run = await api.run(args.run_id)
+    upto = None if args.follow or run.ended_already else run.events  # a live run without -f: what it has so far
+    screen = Screen(verbose=getattr(args, "verbose", False))
+    view = RemoteView(screen)
+    if upto == 0:
+        return 0
+    try:
+        async for item in api.events(run.id):
+            if isinstance(item, StreamEnd):
+                break
+            if args.json:
+                import msgspec
+
+                print(msgspec.json.encode(item).decode(), flush=True)
+            else:
+                view.show(item)
+            if upto is not None and item.seq >= upto:
+                break
+    finally:
+        screen.close()
+    return 0
+
+
+_HANDLERS: dict[str, Callable[[Any, argparse.Namespace], Awaitable[int]]] = {
+    "submit": _submit, "attach": _attach, "list": _list, "show": _show, "diff": _diff, "cancel": _cancel,
+    "logs": _logs,
+}

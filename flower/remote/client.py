@@ -1,0 +1,169 @@
+"""``Remote``: the service's REST API over httpx; the event stream over httpx-sse, resumed after a drop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from types import TracebackType
+from typing import Any
+
+import httpx
+import msgspec
+from httpx_sse import ServerSentEvent, aconnect_sse
+
+from .types import Question, RunInfo, StreamEnd, StreamEvent
+
+RECONNECTS = 20
+"""Drops in a row an event stream survives (each is resumed with Last-Event-ID) before the client gives up."""
+
+
+class RemoteError(Exception):
+    """The service said no (``status`` is its HTTP status), or could not be reached (``status`` 0)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+class Remote:
+    """One service, one tenant token. Use as ``async with Remote(url, token) as api: ...``."""
+
+    def __init__(self, server: str, token: str, *, timeout: float = 30.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        if not server:
+            raise RemoteError(0, "no service URL: pass --server, set FLOWER_SERVER, or run `flower remote login`")
+        if not token:
+            raise RemoteError(0, "no tenant token: pass --token, set FLOWER_TOKEN, or run `flower remote login`")
+        self.server = server.rstrip("/")
+        self._http = httpx.AsyncClient(base_url=self.server, timeout=timeout, transport=transport,
+                                       headers={"Authorization": f"Bearer {token}"})
+
+    async def __aenter__(self) -> Remote:
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+    # -- requests --------------------------------------------------------------------------
+    async def _call(self, method: str, path: str, *, body: dict[str, Any] | None = None,
+                    params: dict[str, Any] | None = None) -> httpx.Response:
+        try:
+            r = await self._http.request(method, "/v1" + path, json=body, params=params)
+        except httpx.HTTPError as e:
+            raise RemoteError(0, f"cannot reach the service at {self.server}: {e or type(e).__name__}") from None
+        if r.status_code >= 400:
+            raise RemoteError(r.status_code, _error_text(r))
+        return r
+
+    async def submit(self, ask: str, options: dict[str, Any] | None = None) -> RunInfo:
+        r = await self._call("POST", "/runs", body={"ask": ask, "options": options or {}})
+        return msgspec.convert(r.json(), RunInfo)
+
+    async def runs(self, *, status: str | None = None, limit: int = 100) -> list[RunInfo]:
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        r = await self._call("GET", "/runs", params=params)
+        return msgspec.convert(r.json().get("runs", []), list[RunInfo])
+
+    async def run(self, run_id: str) -> RunInfo:
+        return msgspec.convert((await self._call("GET", f"/runs/{run_id}")).json(), RunInfo)
+
+    async def questions(self, run_id: str) -> list[Question]:
+        r = await self._call("GET", f"/runs/{run_id}/questions")
+        return msgspec.convert(r.json().get("questions", []), list[Question])
+
+    async def answer(self, run_id: str, question_id: str, text: str) -> None:
+        await self._call("POST", f"/runs/{run_id}/answers", body={"question_id": question_id, "text": text})
+
+    async def message(self, run_id: str, text: str) -> None:
+        await self._call("POST", f"/runs/{run_id}/messages", body={"text": text})
+
+    async def interrupt(self, run_id: str, text: str) -> None:
+        await self._call("POST", f"/runs/{run_id}/interrupt", body={"text": text})
+
+    async def cancel(self, run_id: str, *, wait: float = 30.0) -> RunInfo:
+        r = await self._call("POST", f"/runs/{run_id}/cancel", params={"wait": wait})
+        return msgspec.convert(r.json(), RunInfo)
+
+    async def diff(self, run_id: str) -> str:
+        return (await self._call("GET", f"/runs/{run_id}/diff")).text
+
+    async def manifest(self, run_id: str) -> dict[str, Any]:
+        data = (await self._call("GET", f"/runs/{run_id}/manifest")).json()
+        return data if isinstance(data, dict) else {}
+
+    # -- the event stream ------------------------------------------------------------------
+    async def events(self, run_id: str, *, after: int = 0) -> AsyncIterator[StreamEvent | StreamEnd]:
+        """Every event of the run after ``after``, live, then the ``StreamEnd``; a dropped stream is resumed
+        where it stopped (Last-Event-ID), so nothing is seen twice or missed."""
+        last, drops = after, 0
+        while True:
+            headers = {"Last-Event-ID": str(last)} if last else {}
+            try:
+                async with aconnect_sse(self._http, "GET", f"/v1/runs/{run_id}/events", headers=headers,
+                                        timeout=httpx.Timeout(self._http.timeout.connect, read=None)) as source:
+                    r = source.response
+                    if r.status_code == 429:
+                        await r.aread()
+                        await asyncio.sleep(_retry_after(r))
+                        continue
+                    if r.status_code >= 400:
+                        await r.aread()
+                        raise RemoteError(r.status_code, _error_text(r))
+                    async for sse in source.aiter_sse():
+                        item = _decode(sse)
+                        if item is None:
+                            continue
+                        if isinstance(item, StreamEnd):
+                            yield item
+                            return
+                        if item.seq <= last:
+                            continue
+                        last, drops = item.seq, 0
+                        yield item
+            except httpx.HTTPError as e:
+                drops += 1
+                if drops > RECONNECTS:
+                    raise RemoteError(0, f"the event stream of run {run_id} keeps dropping: {e}") from None
+                await asyncio.sleep(min(5.0, 0.2 * drops))
+                continue
+            drops += 1  # the stream closed without its `end`: resume it
+            if drops > RECONNECTS:
+                raise RemoteError(0, f"the event stream of run {run_id} keeps closing before the run ends")
+            await asyncio.sleep(min(5.0, 0.2 * drops))
+
+
+def _decode(sse: ServerSentEvent) -> StreamEvent | StreamEnd | None:
+    if not sse.data:
+        return None
+    try:
+        if sse.event == "end":
+            return msgspec.json.decode(sse.data, type=StreamEnd)
+        return msgspec.json.decode(sse.data, type=StreamEvent)
+    except msgspec.DecodeError:
+        return None  # a line this client does not understand is skipped, not fatal
+
+
+def _error_text(r: httpx.Response) -> str:
+    """The service's one-sentence ``error``; else the status and the start of the body."""
+    try:
+        body = r.json()
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("error"), str):
+        return str(body["error"])
+    if r.status_code == 401:
+        return "the service refused the token: check it, or ask the operator for yours"
+    return f"the service answered {r.status_code} {r.reason_phrase}: {r.text[:200]}"
+
+
+def _retry_after(r: httpx.Response) -> float:
+    try:
+        return max(0.5, min(30.0, float(r.headers.get("retry-after", "5"))))
+    except ValueError:
+        return 5.0

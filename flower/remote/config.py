@@ -1,0 +1,54 @@
+"""Where ``flower remote`` finds its service and token: flags, then the environment, then a file.
+
+The file is ``~/.config/flower/remote.toml`` (``server = "..."``, ``token = "..."``), written 0600 by
+``flower remote login``; ``FLOWER_REMOTE_CONFIG`` names another one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+
+import msgspec
+
+CONFIG_FILE = "remote.toml"
+
+
+class RemoteConfig(msgspec.Struct):
+    server: str = ""
+    token: str = ""
+
+
+def config_path(home: Path | None = None) -> Path:
+    named = os.environ.get("FLOWER_REMOTE_CONFIG")
+    if named:
+        return Path(named).expanduser()
+    return (home or Path.home()) / ".config" / "flower" / CONFIG_FILE
+
+
+def load_config(server: str | None = None, token: str | None = None, *, path: Path | None = None) -> RemoteConfig:
+    """Flags win over ``FLOWER_SERVER``/``FLOWER_TOKEN``, which win over the file; a broken file says where."""
+    saved = RemoteConfig()
+    path = path or config_path()
+    if path.is_file():
+        try:
+            saved = msgspec.convert(tomllib.loads(path.read_text(encoding="utf-8")), RemoteConfig)
+        except (tomllib.TOMLDecodeError, msgspec.ValidationError, OSError, UnicodeDecodeError) as e:
+            raise ValueError(f"{path} cannot be read ({e}): fix it, or write it again with `flower remote login`") \
+                from None
+    return RemoteConfig(server=server or os.environ.get("FLOWER_SERVER") or saved.server,
+                        token=token or os.environ.get("FLOWER_TOKEN") or saved.token)
+
+
+def save_config(config: RemoteConfig, *, path: Path | None = None) -> Path:
+    """Written owner-only (it holds a token), through a temp file so a crash leaves the old one."""
+    path = path or config_path()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w", encoding="utf-8") as f:
+        f.write(f"server = {json.dumps(config.server)}\ntoken = {json.dumps(config.token)}\n")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,70 @@
+"""What the service's API answers, as the client reads it: lenient structs (unknown fields are ignored)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+TERMINAL = ("succeeded", "failed", "aborted", "killed", "cancelled")
+"""Statuses of a run that has ended (nothing more will happen to it)."""
+
+
+class Diffstat(msgspec.Struct):
+    files: list[dict[str, Any]] = []
+    insertions: int = 0
+    deletions: int = 0
+
+
+class RunInfo(msgspec.Struct):
+    """One run as ``GET /v1/runs/{id}`` shows it."""
+
+    id: str
+    status: str
+    ask: str = ""
+    options: dict[str, Any] = {}
+    branch: str | None = None
+    base: str | None = None
+    commit: str | None = None
+    created: str | None = None
+    started: str | None = None
+    ended: str | None = None
+    cost_usd: float = 0.0
+    error: str | None = None
+    step: str | None = None
+    diffstat: Diffstat | None = None
+    events: int = 0
+    cancel_requested: bool = False
+
+    @property
+    def ended_already(self) -> bool:
+        return self.status in TERMINAL
+
+
+class Question(msgspec.Struct):
+    """An open question of a run; ``id`` is what ``POST /answers`` takes."""
+
+    id: str
+    question: str = ""
+    options: list[str] = []
+    asked_at: str | None = None
+    timeout_s: float | None = None
+
+
+class StreamEvent(msgspec.Struct):
+    """One line of a run's event stream (a flower ``Event``, an audit line or a checkpoint), numbered ``seq``."""
+
+    seq: int
+    kind: str
+    text: str = ""
+    tool: str = ""
+    payload: dict[str, Any] = {}
+    step: str = ""
+    at: float = 0.0
+
+
+class StreamEnd(msgspec.Struct):
+    """The stream's last message: the run has ended with ``status`` after ``events`` events."""
+
+    status: str
+    events: int = 0

@@ -1,0 +1,137 @@
+"""``flower remote`` against a live service, through a pseudo-terminal as a person uses it: a scripted run is
+submitted, its question shown and answered at the prompt, the verdict seen, the diff printed; Ctrl-C
+interrupts a run over the API. The client knows only the service's URL and a tenant token."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pexpect
+import pytest
+
+from _service_helpers import TOKENS, Deployment, Service, git, run_status, serve
+from flower.testing import Rule, ScriptedModel, say, tool
+from sandbox.testing import ACHIEVED, ASK, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
+
+pytestmark = pytest.mark.cli
+
+FLOWER = [sys.executable, "-c", "import sys; from flower.cli import main; sys.exit(main())"]
+ASK_TEXT = "帮我做一个 hello 程序"
+
+
+def hello_rules() -> list[Rule]:
+    return [
+        Rule(tool(ASK, {"question": f"{ASK_TEXT} 用什么语言?", "options": ["Python", "Go"]}), system=CLARIFIER,
+             prompt=ASK_TEXT),
+        Rule(say(BRIEF), system=CLARIFIER, prompt=ASK_TEXT, result="Python"),
+        Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标"),
+        Rule(tool("Agent", {"description": "实现 hello.py", "prompt": "WORKER-TASK 写 hello.py", "subagent_type": "coder",
+                            "run_in_background": False}), system=LEAD, agent=False, prompt="把上面的需求做成"),
+        Rule(tool("Write", {"file_path": "hello.py", "content": "print('hello')\n"}), agent=True, prompt="WORKER-TASK"),
+        Rule(say(REPORT), agent=True, prompt="WORKER-TASK", result="hello.py"),
+        Rule(say("hello.py 写好了"), system=LEAD, agent=False, result="写好了 hello.py"),
+        Rule(say(ACHIEVED), system=JUDGE, prompt="第 1 轮工作结束了"),
+    ]
+
+
+def client_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWER_")}
+    return {**env, "HOME": str(home), "PYTHONUNBUFFERED": "1", "TERM": "xterm", "COLUMNS": "160"}
+
+
+def flower(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*FLOWER, "remote", *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def spawn(env: dict[str, str], *args: str) -> pexpect.spawn:
+    return pexpect.spawn(FLOWER[0], [*FLOWER[1:], "remote", *args], env=env, encoding="utf-8",
+                         timeout=120, dimensions=(50, 160))
+
+
+def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: Deployment, services: list[Service],
+                                                                      tmp_path: Path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = client_env(home)
+    with ScriptedModel(hello_rules()) as model:
+        service = serve(deployment, services, model)
+        # a wrong token is refused in one sentence and nothing is saved; the right one is saved owner-only
+        bad = flower(env, "--server", service.url, "--token", "not-a-token", "login")
+        assert bad.returncode == 1 and "token" in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
+        config = home / ".config" / "flower" / "remote.toml"
+        assert not config.exists()
+        ok = flower(env, "--server", service.url, "--token", TOKENS["acme"], "login")
+        assert ok.returncode == 0, ok.stderr
+        assert config.stat().st_mode & 0o077 == 0 and TOKENS["acme"] in config.read_text()
+
+        child = spawn(env, "submit", ASK_TEXT, "--rounds", "1")  # server and token from the config file
+        child.expect(r"run (\S+) submitted")
+        run_id = child.match.group(1)
+        child.expect("== 确认需求")
+        child.expect(re.escape(f"? {ASK_TEXT} 用什么语言?"))
+        child.expect(re.escape("1) Python"))
+        child.expect("你的回答")  # the prompt on the last line waits for the answer
+        assert run_status(service.client("acme"), run_id)["status"] == "running"
+        child.send("1\r")
+        child.expect(re.escape("+ 1"))  # the answer, as the run took it
+        child.expect("== 工作")
+        child.expect("派给 coder")  # the dispatch
+        child.expect("报告交回来了")  # the worker's report
+        child.expect("判定#1")  # the judge's round
+        child.expect("达成")  # its verdict
+        child.expect(rf"\+ run {run_id} succeeded")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0, child.before
+    assert model.unmatched == [], [(r.system[:40], r.user[:80]) for r in model.unmatched]
+
+    repo = deployment.repos["acme"]
+    assert git(repo, "show", f"flower/{run_id}:hello.py") == "print('hello')\n"
+    diff = flower(env, "diff", run_id)
+    assert diff.returncode == 0 and "+++ b/hello.py" in diff.stdout and "+print('hello')" in diff.stdout, diff
+    listed = flower(env, "list")
+    assert listed.returncode == 0 and run_id in listed.stdout and "succeeded" in listed.stdout, listed
+    shown = flower(env, "show", run_id)
+    assert shown.returncode == 0 and "succeeded" in shown.stdout and "hello.py  +1 -0" in shown.stdout, shown.stdout
+    logs = flower(env, "logs", run_id)
+    assert logs.returncode == 0 and "== 确认需求" in logs.stdout and "达成" in logs.stdout, logs
+    late = flower(env, "cancel", run_id)
+    assert late.returncode == 1 and "already ended" in late.stderr, late.stderr
+    missing = flower(env, "show", "no-such-run")
+    assert missing.returncode == 1 and "not found" in missing.stderr, missing.stderr
+
+
+def test_ctrl_c_at_the_terminal_interrupts_the_run_on_the_service(deployment: Deployment, services: list[Service],
+                                                                  tmp_path: Path):
+    """The clarifier waits on a question nobody answers; Ctrl-C and a sentence redirect it over the API."""
+    rules = [Rule(tool(ASK, {"question": "用什么语言?"}), system=CLARIFIER, prompt="打断我"),
+             Rule(say(BRIEF), system=CLARIFIER, user="别问了,用 Python")]
+    home = tmp_path / "home"
+    home.mkdir()
+    with ScriptedModel(rules) as model:
+        service = serve(deployment, services, model)
+        env = {**client_env(home), "FLOWER_SERVER": service.url, "FLOWER_TOKEN": TOKENS["acme"]}
+        child = spawn(env, "submit", "打断我", "--clarify-only")
+        child.expect(r"run (\S+) submitted")
+        run_id = child.match.group(1)
+        child.expect(re.escape("? 用什么语言?"))
+        child.expect("你的回答")
+        child.send("\x03")  # Ctrl-C: a key at the raw terminal, not a signal that ends the client
+        child.expect("要打断这一轮")
+        child.send("别问了,用 Python\r")
+        child.expect("已打断这一轮")
+        child.expect(rf"\+ run {run_id} succeeded")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+    assert model.unmatched == []
+    # the brief came from the rule that needs the interrupt's words in the conversation: they reached the model
+    assert any("别问了,用 Python" in json.dumps(r.messages, ensure_ascii=False) for r in model.requests)
+    events = [json.loads(line) for line in flower(env, "logs", run_id, "--json").stdout.splitlines()]
+    assert any(e["kind"] == "prompt" and "interrupted" in e["text"] for e in events), events
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
