@@ -114,7 +114,7 @@ def cmd_once(args: argparse.Namespace) -> int:
         screen.close()
 
 
-_DENIED = re.compile(r"permission|denied|not allowed|haven't granted|blocked", re.I)
+_DENIED = re.compile(r"PreToolUse:\w+ hook error|permission|denied|not allowed|haven't granted|blocked", re.I)
 
 
 class _ToolTally:
