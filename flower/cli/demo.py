@@ -109,7 +109,7 @@ class _Service:
     def start(self) -> str:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen([sys.executable, "-m", "service", "--config", str(self.config), "--port", "0",
-                                          "--log-format", "json"], stdout=log, stderr=subprocess.STDOUT,
+                                          "--log-format", "json"], stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
                                          stdin=subprocess.DEVNULL, start_new_session=True,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + START_S
@@ -167,6 +167,10 @@ async def _served(screen: Screen, yes: bool, *, keep: bool) -> int:
                         answering.cancel()
                 screen.say(t("demo.status", run=info.id, status=info.status))
                 if info.status != "succeeded":
+                    log = Path(tmp) / "data" / "runs" / run.id / "output.log"
+                    tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-12:] if log.is_file() else []
+                    for line in tail:
+                        screen.say(f"   | {clean(line)}")
                     raise Exit(1, t("demo.failed", status=info.status, why=info.error or "-"))
                 _show_work(screen, t("demo.branch", branch=info.branch or "?", repo=service.repo, base=(info.base or "")[:12]),
                            info.diffstat.files if info.diffstat else [], await api.diff(run.id))
