@@ -57,10 +57,10 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 if model.unmatched:
                     print(f"# {len(model.unmatched)} requests no rule answered", file=sys.stderr)
-        for key, value in model.env.items():
-            print(f"export {key}={value}")
-        print(f"# serving {len(rules)} rules on {model.url}; Ctrl-C to stop", flush=True)
         try:
+            for key, value in model.env.items():
+                print(f"export {key}={value}")
+            print(f"# serving {len(rules)} rules on {model.url}; Ctrl-C to stop", flush=True)
             while True:
                 time.sleep(3600)
         except KeyboardInterrupt:

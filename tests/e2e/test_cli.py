@@ -138,11 +138,13 @@ def test_status_after_a_run_shows_the_wake_state_and_writes_nothing(done, tree_h
     elsewhere = flower("-w", str(ws), "status", cwd=done["home"], env=env)
     assert tree_hash(ws, done["home"]) == before, "status changed something on disk"
     assert p.returncode == 0 and j.returncode == 0 and elsewhere.returncode == 0, p.stderr + j.stderr
-    assert "接着上次(第 1 次唤醒)" in p.stdout and "需求已确认" in p.stdout and "目标 2 条检查" in p.stdout
+    # the judge said achieved: done is done, not "continue"
+    assert "已经做完了(判定:达成)" in p.stdout and "已完成:判定为达成" in p.stdout and "接着上次" not in p.stdout
+    assert "需求已确认" in p.stdout and "目标 2 条检查" in p.stdout
     assert "+ 工作·判定#1" in p.stdout and "会话:" in p.stdout
     assert elsewhere.stdout.splitlines()[1:] == p.stdout.splitlines()[1:]
     state = json.loads(j.stdout)
-    assert state["waking"] is True and state["checks"] == 2 and state["woke"] == 1
+    assert state["waking"] is True and state["checks"] == 2 and state["woke"] == 1 and state["done"]["verdict"]
     assert set(state["steps"]) == {"确认需求", "设定目标", "工作"}
     assert [r["step"] for r in state["last_results"]] == ["确认需求", "设定目标", "工作", "工作·判定#1"]
     # a folder that never ran: still nothing written, not even a runs/ folder

@@ -283,3 +283,42 @@ def test_no_line_of_flowers_own_mixes_the_languages(two_languages):
                 assert not CJK.search(bare), f"{lang}: {line}"
             elif re.search(r"[A-Za-z]{3,}.*\s[a-z]{3,}\s[a-z]{3,}", re.sub(r"\S*[/\\~]\S*|flower \w+|--[\w-]+", "", bare)):
                 assert CJK.search(bare), f"{lang}: an English line on the Chinese screen: {line}"
+
+
+# -- signs of life, and a tidy scripted model ----------------------------------------------------------------
+def test_a_slow_model_call_shows_a_spinner_with_the_elapsed_time_at_a_terminal_only(tmp_path, example):
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    ws.mkdir()
+    rules = starter_script("make a hello.py")
+    goal = next(r for r in rules if r.name == "judge sets the goal")
+    goal.answers[0].delay = 4.0  # type: ignore[union-attr]
+    with ScriptedModel(rules) as model:
+        term = Terminal(f"{BIN / 'flower'} 'make a hello.py' --timeout 0", cwd=ws, env=_env(home, **model.env))
+        term.expect("== 设定目标")
+        term.expect("设定目标 · 3s")  # the spinner's line: the attempt and its seconds, redrawn as they pass
+        assert term.finish(timeout=300) == 0, _plain(term.text)[-3000:]
+    assert any(frame in term.text for frame in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
+    piped = example["p"].stdout
+    assert "\x1b[" not in piped and not any(frame in piped for frame in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"), "plain lines off a terminal"
+
+
+def test_the_scripted_models_temp_folder_goes_on_sigterm(tmp_path):
+    import signal
+
+    proc = subprocess.Popen([sys.executable, "-m", "flower.testing", str(ROOT / "examples" / "hello_script.py")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        config = ""
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if line.startswith("export CLAUDE_CONFIG_DIR="):
+                config = line.split("=", 1)[1].strip()
+            if line.startswith("# serving"):
+                break
+        assert config and Path(config).is_dir()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not Path(config).exists(), "the config folder is removed on SIGTERM too"
