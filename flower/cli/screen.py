@@ -246,7 +246,7 @@ class Screen:
             self.say(f"{bar}x {one_line(ev.text, self.width - 6)}")
         elif k == "reset":
             pre, post = p.get("pre_tokens"), p.get("post_tokens")
-            self.say(t("screen.compacted") + (f" ({tokens_k(pre)} → {tokens_k(post)})" if pre and post else ""))
+            self.say(t("screen.compacted_sizes", pre=tokens_k(pre), post=tokens_k(post)) if pre and post else t("screen.compacted"))
         elif k == "task":
             if ev.text:
                 self.say(f"! {one_line(ev.text, 400)}")
@@ -295,7 +295,7 @@ class Screen:
             self.say(t("screen.over_budget"))
         elif state == "declined":
             why = p.get("answer") or ""
-            self.say(t("screen.declined", why=f" ({why})" if why else ""))
+            self.say(t("screen.declined_why", why=why) if why else t("screen.declined"))
         elif state == "invalid":
             self.say(t("screen.invalid"))
         self.refresh()

@@ -63,8 +63,8 @@ def snapshot(state: dict[str, Any]) -> list[str]:
         lines.append(t("state.brief_missing") + (t("state.brief_incomplete") if brief is not None else ""))
     if state.get("checks"):
         unver = len(getattr(goal, "unverifiable", None) or [])
-        lines.append(t("state.checks", n=state["checks"]) + (t("state.unverifiable", n=unver) if unver else "")
-                     + f" ({tilde(state['goal'])})")
+        lines.append(t("state.checks", n=state["checks"], path=tilde(state["goal"]),
+                       unverifiable=t("state.unverifiable", n=unver) if unver else ""))
     if state.get("steps"):
         lines.append(t("state.sessions", list=" · ".join(f"{k} {v[:8]}" for k, v in state["steps"].items())))
     done = state.get("done")
