@@ -77,6 +77,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     yes = bool(args.yes) or not (isatty(sys.stdin) and screen.tty)
     try:
         code = _here(screen, yes) if args.here else asyncio.run(_served(screen, yes, keep=bool(args.keep)))
+    except asyncio.CancelledError:  # SIGTERM/SIGHUP: the service is already stopped, the temp dir gone
+        raise Exit(130, t("main.cancelled")) from None
     finally:
         screen.close()
     if code == 0:
@@ -152,6 +154,10 @@ async def _served(screen: Screen, yes: bool, *, keep: bool) -> int:
     with tempfile.TemporaryDirectory(prefix="flower-demo-") as tmp, ScriptedModel(demo_rules()) as model:
         service = _Service(Path(tmp), model.env)
         screen.say(t("demo.starting", data=Path(tmp) / "data"))
+        main = asyncio.current_task()
+        if main is not None:  # SIGTERM/SIGHUP stop the service and remove the temp dir, as Ctrl-C does
+            for sig in (signal.SIGTERM, signal.SIGHUP):
+                asyncio.get_running_loop().add_signal_handler(sig, main.cancel)
         try:
             url = service.start()
             screen.say(t("demo.listening", url=url))
