@@ -114,7 +114,7 @@ def test_the_readmes_first_command_shows_the_main_job_in_order(tmp_path):
     home.mkdir()
     started = time.monotonic()
     term = Terminal(demo, cwd=clone, env=_env(home))
-    term.expect("? Which language should the greeting script be in?")
+    term.expect("? Which language should the greeting script be in?", timeout=300)  # a shared machine can be slow
     term.expect("your answer")
     term.type("1")
     code = term.finish(timeout=300)
