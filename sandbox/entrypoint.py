@@ -3,6 +3,8 @@
 1. Reads the spec; the layout is where the spec file sits (``<root>/<run_id>/spec.json``).
 2. Credentials come from the file ``$FLOWER_ENV`` names, through flower's ``load_dotenv``; HOME and the
    working folder are the run's own, so no host file is read (and the CLI runs with setting_sources=[]).
+   They are the run's own gateway token, not the tenant's key; with ``FLOWER_GATEWAY_SOCKET`` set (a sandbox
+   with no network) a loopback port is bridged to the gateway's socket and becomes ``ANTHROPIC_BASE_URL``.
 3. Builds ``starter_flow(ask, workspace=<worktree>, run_dir=<run/>, isolate=True, **options)``: the
    workbench is ``<run>/.flower-<repo>`` (outside the worktree). Workers are *not* given CLI worktrees of
    their own: the run's worktree already isolates the run, and the bundled CLI puts a linked worktree's
@@ -180,6 +182,14 @@ def _credentials(layout: RunLayout) -> None:
         raise _Stop(f"no credentials: FLOWER_ENV must name the run's env file, and {env_file or 'it is not set'}"
                     f"{' is not a readable file' if env_file else ''}")
     load_dotenv(cwd=layout.dir, home=layout.home)
+    socket_path = os.environ.get("FLOWER_GATEWAY_SOCKET")
+    if socket_path:
+        from .bridge import open_bridge
+
+        try:
+            os.environ["ANTHROPIC_BASE_URL"] = open_bridge(socket_path).url
+        except OSError as e:
+            raise _Stop(f"cannot reach the model gateway at {socket_path}: {e}") from None
     try:
         check_credentials(cwd=layout.dir, home=layout.home)
     except RuntimeError:

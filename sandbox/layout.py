@@ -12,7 +12,8 @@
         questions/<id>.json      open questions
         work.bundle              the run's commits since its base (a git bundle), the last checkpoint
     mailbox/                     what the service hands the run: answers/, inbox/, interrupt.json  read-only inside
-    flower.env                   credentials, 0600 (see envfile.py); removed when the run ends    read-only inside
+    flower.env                   the run's gateway token and settings, 0600; removed at the end   read-only inside
+    gateway/gateway.sock         the model gateway, this run's only way out (service/gateway.py)  read-only inside
     spec.json                    what to run (see spec.py)                                         read-only inside
     output.log                   the local backend's stdout/stderr of the run
 ```
@@ -109,6 +110,11 @@ class RunLayout:
     @property
     def bundle(self) -> Path:
         return self.outbox / "work.bundle"
+
+    @property
+    def gateway(self) -> Path:
+        """The service's model gateway socket lives here (service-owned, read-only inside the run)."""
+        return self.dir / "gateway"
 
     @property
     def home(self) -> Path:

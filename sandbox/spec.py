@@ -12,7 +12,7 @@ import inspect
 import re
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 
@@ -126,7 +126,9 @@ class RunSpec(msgspec.Struct):
     ``repo_name`` (added by ``write_spec`` from the layout) names the worktree folder, so the
     entrypoint finds its layout from the spec file alone. ``base`` is the commit the run's branch starts
     from: the run hands back its commits past it (``sandbox.checkpoint``); ``objects`` is the team's object
-    store its checkout borrows, mounted read-only (``worktree.make_workspace``).
+    store its checkout borrows, mounted read-only (``worktree.make_workspace``). ``egress`` "closed" (the
+    default) gives the sandbox no network at all — the model is reached through the gateway's socket — and
+    "open" the backend's network.
     """
 
     run_id: str
@@ -137,6 +139,7 @@ class RunSpec(msgspec.Struct):
     repo_name: str = ""
     base: str = ""
     objects: str = ""
+    egress: Literal["closed", "open"] = "closed"
 
     def __post_init__(self) -> None:
         try:

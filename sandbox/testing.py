@@ -65,7 +65,8 @@ def waiting_rules(*, ask: str = "帮我做一个 hello") -> list[Rule]:
 def prepare(repo: str | Path, root: str | Path, run_id: str, model: ScriptedModel, *, ask: str = "帮我做一个 hello 程序",
             tenant: str = "team-a", options: dict[str, Any] | None = None) -> tuple[Any, Any]:
     """What the service does before a backend starts a run: layout, worktree on ``flower/<run_id>``, spec,
-    env file pointing at ``model``. Returns ``(layout, spec)``."""
+    env file pointing at ``model`` — directly, with no gateway, so the spec's egress is "open" (the run
+    reaches the model on the host's loopback). Returns ``(layout, spec)``."""
     from .envfile import write_env_file
     from .layout import RunLayout
     from .spec import RunSpec, write_spec
@@ -74,7 +75,8 @@ def prepare(repo: str | Path, root: str | Path, run_id: str, model: ScriptedMode
     repo = Path(repo).resolve()
     layout = RunLayout(Path(root), run_id, repo.name).ensure()
     base = make_workspace(repo, layout.workspace, layout.branch)
-    spec = RunSpec(run_id, tenant, ask, options=dict(options or {}), base=base, objects=str(objects_dir(repo)))
+    spec = RunSpec(run_id, tenant, ask, options=dict(options or {}), base=base, objects=str(objects_dir(repo)),
+                   egress="open")
     write_spec(layout, spec)
     write_env_file(layout.env_file, credentials(model))
     return layout, spec

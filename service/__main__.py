@@ -2,6 +2,8 @@
 
     python -m service [--config FILE] [--host HOST] [--port PORT]
     python -m service hash-token [TOKEN]     # prints the sha256 to put in token_sha256 (TOKEN or stdin)
+    python -m service backup FILE            # a consistent copy of the registry (SQLite online backup), live
+    python -m service restore FILE           # with the service stopped: that copy back, the old file moved aside
 
 Config comes from ``--config`` or ``$FLOWER_SERVICE_CONFIG``, then ``FLOWER_SERVICE_*`` variables,
 then the flags. ``--port 0`` picks a free port; the log line ``service.listening`` names it.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from .config import ConfigError, load_config
 from .tenants import TenantError, hash_token
@@ -27,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(hash_token(token))
         return 0
+    if argv[:1] in (["backup"], ["restore"]):
+        return _backup_or_restore(argv[0], argv[1:])
     p = argparse.ArgumentParser(prog="python -m service", description="flower service: runs asks in sandboxes")
     p.add_argument("--config", help="TOML/JSON config file (default: $FLOWER_SERVICE_CONFIG)")
     p.add_argument("--host", help="address to listen on (default from config: 127.0.0.1)")
@@ -70,6 +75,30 @@ def main(argv: list[str] | None = None) -> int:
     server.startup = startup  # type: ignore[method-assign]
     server.run()
     return 0 if server.started else 1
+
+
+def _backup_or_restore(command: str, argv: list[str]) -> int:
+    """``backup FILE``: a consistent copy of the live registry. ``restore FILE``: that copy back in place (service
+    stopped), the damaged registry moved aside, never deleted."""
+    from .backup import RegistryDamaged, backup, restore
+
+    p = argparse.ArgumentParser(prog=f"python -m service {command}")
+    p.add_argument("file", help="the backup file to write" if command == "backup" else "the backup file to restore")
+    p.add_argument("--config", help="TOML/JSON config file (default: $FLOWER_SERVICE_CONFIG)")
+    args = p.parse_args(argv)
+    try:
+        config = load_config(args.config)
+        if command == "backup":
+            size = backup(config.db_path, Path(args.file))
+            print(f"backed up {config.db_path} to {Path(args.file).resolve()} ({size} bytes)")
+        else:
+            moved = restore(config.db_path, Path(args.file))
+            aside = f"; the old registry was moved to {moved}" if moved else ""
+            print(f"restored {config.db_path} from {Path(args.file).resolve()}{aside}")
+    except (ConfigError, RegistryDamaged, OSError) as e:
+        print(f"flower-service: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

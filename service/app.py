@@ -13,6 +13,7 @@ import hashlib
 import json
 import re
 import secrets
+import sqlite3
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,11 +31,13 @@ from litestar.exceptions import (
     NotAuthorizedException,
     NotFoundException,
     SerializationException,
+    ServiceUnavailableException,
     ValidationException,
 )
 from litestar.handlers import BaseRouteHandler
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
+from litestar.static_files import create_static_files_router
 from litestar.status_codes import HTTP_409_CONFLICT, HTTP_422_UNPROCESSABLE_ENTITY, HTTP_429_TOO_MANY_REQUESTS
 
 from sandbox.layout import RunLayout
@@ -42,6 +45,8 @@ from sandbox.spec import RunSpec
 
 from .config import ServiceConfig
 from .events import read_new
+from .gateway import Gateway
+from .health import is_disk_full
 from .logging import get_logger
 from .registry import ACTIVE, STATUSES, Registry, Run
 from .scheduler import END, Scheduler
@@ -82,6 +87,10 @@ class Unprocessable(ClientException):
 
 class TooManyRequests(ClientException):
     status_code = HTTP_429_TOO_MANY_REQUESTS
+
+
+class InsufficientStorage(HTTPException):
+    status_code = 507
 
 
 # -- auth ------------------------------------------------------------------------------------
@@ -131,6 +140,8 @@ def _sse(seq: int, ev: dict[str, Any]) -> ServerSentEventMessage:
 @post("/runs", status_code=201)
 async def submit(request: Request[Any, Any, Any], tenant: Tenant, data: SubmitBody) -> Response[dict[str, Any]]:
     registry, scheduler = _app_state(request)
+    if scheduler.refusal:
+        raise ServiceUnavailableException(scheduler.refusal)
     ask = data.ask.strip()
     if not ask:
         raise ValidationException("`ask` is blank: say what you want done")
@@ -150,7 +161,18 @@ async def submit(request: Request[Any, Any, Any], tenant: Tenant, data: SubmitBo
         raise Unprocessable(str(e)) from None
     except ValueError as e:
         raise Unprocessable(f"tenant {tenant.name} cannot run here: {e}") from None
-    run = registry.create(id=run_id, tenant=tenant.name, ask=ask, options=spec.options, repo=tenant.repo)
+    disk = scheduler.health.disk(fresh=True)
+    if disk.low:
+        raise InsufficientStorage(f"the service is low on disk space ({disk.sentence()}): nothing was queued; "
+                                  "submit again once the operator has freed space", headers={"Retry-After": "60"})
+    try:
+        run = registry.create(id=run_id, tenant=tenant.name, ask=ask, options=spec.options, repo=tenant.repo)
+    except sqlite3.OperationalError as e:
+        if not is_disk_full(e):
+            raise
+        scheduler.health.disk_full_seen()
+        raise InsufficientStorage("the service's disk is full: nothing was queued; submit again once the operator "
+                                  "has freed space", headers={"Retry-After": "60"}) from None
     log.info("run.submitted", tenant=tenant.name, run=run.id, options=sorted(data.options))
     scheduler.wake()
     return Response({"id": run.id, "status": run.status, "branch": layout.branch}, status_code=201,
@@ -355,13 +377,38 @@ async def manifest(request: Request[Any, Any, Any], tenant: Tenant, run_id: str)
             "exit": await asyncio.to_thread(read_exit, folder)}
 
 
+@get("/usage")
+async def usage(request: Request[Any, Any, Any], tenant: Tenant,
+                day: Annotated[str | None, Parameter(pattern=r"^\d{4}-\d{2}-\d{2}$")] = None) -> dict[str, Any]:
+    """What the tenant spent on ``day`` (UTC, default today), as the model gateway measured it, and its budget."""
+    when = day or time.strftime("%Y-%m-%d", time.gmtime())
+    spent = request.app.state.registry.spent(tenant.name, when)
+    budget = tenant.budget_usd
+    return {"tenant": tenant.name, "day": when, "cost_usd": round(spent["cost_usd"], 6),
+            "input_tokens": spent["input_tokens"], "output_tokens": spent["output_tokens"],
+            "budget_usd": {"run": budget.run, "day": budget.day}}
+
+
 @get("/healthz")
 async def healthz(request: Request[Any, Any, Any]) -> Response[dict[str, Any]]:
     scheduler: Scheduler = request.app.state.scheduler
     task = scheduler._task
     ok = task is not None and not task.done()
-    body = {"status": "ok" if ok else "scheduler stopped", "backend": request.app.state.config.backend}
+    reasons = scheduler.health.reasons()  # degraded still answers 200: a full disk is no reason to restart
+    body: dict[str, Any] = {"status": ("degraded" if reasons else "ok") if ok else "scheduler stopped",
+                            "backend": request.app.state.config.backend}
+    if reasons:
+        body["reasons"] = reasons
+    if scheduler.refusal:
+        ok, body["status"], body["reason"] = False, "refusing runs", scheduler.refusal
+    elif scheduler.hold:
+        body["guards"] = scheduler.hold
     return Response(body, status_code=200 if ok else 503)
+
+
+@get("/metrics", media_type="text/plain; version=0.0.4")
+async def metrics(request: Request[Any, Any, Any]) -> str:
+    return request.app.state.scheduler.health.prometheus()
 
 
 # -- errors ----------------------------------------------------------------------------------
@@ -390,6 +437,12 @@ def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[
 
 
 def _crash(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    if is_disk_full(exc):  # an answer, a message, a cancel that cannot be written: the disk, not the service
+        request.app.state.scheduler.health.disk_full_seen()
+        log.warning("api.disk_full", path=request.url.path, method=request.method, error=str(exc)[:300])
+        return Response({"status_code": 507, "error": "the service's disk is full, so this was not saved; "
+                         "try again once the operator has freed space"}, status_code=507,
+                        headers={"Retry-After": "60"})
     log.exception("api.unhandled", path=request.url.path, method=request.method)
     return Response({"status_code": 500, "error": "internal error in the service; the operator's log has details"},
                     status_code=500)
@@ -440,6 +493,18 @@ def make_backend(config: ServiceConfig, tenants: int = 1) -> Any:
                          pids_limit=config.run_pids or None, tmp_size=config.run_tmp_size)
 
 
+async def _canary(scheduler: Scheduler, config: ServiceConfig) -> None:
+    from .canary import prove_guards
+
+    why = await prove_guards(cli_path=config.guard_canary_cli)
+    scheduler.refusal, scheduler.hold = why, None
+    if why:
+        get_logger("flower.service").error("service.refusing_runs", reason=why)
+    else:
+        get_logger("flower.service").info("canary.passed")
+    scheduler.wake()
+
+
 def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
     """The app; the scheduler starts with it and stops with it (runs themselves keep running)."""
     state_log = get_logger("flower.service")
@@ -450,25 +515,37 @@ def create_app(config: ServiceConfig, *, backend: Any = None) -> Litestar:
     registry = Registry(config.db_path)
     if backend is None:
         backend = make_backend(config, tenants=len(tenants.all()))
-    scheduler = Scheduler(config, registry, tenants, backend)
+    gateway = Gateway(prices=config.prices)
+    scheduler = Scheduler(config, registry, tenants, backend, gateway)
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        canary = None
+        if config.guard_canary:
+            scheduler.hold = "the guard canary is proving the guards for this CLI; queued runs start when it passes"
+            canary = asyncio.get_running_loop().create_task(_canary(scheduler, config), name="flower-canary")
+        if config.gateway_port is not None:
+            port = await gateway.listen_tcp(config.gateway_host, config.gateway_port)
+            state_log.info("gateway.listening", host=config.gateway_host, port=port)
         await scheduler.start()
         state_log.info("service.started", backend=config.backend, data_dir=config.data_dir,
                        tenants=len(tenants.all()), max_running=config.max_running)
         try:
             yield
         finally:
+            if canary is not None:
+                canary.cancel()
             await scheduler.stop()
+            await gateway.aclose()
             registry.close()
             state_log.info("service.stopped")
 
     v1 = Router(path="/v1", route_handlers=[submit, list_runs, get_run, events, questions, answer, message,
-                                           interrupt, cancel, get_diff, manifest],
+                                           interrupt, cancel, get_diff, manifest, usage],
                 guards=[_bearer], dependencies={"tenant": Provide(_tenant)})
     return Litestar(
-        route_handlers=[v1, healthz],
+        route_handlers=[v1, healthz, metrics,  # the web page: static files, no build step (service/web/)
+                        create_static_files_router("/", [Path(__file__).parent / "web"], html_mode=True)],
         lifespan=[lifespan],
         state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants}),
         exception_handlers={HTTPException: _http_error, RecursionError: _too_deep, Exception: _crash},

@@ -43,6 +43,8 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
     log_format: Literal["json", "console", "auto"] = "json"
     log_level: str = "INFO"
+    min_free_mb: Annotated[float, msgspec.Meta(ge=0)] = 512
+    """Free space the data dir keeps: below it submits get 507, queued runs wait, /healthz says degraded."""
     remove_worktree: bool = True
     """Remove a finished run's checkout (its branch ``flower/<run>`` keeps the work it handed back)."""
     # -- what a run may use (Docker; the chart sets the same for Kubernetes) ----------------------
@@ -59,6 +61,18 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """"auto": bubblewrap when installed, else none (then only one tenant, unless unsafe_shared_local)."""
     unsafe_shared_local: bool = False
     """Serve several tenants with the local backend and no isolation: every run sees every tenant's files."""
+    # -- the model gateway (service/gateway.py) ---------------------------------------------------
+    gateway_host: str = "0.0.0.0"
+    gateway_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] | None = None
+    """Also serve the gateway on TCP (Kubernetes runs reach it there); Docker and local runs use a unix socket."""
+    gateway_url: str = ""
+    """The gateway's URL as Kubernetes runs see it, e.g. ``http://flower:8081`` (the chart sets it)."""
+    prices: dict[str, tuple[float, float]] = {}
+    """USD per million (input, output) tokens by model-name fragment, ahead of the built-in table."""
+    guard_canary: bool = True
+    """Prove at start, through the bundled CLI, that the guards hold (``flower check --guards``); refuse runs if not."""
+    guard_canary_cli: str = ""
+    """The CLI the canary proves, when not the SDK's bundled one (the same path local runs would use)."""
     # -- the API ----------------------------------------------------------------------------------
     max_streams_per_tenant: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 16
     """Open SSE streams one tenant may hold at once (429 past that)."""
@@ -127,4 +141,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
     if cfg.backend == "kubernetes" and not cfg.image:
         raise ConfigError("backend 'kubernetes' needs an `image` the cluster can pull: push the Dockerfile's "
                           "`sandbox` target and name it")
+    if cfg.backend == "kubernetes" and not (cfg.gateway_url and cfg.gateway_port is not None):
+        raise ConfigError("backend 'kubernetes' needs `gateway_port` (where the service serves the model gateway) "
+                          "and `gateway_url` (how run pods reach it, e.g. http://flower:8081)")
     return cfg

@@ -20,6 +20,8 @@ from typing import Any, Iterable
 
 import msgspec
 
+from .backup import check_registry
+
 __all__ = ["Registry", "Run", "ACTIVE", "TERMINAL", "STATUSES"]
 
 STATUSES = ("queued", "starting", "running", "succeeded", "failed", "aborted", "cancelled", "killed")
@@ -51,8 +53,25 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_tenant ON runs (tenant, created);
 CREATE INDEX IF NOT EXISTS runs_status ON runs (status, created);
+CREATE TABLE IF NOT EXISTS spend (
+    tenant          TEXT NOT NULL,
+    day             TEXT NOT NULL,
+    cost_usd        REAL NOT NULL DEFAULT 0,
+    input_tokens    INTEGER NOT NULL DEFAULT 0,
+    output_tokens   INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, day)
+);
 """
-_VERSION = 1
+# Columns added after schema 1 (ALTER TABLE on an older file): what the model gateway measures.
+_ADDED = (
+    ("input_tokens", "INTEGER NOT NULL DEFAULT 0"),
+    ("output_tokens", "INTEGER NOT NULL DEFAULT 0"),
+    ("cache_write_tokens", "INTEGER NOT NULL DEFAULT 0"),
+    ("cache_read_tokens", "INTEGER NOT NULL DEFAULT 0"),
+    ("claimed_cost_usd", "REAL NOT NULL DEFAULT 0"),
+    ("token_sha256", "TEXT"),
+)
+_VERSION = 2
 
 
 class Run(msgspec.Struct, kw_only=True):
@@ -76,6 +95,14 @@ class Run(msgspec.Struct, kw_only=True):
     event_offset: int = 0
     event_seq: int = 0
     cancel_requested: bool = False
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+    claimed_cost_usd: float = 0.0
+    """What the run itself reported; ``cost_usd`` is what the gateway measured on the wire."""
+    token_sha256: str | None = None
+    """The hash of the run's gateway token while it is live."""
 
     @property
     def terminal(self) -> bool:
@@ -89,6 +116,9 @@ class Run(msgspec.Struct, kw_only=True):
             "created": _iso(self.created), "started": _iso(self.started), "ended": _iso(self.ended),
             "cost_usd": round(self.cost_usd, 6), "error": self.error, "step": self.step,
             "diffstat": self.diffstat, "events": self.event_seq, "cancel_requested": self.cancel_requested,
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+                      "cache_write_tokens": self.cache_write_tokens, "cache_read_tokens": self.cache_read_tokens},
+            "claimed_cost_usd": round(self.claimed_cost_usd, 6),
         }
 
 
@@ -115,6 +145,7 @@ class Registry:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_registry(self.path)  # a truncated or corrupt file stops the service with the way to restore it
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))  # SQLite gives -wal/-shm its mode
         self._lock = threading.RLock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
@@ -128,6 +159,10 @@ class Registry:
                 raise RuntimeError(f"registry {self.path} was written by a newer service (schema {version}); "
                                    "upgrade the service or point data_dir elsewhere")
             self._db.executescript(_SCHEMA)
+            have = {r[1] for r in self._db.execute("PRAGMA table_info(runs)")}
+            for name, decl in _ADDED:
+                if name not in have:
+                    self._db.execute(f"ALTER TABLE runs ADD COLUMN {name} {decl}")
             self._db.execute(f"PRAGMA user_version={_VERSION}")
 
     def close(self) -> None:
@@ -206,6 +241,35 @@ class Registry:
         with self._lock:
             cur = self._db.execute(sql, args)
             return cur.rowcount > 0
+
+    def add_usage(self, run_id: str, tenant: str, day: str, *, input_tokens: int, output_tokens: int,
+                  cache_write_tokens: int, cache_read_tokens: int, cost_usd: float) -> None:
+        """What the gateway measured for one answer: onto the run and the tenant's day, in one transaction."""
+        with self._lock:
+            self._db.execute("BEGIN")
+            try:
+                self._db.execute(
+                    "UPDATE runs SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
+                    "cache_write_tokens = cache_write_tokens + ?, cache_read_tokens = cache_read_tokens + ?, "
+                    "cost_usd = cost_usd + ? WHERE id = ?",
+                    (input_tokens, output_tokens, cache_write_tokens, cache_read_tokens, cost_usd, run_id))
+                self._db.execute(
+                    "INSERT INTO spend (tenant, day, cost_usd, input_tokens, output_tokens) VALUES (?,?,?,?,?) "
+                    "ON CONFLICT (tenant, day) DO UPDATE SET cost_usd = cost_usd + excluded.cost_usd, "
+                    "input_tokens = input_tokens + excluded.input_tokens, "
+                    "output_tokens = output_tokens + excluded.output_tokens",
+                    (tenant, day, cost_usd, input_tokens, output_tokens))
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+
+    def spent(self, tenant: str, day: str) -> dict[str, float]:
+        """The tenant's measured spend on ``day`` (YYYY-MM-DD, UTC)."""
+        with self._lock:
+            r = self._db.execute("SELECT cost_usd, input_tokens, output_tokens FROM spend WHERE tenant = ? AND day = ?",
+                                 (tenant, day)).fetchone()
+        return {"cost_usd": r[0] if r else 0.0, "input_tokens": r[1] if r else 0, "output_tokens": r[2] if r else 0}
 
     def transition(self, run_id: str, to: str, *, frm: Iterable[str], **fields: Any) -> bool:
         if to not in STATUSES:

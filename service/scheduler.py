@@ -9,9 +9,16 @@ One background task, one pass every ``poll_s`` (or at once when woken by a submi
    when the sandbox has exited: read exit.json, take the last bundle, store the diff stat,
    release the sandbox, remove the run's credentials and checkout;
 2. start queued runs, oldest first, within the global ``max_running`` and each tenant's
-   quota: layout → a checkout of its own on ``flower/<run>`` from the repo's HEAD → env file
-   from the tenant's credentials (0600) → spec → ``backend.start``. A failure on the way
-   removes what was made and fails the run with the reason.
+   quota: layout → a checkout of its own on ``flower/<run>`` from the repo's HEAD → a gateway
+   token of its own and its gateway socket (``service.gateway``) → env file (0600: the token and
+   the tenant's non-secret settings, never its key) → spec → ``backend.start``. A failure on the
+   way removes what was made and fails the run with the reason.
+
+What the run spends is measured by the gateway, on the wire (``on_usage``): tokens and cost go onto
+the run's row and the tenant's day; a tenant's ``budget_usd`` crossed stops the run with a sentence
+saying so. The gateway's audit (tool calls, denials, spills) is the one the run cannot touch; the
+run's own audit lines are logged too, labelled ``source="run"``, and a disagreement between the two
+at the end is logged as ``audit.mismatch``.
 
 Everything under a run folder that the run can write is read as hostile data (``sandbox.runfiles``);
 git runs only in the tenant's own repository, on a copy of the bundle the run can no longer touch
@@ -39,11 +46,15 @@ from sandbox.entrypoint import STATUSES as EXIT_STATUSES
 from sandbox.layout import RunLayout
 from sandbox.spec import RunSpec, write_spec
 
+from .backoff import Backoff, RepeatLog
 from .config import ServiceConfig
 from .events import read_new
+from .gateway import SOCKET_NAME, Gateway, Grant, new_token, run_credentials, upstream_of
+from .health import Health, disk_full_reason, is_disk_full, is_engine_down
 from .logging import get_logger
 from .registry import ACTIVE, Registry, Run
 from .tenants import Tenant, TenantNotReady, Tenants
+from .wire import Usage
 
 __all__ = ["Scheduler", "END", "diffstat"]
 
@@ -90,12 +101,25 @@ def _claimed_cost(value: Any, default: float) -> float:
     return cost if math.isfinite(cost) and 0 <= cost < 1e9 else default
 
 
+def _day(t: float | None = None) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(time.time() if t is None else t))
+
+
 class Scheduler:
-    def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Any) -> None:
+    def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Any,
+                 gateway: Gateway | None = None) -> None:
         self.config = config
         self.registry = registry
         self.tenants = tenants
         self.backend = backend
+        self.gateway = gateway or Gateway(prices=config.prices)
+        self.gateway.on_usage = self._metered
+        self._overspent: dict[str, str] = {}  # run → the sentence that stopped it
+        self._claimed: dict[str, Counter[str]] = defaultdict(Counter)  # run → audit kinds the run itself reported
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.hold: str | None = None
+        """Why queued runs wait (the guard canary has not passed yet); ``refusal`` when it failed."""
+        self.refusal: str | None = None
         self.handles: dict[str, Any] = {}
         self._stopping: dict[str, asyncio.Task[None]] = {}
         self._subs: dict[str, set[asyncio.Queue[Any]]] = defaultdict(set)
@@ -105,6 +129,11 @@ class Scheduler:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self.ticks = 0
+        self.health = Health(config.data_path, config.min_free_mb, config.backend)
+        self.backoff = Backoff(base=max(0.5, 2 * config.poll_s), cap=30.0)
+        self.errors = RepeatLog(log)
+        self.recovered = False  # re-attached to the backend's live runs (waits while the engine is down)
+        self._queue_held = False
 
     # -- paths -------------------------------------------------------------------------------
     def layout(self, run: Run) -> RunLayout:
@@ -113,8 +142,14 @@ class Scheduler:
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
         self._wake = asyncio.Event()
-        await self.recover()
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name="flower-scheduler")
+        self._loop = asyncio.get_running_loop()
+        try:
+            await self.recover()
+        except Exception as e:  # noqa: BLE001 - an engine that is down now is waited for, anything else stops us
+            if not is_engine_down(e):
+                raise
+            self._engine_down(e)
+        self._task = self._loop.create_task(self._run_loop(), name="flower-scheduler")
 
     async def stop(self) -> None:
         """Stop following; the runs themselves keep running (a restarted service re-attaches)."""
@@ -131,45 +166,115 @@ class Scheduler:
         if self._wake is not None:
             self._wake.set()
 
-    async def _loop(self) -> None:
+    async def _run_loop(self) -> None:
         assert self._wake is not None
         while True:
             try:
                 await self.tick()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - one bad pass must not stop the service
-                log.exception("scheduler.tick_failed")
+            except Exception as e:  # noqa: BLE001 - one bad pass must not stop the service
+                self.backoff.failed("tick")
+                self._failed("scheduler.tick_failed", "tick", e)
+            else:
+                self.backoff.succeeded("tick")
+                self.errors.ok("tick")
             try:
-                await asyncio.wait_for(self._wake.wait(), self.config.poll_s)
+                await asyncio.wait_for(self._wake.wait(), max(self.config.poll_s, self.backoff.delay("tick")))
             except TimeoutError:
                 pass
             self._wake.clear()
 
     async def tick(self) -> None:
+        self.ticks += 1
+        if not self.health.backend_up and not await self._probe_backend():
+            return  # its runs cannot be seen: none is failed, none is started, until the engine answers
         for run in self.registry.list(statuses=["running"], oldest_first=True):
+            if not self.backoff.ready(run.id):
+                continue
             try:
                 await self._follow(run)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001
-                log.exception("scheduler.follow_failed", tenant=run.tenant, run=run.id)
+            except Exception as e:  # noqa: BLE001
+                self.backoff.failed(run.id)
+                self._failed("scheduler.follow_failed", run.id, e, tenant=run.tenant, run=run.id)
+                if not self.health.backend_up:
+                    return
+            else:
+                self.backoff.succeeded(run.id)
+                self.errors.ok(run.id)
+        if self.health.disk().low:
+            if not self._queue_held:
+                self._queue_held = True
+                log.warning("scheduler.queue_held", reason=self.health.disk().sentence(),
+                            queued=self.registry.count(statuses=["queued"]))
+            return
+        if self._queue_held:
+            self._queue_held = False
+            self.backoff.reset()  # what waited on the full disk is tried on the next pass
+            self.wake()
+            log.info("scheduler.queue_released", free_bytes=self.health.disk().free_bytes)
         await self._start_queued()
-        self.ticks += 1
+
+    # -- failures ----------------------------------------------------------------------------
+    def _failed(self, event: str, key: str, error: BaseException, **fields: Any) -> None:
+        """One failure of a repeating path: noted (disk full, engine down), logged once per streak with a count."""
+        if is_disk_full(error):
+            self.health.disk_full_seen()
+            fields["reason"] = "disk full"
+        if is_engine_down(error):
+            self._engine_down(error)
+            fields["reason"] = "backend down"
+        self.errors.error(event, key, error, **fields)
+
+    def _engine_down(self, error: BaseException) -> None:
+        if self.health.backend_failed(error):
+            self.backoff.failed("backend")
+            log.error("backend.down", backend=self.config.backend, error=self.health.backend_error,
+                      live_runs=len(self.handles),
+                      hint="runs are not marked failed while the engine cannot be seen; they are re-attached "
+                           "when it answers again")
+
+    async def _probe_backend(self) -> bool:
+        """While the engine is down: ask it again (backing off); when it answers, re-attach. True when it is up."""
+        if not self.backoff.ready("backend"):
+            return False
+        try:
+            if self.recovered:
+                await asyncio.to_thread(self.backend.live)
+            else:
+                await self.recover()
+        except Exception as e:  # noqa: BLE001
+            self.backoff.failed("backend")
+            if not is_engine_down(e):
+                self._failed("scheduler.recover_failed", "backend", e)
+            return False
+        lasted = self.health.backend_ok()
+        self.backoff.succeeded("backend")
+        log.info("backend.up", backend=self.config.backend, down_s=round(lasted or 0.0, 1),
+                 live_runs=len(self.handles))
+        for run_id in list(self.handles):
+            self.backoff.succeeded(run_id)
+        return True
 
     # -- re-attach ---------------------------------------------------------------------------
     async def recover(self) -> None:
         live = await asyncio.to_thread(self.backend.live)
+        self.recovered = True
         for run in self.registry.list(statuses=ACTIVE, oldest_first=True):
             if run.id in live:
                 self.handles[run.id] = live[run.id]
+                await self._regrant(run)
                 if run.status == "starting":  # its branch and base were stored before the backend started it
                     self.registry.transition(run.id, "running", frm=["starting"], handle=str(live[run.id]))
                 log.info("run.reattached", tenant=run.tenant, run=run.id, events=run.event_seq)
                 continue
-            if run.status == "starting":
+            if run.status == "starting":  # stopped before its sandbox started: nothing ran, so it goes back in line
                 await asyncio.to_thread(self._discard_workspace, run, keep_branch=False)
-                self._fail(run, "the service stopped while preparing this run; submit the ask again")
+                self.registry.transition(run.id, "queued", frm=["starting"], started=None, branch=None, base=None)
+                log.info("run.requeued", tenant=run.tenant, run=run.id,
+                         why="the service stopped while preparing this run")
                 continue
             if read_exit(self.layout(run).dir) is not None:
                 log.info("run.ended_while_away", tenant=run.tenant, run=run.id)
@@ -186,6 +291,8 @@ class Scheduler:
 
     # -- starting ----------------------------------------------------------------------------
     async def _start_queued(self) -> None:
+        if self.hold or self.refusal:
+            return
         busy = Counter(r.tenant for r in self.registry.list(statuses=ACTIVE))  # the runs executing now: a few rows
         total = sum(busy.values())
         if total >= self.config.max_running:
@@ -200,18 +307,30 @@ class Scheduler:
                 continue
             if busy[run.tenant] >= tenant.quota:
                 continue
+            over = self._over_day(tenant)
+            if over:
+                self.registry.transition(run.id, "failed", frm=["queued"], ended=time.time(), error=over)
+                log.warning("run.over_budget", tenant=run.tenant, run=run.id, error=over)
+                continue
             if not self.registry.transition(run.id, "starting", frm=["queued"], started=time.time()):
                 continue  # cancelled in the meantime
             total += 1
             busy[run.tenant] += 1
             await self._launch(run, tenant)
+            if not self.health.backend_up or self.health.disk().low:
+                return
 
     async def _launch(self, run: Run, tenant: Tenant) -> None:
         log.info("run.starting", tenant=run.tenant, run=run.id)
         try:
             handle, base = await asyncio.to_thread(self._prepare_and_start, run, tenant)
         except Exception as e:  # noqa: BLE001 - every failure fails this run, never the scheduler
+            if is_engine_down(e) or is_disk_full(e):  # the machine's fault, not the run's: it waits its turn again
+                self.registry.transition(run.id, "queued", frm=["starting"], started=None)
+                self._failed("scheduler.start_failed", run.id, e, tenant=run.tenant, run=run.id)
+                return
             why = str(e) if isinstance(e, TenantNotReady) else f"{type(e).__name__}: {_one_line(e)}"
+            await self.gateway.close(run.id)
             self._fail(run, f"could not start the run: {why}", frm=["starting"])
             return
         self.handles[run.id] = handle
@@ -234,9 +353,9 @@ class Scheduler:
             base = make_workspace(run.repo, layout.workspace, layout.branch)
             workspace = True
             self.registry.update(run.id, branch=layout.branch, base=base)  # known even if we stop right here
-            write_env_file(layout.env_file, values)
+            write_env_file(layout.env_file, self._grant(run, tenant, values, layout))
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
-                           base=base, objects=str(objects_dir(run.repo)))
+                           base=base, objects=str(objects_dir(run.repo)), egress=tenant.egress)
             write_spec(layout, spec)
             return self.backend.start(layout, spec), base
         except BaseException:
@@ -246,6 +365,84 @@ class Scheduler:
             if made_dir:
                 shutil.rmtree(layout.dir, ignore_errors=True)
             raise
+
+    # -- the gateway ---------------------------------------------------------------------------
+    def _grant(self, run: Run, tenant: Tenant, values: dict[str, str], layout: RunLayout) -> dict[str, str]:
+        """Blocking (a worker thread): the run's token, its socket open on the gateway; the env file's values."""
+        token, digest = new_token()
+        upstream, auth = upstream_of(values)
+        grant = Grant(run.id, run.tenant, digest, upstream, auth)
+        self.registry.update(run.id, token_sha256=digest)
+        kubernetes = self.config.backend == "kubernetes"
+        self._on_loop(self.gateway.open(grant, None if kubernetes else layout.gateway))
+        if kubernetes:
+            return run_credentials(values, token, url=self.config.gateway_url)
+        return run_credentials(values, token, socket_path=layout.gateway / SOCKET_NAME)
+
+    def _on_loop(self, coro: Any) -> Any:
+        assert self._loop is not None, "the scheduler is not started"
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(30)
+
+    async def _regrant(self, run: Run) -> None:
+        """A re-attached run keeps its token (the service restarted; the run did not) and what it spent."""
+        from sandbox.envfile import read_env_file
+
+        tenant = self.tenants.get(run.tenant)
+        if tenant is None or not run.token_sha256:
+            return
+        try:
+            values = await asyncio.to_thread(read_env_file, tenant.credentials)
+        except (OSError, ValueError) as e:
+            log.warning("run.regrant_failed", tenant=run.tenant, run=run.id, error=type(e).__name__)
+            return
+        upstream, auth = upstream_of(values)
+        grant = Grant(run.id, run.tenant, run.token_sha256, upstream, auth,
+                      usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
+                                  cache_creation_input_tokens=run.cache_write_tokens,
+                                  cache_read_input_tokens=run.cache_read_tokens, cost_usd=run.cost_usd))
+        await self.gateway.open(grant, None if self.config.backend == "kubernetes" else self.layout(run).gateway)
+        self._check_budget(grant, tenant)
+
+    def _metered(self, grant: Grant, usage: Usage) -> None:
+        """One answer measured by the gateway: onto the run and the tenant's day; budgets checked."""
+        self.registry.add_usage(grant.run_id, grant.tenant, _day(), input_tokens=usage.input_tokens,
+                                output_tokens=usage.output_tokens,
+                                cache_write_tokens=usage.cache_creation_input_tokens,
+                                cache_read_tokens=usage.cache_read_input_tokens, cost_usd=usage.cost_usd)
+        tenant = self.tenants.get(grant.tenant)
+        if tenant is not None:
+            self._check_budget(grant, tenant)
+
+    def _over_day(self, tenant: Tenant) -> str | None:
+        cap = tenant.budget_usd.day
+        if cap is None:
+            return None
+        spent = self.registry.spent(tenant.name, _day())["cost_usd"]
+        if spent < cap:
+            return None
+        return (f"over budget: tenant {tenant.name} has spent ${spent:.4f} of its ${cap:.2f} daily budget today "
+                "(UTC, measured by the model gateway); the run was stopped — raise `budget_usd.day` or wait "
+                "for tomorrow")
+
+    def _check_budget(self, grant: Grant, tenant: Tenant) -> None:
+        cap = tenant.budget_usd.run
+        if cap is not None and grant.usage.cost_usd >= cap:
+            self._overspend(grant, f"over budget: this run has spent ${grant.usage.cost_usd:.4f} of its "
+                                   f"${cap:.2f} per-run budget (tenant {tenant.name}, measured by the model "
+                                   "gateway); the service stopped it — raise `budget_usd.run` to allow more")
+            return
+        over = self._over_day(tenant)
+        if over:
+            for g in self.gateway.grants(tenant=tenant.name):
+                self._overspend(g, over)
+
+    def _overspend(self, grant: Grant, why: str) -> None:
+        if grant.refused:
+            return
+        grant.refused = why  # the gateway answers 403 from now on: not one more token is spent
+        self._overspent[grant.run_id] = why
+        log.warning("run.over_budget", tenant=grant.tenant, run=grant.run_id, error=why)
+        self.wake()
 
     # -- following ---------------------------------------------------------------------------
     async def _follow(self, run: Run) -> None:
@@ -257,7 +454,7 @@ class Scheduler:
         if handle is None:
             await self._finish(run, "missing")
             return
-        if run.cancel_requested and run.id not in self._stopping:
+        if (run.cancel_requested or run.id in self._overspent) and run.id not in self._stopping:
             self._stopping[run.id] = asyncio.get_running_loop().create_task(self._stop(run, handle))
         state = await asyncio.to_thread(self.backend.state, handle)
         if state == "running":
@@ -278,11 +475,14 @@ class Scheduler:
         events, offset, seq = read_new(self.layout(run).dir, run.event_offset, run.event_seq)
         if offset == run.event_offset:
             return run
-        cost, step = run.cost_usd, run.step
+        cost, step = run.claimed_cost_usd, run.step
+        claimed = self._claimed[run.id]
         for n, ev in events:
             kind = ev.get("kind")
             if kind == "checkpoint":
                 self._checkpoints.add(run.id)
+            elif kind == "tool_call":
+                claimed["tool_call"] += 1
             elif kind == "audit":
                 self._audit(run, ev)
             elif kind == "step" and ev.get("text"):
@@ -291,8 +491,8 @@ class Scheduler:
                 payload = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
                 cost += _claimed_cost(payload.get("cost_usd"), 0.0)
             self._publish(run.id, n, ev)
-        self.registry.update(run.id, event_offset=offset, event_seq=seq, cost_usd=cost, step=step)
-        run.event_offset, run.event_seq, run.cost_usd, run.step = offset, seq, cost, step
+        self.registry.update(run.id, event_offset=offset, event_seq=seq, claimed_cost_usd=cost, step=step)
+        run.event_offset, run.event_seq, run.claimed_cost_usd, run.step = offset, seq, cost, step
         return run
 
     def _audit(self, run: Run, ev: dict[str, Any]) -> None:
@@ -304,8 +504,10 @@ class Scheduler:
                   for k, v in list(payload.items())[:32] if k != "audit" and isinstance(v, (str, int, float, bool))}
         if ev.get("step"):
             fields.setdefault("step", ev["step"])
+        if action in ("deny", "spill"):
+            self._claimed[run.id][action] += 1
         level = "warning" if action in ("deny", "spill_failed") else "info"
-        getattr(audit_log, level)(f"audit.{action}", tenant=run.tenant, run=run.id, **fields)
+        getattr(audit_log, level)(f"audit.{action}", tenant=run.tenant, run=run.id, source="run", **fields)
 
     # -- finishing ---------------------------------------------------------------------------
     async def _finish(self, run: Run, state: str, *, why: str | None = None) -> None:
@@ -317,15 +519,22 @@ class Scheduler:
         layout = self.layout(run)
         handle = self.handles.get(run.id)
         exit_data = read_exit(layout.dir)
-        cost = run.cost_usd
+        claimed = run.claimed_cost_usd
         error: str | None = None
+        disk_full = False  # the run died for want of space: its reason says so, whatever it managed to write
         if exit_data is not None:
-            cost = _claimed_cost(exit_data.get("cost_usd"), cost) or cost
-        if run.cancel_requested:
+            claimed = _claimed_cost(exit_data.get("cost_usd"), claimed) or claimed
+        overspent = self._overspent.get(run.id)
+        if overspent:
+            status, error = "failed", overspent
+        elif run.cancel_requested:
             status, error = "cancelled", "cancelled on request"
         elif exit_data is not None and exit_data.get("status") in EXIT_STATUSES:
             status = str(exit_data["status"])
             error = _one_line(exit_data["error"], 2000) if exit_data.get("error") else None
+            if status != "succeeded" and error and is_disk_full(error):
+                self.health.disk_full_seen()
+                disk_full = True
         elif exit_data is not None:
             status, error = "failed", f"the run wrote an exit.json with an unknown status {exit_data.get('status')!r}"
         elif state == "missing":
@@ -339,9 +548,22 @@ class Scheduler:
                     code = None
             status = "failed"
             error = f"the run exited with code {code} without writing exit.json (it crashed before finishing)"
+            disk_full = self.health.disk_was_full(since=run.started or run.created)
         commit, stat, notes = await asyncio.to_thread(self._collect, run, layout)
+        if disk_full:
+            error = disk_full_reason(self.health.disk(fresh=True), layout.branch if commit else None, error)
         if notes:
             error = "; ".join([e for e in [error, *notes] if e])
+        # the row first: if it cannot be written (a full disk), the next pass finishes the run again, sandbox and all
+        self.registry.transition(run.id, status, frm=ACTIVE, ended=time.time(), claimed_cost_usd=claimed,
+                                 error=error, commit_sha=commit, diffstat=stat, token_sha256=None)
+        grant = await self.gateway.close(run.id)  # its token ends with it
+        self._overspent.pop(run.id, None)
+        self._compare_audits(run, grant)
+        row = self.registry.get(run.id)
+        log.info("run.finished", tenant=run.tenant, run=run.id, status=status,
+                 cost_usd=round(row.cost_usd, 6) if row else None, claimed_cost_usd=round(claimed, 6),
+                 commit=commit, files=len(stat["files"]) if stat else None, error=error)
         if handle is not None:
             try:
                 await asyncio.to_thread(self.backend.remove, handle)
@@ -350,11 +572,19 @@ class Scheduler:
         self.handles.pop(run.id, None)
         self._stopping.pop(run.id, None)
         self._imported.pop(run.id, None)
-        self.registry.transition(run.id, status, frm=ACTIVE, ended=time.time(), cost_usd=cost, error=error,
-                                 commit_sha=commit, diffstat=stat)
-        log.info("run.finished", tenant=run.tenant, run=run.id, status=status, cost_usd=round(cost, 6),
-                 commit=commit, files=len(stat["files"]) if stat else None, error=error)
         self._publish_end(run.id)
+
+    def _compare_audits(self, run: Run, grant: Grant | None) -> None:
+        """The wire's counts against the run's own: a run that hid (or invented) a denial shows up here."""
+        claimed = self._claimed.pop(run.id, Counter())
+        if grant is None:
+            return
+        wire = grant.counts
+        if any(wire[k] != claimed[k] for k in ("deny", "spill")) or wire["tool_call"] < claimed["tool_call"]:
+            audit_log.warning("audit.mismatch", tenant=run.tenant, run=run.id,
+                              wire_denials=wire["deny"], run_denials=claimed["deny"],
+                              wire_spills=wire["spill"], run_spills=claimed["spill"],
+                              wire_tool_calls=wire["tool_call"], run_tool_calls=claimed["tool_call"])
 
     def _collect(self, run: Run, layout: RunLayout) -> tuple[str | None, dict[str, Any] | None, list[str]]:
         """Blocking: take the run's last bundle, measure the diff, remove its credentials and checkout."""
@@ -399,13 +629,20 @@ class Scheduler:
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
         if self._imported.get(run.id) == stamp:
             return run.commit_sha
-        tmp = self.config.data_path / "tmp"
-        tmp.mkdir(mode=0o700, exist_ok=True)
-        copy = tmp / f"{run.id}.bundle"
+        copy = self._bundle_copy(run)
         try:
-            copy_out(layout.dir, rel, copy, limit=self.config.max_bundle_mb * 1024 * 1024)
+            try:
+                copy_out(layout.dir, rel, copy, limit=self.config.max_bundle_mb * 1024 * 1024)
+            except OSError as e:  # the data dir is full: the work still goes home, through the system's temp dir
+                if not is_disk_full(e):
+                    raise
+                copy.unlink(missing_ok=True)
+                copy = self._bundle_copy(run, system=True)
+                copy_out(layout.dir, rel, copy, limit=self.config.max_bundle_mb * 1024 * 1024)
             tip = import_bundle(run.repo, copy, layout.branch, base=run.base)
         except Exception as e:  # noqa: BLE001 - a bad bundle is the run's failure, never the service's
+            if is_disk_full(e):  # the machine's, not the run's: taken again on a later pass
+                raise
             self._imported[run.id] = stamp
             audit_log.warning("audit.bundle_refused", tenant=run.tenant, run=run.id, error=_one_line(e, 300))
             if raise_errors:
@@ -413,11 +650,24 @@ class Scheduler:
             return run.commit_sha
         finally:
             copy.unlink(missing_ok=True)
+            if copy.parent.name.startswith("flower-bundle-"):
+                copy.parent.rmdir()
+        self.registry.update(run.id, commit_sha=tip)  # may fail on a full disk: then the bundle is taken again
         self._imported[run.id] = stamp
-        self.registry.update(run.id, commit_sha=tip)
         run.commit_sha = tip
         log.info("run.checkpoint", tenant=run.tenant, run=run.id, commit=tip)
         return tip
+
+    def _bundle_copy(self, run: Run, *, system: bool = False) -> Path:
+        """Where a bundle is copied before git reads it: out of the run's reach, on the data dir (or the system's
+        temp dir when the data dir has no room left)."""
+        import tempfile
+
+        if system:
+            return Path(tempfile.mkdtemp(prefix="flower-bundle-")) / f"{run.id}.bundle"
+        tmp = self.config.data_path / "tmp"
+        tmp.mkdir(mode=0o700, exist_ok=True)
+        return tmp / f"{run.id}.bundle"
 
     def _discard_workspace(self, run: Run, *, keep_branch: bool) -> None:
         from sandbox.worktree import delete_branch, remove_workspace

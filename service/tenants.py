@@ -9,6 +9,11 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     credentials = "/etc/flower/acme.env"     # ANTHROPIC_* values; mounted into each run, never logged
     quota = 2                                # runs of this tenant executing at once
     allowed_options = ["rounds", "max_asks", "timeout_s"]
+    egress = "closed"                        # "open": the run's sandbox gets a network (package installs)
+    budget_usd = { run = 5.0, day = 50.0 }   # optional: measured by the model gateway, either may be left out
+
+The credentials stay with the service: a run gets a token of its own for the model gateway
+(``service.gateway``), which swaps the tenant's key in on the way to ``ANTHROPIC_BASE_URL``.
 
 ``token = "..."`` (plain text) is accepted for local setups and hashed at once; only the
 hash is kept in memory. Tokens are compared in constant time. The file is re-read when it
@@ -24,7 +29,7 @@ import json
 import threading
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -47,6 +52,16 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+Egress = Literal["closed", "open"]
+
+
+class Budget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """USD a tenant may spend, as the gateway measures it: per run, and per UTC day over all its runs."""
+
+    run: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    day: Annotated[float, msgspec.Meta(gt=0)] | None = None
+
+
 class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     name: Annotated[str, msgspec.Meta(pattern=NAME_RE)]
     repo: str
@@ -55,6 +70,8 @@ class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     token: Annotated[str, msgspec.Meta(min_length=16)] | None = None
     quota: Annotated[int, msgspec.Meta(ge=1)] = 1
     allowed_options: list[str] = []
+    egress: Egress = "closed"
+    budget_usd: Budget = Budget()
 
 
 class Tenant(msgspec.Struct, frozen=True, kw_only=True):
@@ -64,6 +81,8 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
     credentials: str
     quota: int
     allowed_options: frozenset[str]
+    egress: Egress = "closed"
+    budget_usd: Budget = Budget()
 
     def __repr__(self) -> str:  # the hash is not secret, but keep reprs short and boring
         return f"Tenant({self.name!r}, repo={self.repo!r}, quota={self.quota})"
@@ -89,9 +108,10 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
         except (OSError, ValueError) as e:
             raise TenantNotReady(f"the credentials file of tenant {self.name} ({cred}) cannot be read "
                                  f"({type(e).__name__}); ask the operator to fix it") from None
-        if not any(values.get(k) for k in TOKEN_KEYS):  # any one of them lets the CLI authenticate
+        keys = TOKEN_KEYS[:3]  # what the model gateway can swap in (Bedrock and Vertex are not forwarded)
+        if not any(values.get(k) for k in keys):
             raise TenantNotReady(f"the credentials file of tenant {self.name} ({cred}) has none of "
-                                 f"{', '.join(TOKEN_KEYS)}; ask the operator to add one")
+                                 f"{', '.join(keys)}; ask the operator to add one")
         check_git_repo(self.repo, self.name)
         return values
 
@@ -157,7 +177,8 @@ def _parse(path: Path) -> list[Tenant]:
         repo = str((base / Path(e.repo).expanduser()).resolve())
         cred = str((base / Path(e.credentials).expanduser()).resolve())
         out.append(Tenant(name=e.name, token_hash=digest, repo=repo, credentials=cred, quota=e.quota,
-                          allowed_options=frozenset(e.allowed_options)))
+                          allowed_options=frozenset(e.allowed_options), egress=e.egress,
+                          budget_usd=e.budget_usd))
     return out
 
 

@@ -10,7 +10,7 @@ Subcommands (``go`` is the default when none is written — ``flower "做 X"`` i
     setup   write credentials to ~/.config/flower/.env
     check   are credentials found (no network)
     demo    the main job, offline: the service, a sample repository, the scripted model (``--here``: in-process)
-    remote  a service's runs from the terminal
+    remote  runs on a flower service: ``flower remote submit "做 X"``, list, show, diff, cancel, logs, attach
 
 Global flags (before or after the subcommand): ``-w`` workspace, ``-r`` run dir, ``-v``, ``-W``, ``-T``.
 Mid-run, the last line of the terminal always takes input: an answer when a question waits, else a

@@ -139,7 +139,9 @@ def parser() -> argparse.ArgumentParser:
     ask.add_argument("--isolate", action="store_true", help=t("help.status.isolate"))
 
     sub.add_parser("setup", help=t("help.setup"))
-    sub.add_parser("check", help=t("help.check"))
+    check = sub.add_parser("check", help=t("help.check"))
+    check.add_argument("--guards", action="store_true", help=t("help.check.guards"))
+    check.add_argument("--cli", help=t("help.check.cli"))
     demo = sub.add_parser("demo", help=t("help.demo"))
     demo.add_argument("-y", "--yes", action="store_true", help=t("help.demo.yes"))
     demo.add_argument("--keep", action="store_true", help=t("help.demo.keep"))

@@ -200,6 +200,11 @@ def cmd_setup(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     from ..core.credentials import check_credentials, load_dotenv
 
+    if getattr(args, "guards", False):
+        from ..testing.canary import main as canary
+
+        return canary([*(["--cli", args.cli] if args.cli else [])])
+
     load_dotenv()
     try:
         key = check_credentials()

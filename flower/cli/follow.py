@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from collections.abc import Coroutine
 from typing import Any
 
 from ..core.events import Event
@@ -30,6 +31,7 @@ class RemoteView:
         self.screen = screen
         self.label = ""
         self.cost = 0.0
+        self._reports: dict[str, str] = {}  # a worker's whole report, by the Agent call it answers
 
     def show(self, item: StreamEvent) -> None:
         if item.step and item.step != self.label and item.kind != "step":
@@ -63,7 +65,12 @@ class RemoteView:
         if item.kind == "system" and item.payload.get("subtype") == "killed":
             self.screen.say("x the run was stopped")
             return
-        self.screen.event(Event(item.kind, item.text, item.tool, dict(item.payload), step=item.step, at=item.at))
+        text = item.text
+        if item.kind == "task" and isinstance(item.payload.get("summary"), str) and item.payload.get("tool_use_id"):
+            self._reports[str(item.payload["tool_use_id"])] = item.payload["summary"]
+        if item.kind == "tool_result":  # the stream cuts a result at 500 characters: the report's gist is past that
+            text = self._reports.pop(str(item.payload.get("tool_use_id") or ""), text)
+        self.screen.event(Event(item.kind, text, item.tool, dict(item.payload), step=item.step, at=item.at))
 
 
 class RemoteChannel:
@@ -102,7 +109,7 @@ class RemoteChannel:
     def close(self) -> None:
         """End of input: nothing to close on the service, the run keeps its own timeout for questions."""
 
-    def _send(self, call: Any, what: str) -> None:
+    def _send(self, call: Coroutine[Any, Any, None], what: str) -> None:
         async def go() -> None:
             try:
                 await call
@@ -154,6 +161,9 @@ async def follow(api: Remote, run_id: str, *, screen: Screen | None = None, inte
                 await channel.refresh()
     except asyncio.CancelledError:
         if console is not None and console.quitting:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()  # the cancel was ours (the second Ctrl-C): following ends, the caller goes on
             screen.say(f"- stopped following; run {run_id} goes on (flower remote attach {run_id})")
             return await api.run(run_id)
         raise

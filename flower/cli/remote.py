@@ -13,21 +13,23 @@ import getpass
 import json
 import sys
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import Exit
 from .terminal import clean, isatty, one_line
 
-if TYPE_CHECKING:  # the screen is loaded when a run is drawn, not when argv is parsed
+if TYPE_CHECKING:  # the screen and the client are loaded when used, not when argv is parsed
+    from ..remote import Remote, RunInfo
     from .screen import Screen
 
+P = TypeVar("P", bound=argparse.ArgumentParser)
 HELP = "drive runs on a flower service: submit, follow, answer, list, show, diff, cancel, logs"
 ACTIONS = ("login", "submit", "attach", "list", "show", "diff", "cancel", "logs")
 
 
-def add_parser(sub: Any) -> argparse.ArgumentParser:
+def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
     """The ``remote`` subcommand and its own subcommands, on the ``flower`` parser's ``sub``."""
-    p: argparse.ArgumentParser = sub.add_parser(
+    p = sub.add_parser(
         "remote", help=HELP, description=HELP + ". Config: --server/--token, FLOWER_SERVER/FLOWER_TOKEN, or "
         "~/.config/flower/remote.toml (written by `flower remote login`).")
     p.add_argument("--server", default=None, metavar="URL", help="the service, e.g. http://127.0.0.1:8080")
@@ -84,7 +86,7 @@ async def _dispatch(args: argparse.Namespace) -> int:
     if args.remote_cmd == "login":
         return await _login(cfg.server, cfg.token)
     async with Remote(cfg.server, cfg.token) as api:
-        handler: Callable[[Any, argparse.Namespace], Awaitable[int]] = _HANDLERS[args.remote_cmd]
+        handler: Callable[["Remote", argparse.Namespace], Awaitable[int]] = _HANDLERS[args.remote_cmd]
         return await handler(api, args)
 
 
@@ -124,7 +126,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return opts
 
 
-async def _submit(api: Any, args: argparse.Namespace) -> int:
+async def _submit(api: Remote, args: argparse.Namespace) -> int:
     ask = " ".join(args.ask).strip()
     if not ask:
         raise ValueError("the ask is blank: say what you want done")
@@ -139,7 +141,7 @@ async def _submit(api: Any, args: argparse.Namespace) -> int:
     return await _follow_to_end(api, run.id, screen)
 
 
-async def _attach(api: Any, args: argparse.Namespace) -> int:
+async def _attach(api: Remote, args: argparse.Namespace) -> int:
     from .screen import Screen
 
     screen = Screen(verbose=getattr(args, "verbose", False))
@@ -148,9 +150,12 @@ async def _attach(api: Any, args: argparse.Namespace) -> int:
     return await _follow_to_end(api, run.id, screen)
 
 
-async def _follow_to_end(api: Any, run_id: str, screen: Screen) -> int:
+async def _follow_to_end(api: Remote, run_id: str, screen: Screen) -> int:
     from .follow import follow
 
+    if not (isatty(sys.stdin) and screen.tty):
+        screen.say(f"! not at a terminal: nobody here answers its questions (answer them in the web page, or with "
+                   f"`flower remote attach {run_id}` at a terminal)")
     try:
         final = await follow(api, run_id, screen=screen)
     finally:
@@ -158,7 +163,7 @@ async def _follow_to_end(api: Any, run_id: str, screen: Screen) -> int:
     return _summary(final, screen)
 
 
-def _summary(run: Any, screen: Screen) -> int:
+def _summary(run: RunInfo, screen: Screen) -> int:
     if not run.ended_already:
         return 0  # stopped following; the run goes on
     files = len(run.diffstat.files) if run.diffstat else 0
@@ -169,7 +174,7 @@ def _summary(run: Any, screen: Screen) -> int:
     return 0 if run.status == "succeeded" else 1
 
 
-async def _list(api: Any, args: argparse.Namespace) -> int:
+async def _list(api: Remote, args: argparse.Namespace) -> int:
     runs = await api.runs(status=args.status, limit=args.limit)
     if args.json:
         import msgspec
@@ -184,7 +189,7 @@ async def _list(api: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _show(api: Any, args: argparse.Namespace) -> int:
+async def _show(api: Remote, args: argparse.Namespace) -> int:
     import msgspec
 
     run = await api.run(args.run_id)
@@ -205,7 +210,7 @@ async def _show(api: Any, args: argparse.Namespace) -> int:
     if run.diffstat and run.diffstat.files:
         print(f"{'changed':>8}  +{run.diffstat.insertions} -{run.diffstat.deletions}")
         for f in run.diffstat.files:
-            print(f"{'':>8}  {clean(f.get('path'))}  +{f.get('insertions', 0)} -{f.get('deletions', 0)}")
+            print(f"{'':>8}  {clean(f.path)}  +{f.insertions} -{f.deletions}")
     for q in questions:
         print(f"{'question':>8}  {one_line(q.question, 200)}  [{q.id}]")
         for i, opt in enumerate(q.options, 1):
@@ -217,7 +222,7 @@ _COLOURS = (("diff --git", "\x1b[1m"), ("+++", "\x1b[1m"), ("---", "\x1b[1m"), (
             ("+", "\x1b[32m"), ("-", "\x1b[31m"))
 
 
-async def _diff(api: Any, args: argparse.Namespace) -> int:
+async def _diff(api: Remote, args: argparse.Namespace) -> int:
     text = await api.diff(args.run_id)
     if not text.strip():
         print(f"run {args.run_id} changed nothing (yet)", file=sys.stderr)
@@ -230,13 +235,13 @@ async def _diff(api: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _cancel(api: Any, args: argparse.Namespace) -> int:
+async def _cancel(api: Remote, args: argparse.Namespace) -> int:
     run = await api.cancel(args.run_id)
     print(f"run {run.id} {run.status}" + ("" if run.ended_already else " (stopping; flower remote show to check)"))
     return 0
 
 
-async def _logs(api: Any, args: argparse.Namespace) -> int:
+async def _logs(api: Remote, args: argparse.Namespace) -> int:
     from ..remote import StreamEnd
     from .follow import RemoteView
     from .screen import Screen
@@ -264,7 +269,7 @@ async def _logs(api: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-_HANDLERS: dict[str, Callable[[Any, argparse.Namespace], Awaitable[int]]] = {
+_HANDLERS: dict[str, Callable[["Remote", argparse.Namespace], Awaitable[int]]] = {
     "submit": _submit, "attach": _attach, "list": _list, "show": _show, "diff": _diff, "cancel": _cancel,
     "logs": _logs,
 }

@@ -50,9 +50,10 @@ class Remote:
 
     # -- requests --------------------------------------------------------------------------
     async def _call(self, method: str, path: str, *, body: dict[str, Any] | None = None,
-                    params: dict[str, Any] | None = None) -> httpx.Response:
+                    params: dict[str, Any] | None = None, timeout: float | None = None) -> httpx.Response:
         try:
-            r = await self._http.request(method, "/v1" + path, json=body, params=params)
+            r = await self._http.request(method, "/v1" + path, json=body, params=params,
+                                         timeout=timeout if timeout is not None else self._http.timeout)
         except httpx.HTTPError as e:
             raise RemoteError(0, f"cannot reach the service at {self.server}: {e or type(e).__name__}") from None
         if r.status_code >= 400:
@@ -87,7 +88,8 @@ class Remote:
         await self._call("POST", f"/runs/{run_id}/interrupt", body={"text": text})
 
     async def cancel(self, run_id: str, *, wait: float = 30.0) -> RunInfo:
-        r = await self._call("POST", f"/runs/{run_id}/cancel", params={"wait": wait})
+        r = await self._call("POST", f"/runs/{run_id}/cancel", params={"wait": wait},
+                             timeout=wait + self._http.timeout.read if self._http.timeout.read else None)
         return msgspec.convert(r.json(), RunInfo)
 
     async def diff(self, run_id: str) -> str:

@@ -10,8 +10,14 @@ TERMINAL = ("succeeded", "failed", "aborted", "killed", "cancelled")
 """Statuses of a run that has ended (nothing more will happen to it)."""
 
 
+class FileChange(msgspec.Struct):
+    path: str
+    insertions: int = 0
+    deletions: int = 0
+
+
 class Diffstat(msgspec.Struct):
-    files: list[dict[str, Any]] = []
+    files: list[FileChange] = []
     insertions: int = 0
     deletions: int = 0
 

@@ -132,6 +132,8 @@ class Request:
     side: bool = False
     rule: str | None = None
     status: int = 200
+    usage: dict[str, int] | None = None
+    """The usage the answer carried (the figures a gateway must meter)."""
 
     @property
     def session(self) -> str | None:

@@ -103,7 +103,10 @@ class ScriptedModel:
         if self._config_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="flower-cli-")
             self._config_dir = Path(self._tmp.name)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self), bind_and_activate=False)
+        self._server.request_queue_size = 256  # many CLIs at once (load tests) must not find the backlog full
+        self._server.server_bind()
+        self._server.server_activate()
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, name="scripted-model", daemon=True)
         self._thread.start()
@@ -264,6 +267,7 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
                 if answer.drop:
                     return self._drop(req, msg_id)
                 return self._send(answer.status, answer.body(), answer.headers)
+            req.usage = _usage(req, answer)
             if not body.get("stream"):
                 return self._send(200, json.dumps(_message(req, answer, msg_id)).encode())
             self._stream_head()

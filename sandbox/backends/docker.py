@@ -6,7 +6,12 @@ mean the same thing on both sides — and nothing else of the run folder or of t
 * read-write, each mounted on its own: the checkout (workspace), the workbench ``.flower-<repo>``, ``run/``,
   ``home/`` (HOME) and ``outbox/`` (events, exit, questions, the work bundle) — ``RunLayout.writable``;
 * read-only: ``mailbox/`` (what the service writes), the spec, the env file at ``/run/flower/flower.env``
-  (``FLOWER_ENV``), and the team's object store the checkout borrows (``spec.objects``).
+  (``FLOWER_ENV``), the team's object store the checkout borrows (``spec.objects``), and ``gateway/`` with
+  the model gateway's socket, the run's one way out.
+
+Network: a spec with ``egress="closed"`` (the service's default for every tenant) runs with
+``network_mode: none`` — no interface but its own loopback, where the runner bridges to the gateway's
+socket (``sandbox.bridge``). ``egress="open"`` uses ``network_mode`` / ``start(network=...)``.
 
 Hardened by default, each a constructor argument: uid 10001 whatever the service runs as (``user``), a
 memory limit with no swap on top (``mem_limit``), a CPU quota (``cpus``), a pids limit (``pids_limit``), a
@@ -86,11 +91,15 @@ class DockerBackend:
         ]
         if objects is not None:
             mounts.append(Mount(str(objects), str(objects), type="bind", read_only=True))
+        if layout.gateway.is_dir():
+            mounts.append(Mount(str(layout.gateway), str(layout.gateway), type="bind", read_only=True))
         env = run_env(layout, spec, ENV_IN_CONTAINER)
         labels = {**self.labels, "flower.run": layout.run_id, "flower.tenant": spec.tenant,
                   "flower.dir": str(layout.dir)}
         kw: dict[str, Any] = {}
-        if network is not None:
+        if spec.egress == "closed":  # not even loopback to the host: the model is behind the gateway's socket
+            kw["network_mode"] = "none"
+        elif network is not None:
             kw["network"] = network
         elif self.network_mode is not None:
             kw["network_mode"] = self.network_mode

@@ -151,6 +151,8 @@ def bwrap_argv(layout: RunLayout, objects: Path | None, command: list[str], *, b
         argv += ["--bind", str(d), str(d)]
     for f in (layout.mailbox, layout.spec_file, layout.env_file):
         argv += ["--ro-bind", str(f), str(f)]
+    if layout.gateway.is_dir():
+        argv += ["--ro-bind", str(layout.gateway), str(layout.gateway)]
     if objects is not None:
         argv += ["--ro-bind", str(objects), str(objects)]
     argv += ["--remount-ro", "/", "--chdir", str(layout.dir), "--", *command]
@@ -228,7 +230,8 @@ class LocalBackend:
                 raise BackendError("bubblewrap is not installed (`apt-get install bubblewrap`): without it a local "
                                    "run is not isolated; install it, or set isolation='none' for development")
             objects = check_prepared(layout, spec)
-            command = bwrap_argv(layout, objects, command, bwrap=bwrap, share_net=self.share_net)
+            command = bwrap_argv(layout, objects, command, bwrap=bwrap,
+                                 share_net=self.share_net and spec.egress == "open")
         else:
             check_spec(layout, spec)
         running = self.live().get(layout.run_id)

@@ -216,7 +216,7 @@ def test_the_service_builds_a_kubernetes_backend_for_backend_kubernetes(tmp_path
     tenants = tmp_path / "tenants.toml"
     tenants.write_text("")
     cfg = load_config(env={}, tenants=str(tenants), data_dir=str(tmp_path / "data"), backend="kubernetes",
-                      image="flower/sandbox:0.1.0")
+                      image="flower/sandbox:0.1.0", gateway_port=8081, gateway_url="http://flower.flower.svc:8081")
     monkeypatch.setenv("FLOWER_K8S_CLAIM", "flower-data")
     monkeypatch.setenv("FLOWER_K8S_NAMESPACE", "flower")
     monkeypatch.setattr(KubeAPI, "in_cluster", classmethod(lambda cls, *a, **k: KubeAPI("http://127.0.0.1:9")))

@@ -15,28 +15,12 @@ import pexpect
 import pytest
 
 from _service_helpers import TOKENS, Deployment, Service, git, run_status, serve
-from flower.testing import Rule, ScriptedModel, say, tool
-from sandbox.testing import ACHIEVED, ASK, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
+from _hello import ASK_TEXT, hello_rules, interrupt_rules
+from flower.testing import ScriptedModel
 
 pytestmark = pytest.mark.cli
 
 FLOWER = [sys.executable, "-c", "import sys; from flower.cli import main; sys.exit(main())"]
-ASK_TEXT = "帮我做一个 hello 程序"
-
-
-def hello_rules() -> list[Rule]:
-    return [
-        Rule(tool(ASK, {"question": f"{ASK_TEXT} 用什么语言?", "options": ["Python", "Go"]}), system=CLARIFIER,
-             prompt=ASK_TEXT),
-        Rule(say(BRIEF), system=CLARIFIER, prompt=ASK_TEXT, result="Python"),
-        Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标"),
-        Rule(tool("Agent", {"description": "实现 hello.py", "prompt": "WORKER-TASK 写 hello.py", "subagent_type": "coder",
-                            "run_in_background": False}), system=LEAD, agent=False, prompt="把上面的需求做成"),
-        Rule(tool("Write", {"file_path": "hello.py", "content": "print('hello')\n"}), agent=True, prompt="WORKER-TASK"),
-        Rule(say(REPORT), agent=True, prompt="WORKER-TASK", result="hello.py"),
-        Rule(say("hello.py 写好了"), system=LEAD, agent=False, result="写好了 hello.py"),
-        Rule(say(ACHIEVED), system=JUDGE, prompt="第 1 轮工作结束了"),
-    ]
 
 
 def client_env(home: Path) -> dict[str, str]:
@@ -82,7 +66,7 @@ def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: 
         child.expect(re.escape("+ 1"))  # the answer, as the run took it
         child.expect("== 工作")
         child.expect("派给 coder")  # the dispatch
-        child.expect("报告交回来了")  # the worker's report
+        child.expect("报告交回来了:写好了 hello.py")  # the worker's report, its conclusion
         child.expect("判定#1")  # the judge's round
         child.expect("达成")  # its verdict
         child.expect(rf"\+ run {run_id} succeeded")
@@ -101,6 +85,8 @@ def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: 
     assert shown.returncode == 0 and "succeeded" in shown.stdout and "hello.py  +1 -0" in shown.stdout, shown.stdout
     logs = flower(env, "logs", run_id)
     assert logs.returncode == 0 and "== 确认需求" in logs.stdout and "达成" in logs.stdout, logs
+    again = flower(env, "attach", run_id)  # an ended run: its events replayed, then how it ended
+    assert again.returncode == 0 and "派给 coder" in again.stdout and f"run {run_id} succeeded" in again.stdout, again
     late = flower(env, "cancel", run_id)
     assert late.returncode == 1 and "already ended" in late.stderr, late.stderr
     missing = flower(env, "show", "no-such-run")
@@ -110,8 +96,7 @@ def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: 
 def test_ctrl_c_at_the_terminal_interrupts_the_run_on_the_service(deployment: Deployment, services: list[Service],
                                                                   tmp_path: Path):
     """The clarifier waits on a question nobody answers; Ctrl-C and a sentence redirect it over the API."""
-    rules = [Rule(tool(ASK, {"question": "用什么语言?"}), system=CLARIFIER, prompt="打断我"),
-             Rule(say(BRIEF), system=CLARIFIER, user="别问了,用 Python")]
+    rules = interrupt_rules("打断我") + interrupt_rules("跟一半")
     home = tmp_path / "home"
     home.mkdir()
     with ScriptedModel(rules) as model:
@@ -130,7 +115,24 @@ def test_ctrl_c_at_the_terminal_interrupts_the_run_on_the_service(deployment: De
         child.expect(pexpect.EOF)
         child.close()
         assert child.exitstatus == 0
-    assert model.unmatched == []
+        # twice Ctrl-C: the client stops following, the run goes on; `cancel` then stops it
+        child = spawn(env, "submit", "跟一半", "--clarify-only")
+        child.expect(r"run (\S+) submitted")
+        other = child.match.group(1)
+        child.expect("你的回答")
+        child.send("\x03")
+        child.expect("要打断这一轮")
+        child.send("\x03")
+        child.expect(f"stopped following; run {other} goes on")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0
+        assert run_status(service.client("acme"), other)["status"] == "running"
+        stopped = flower(env, "cancel", other)
+        assert stopped.returncode == 0 and f"run {other} cancelled" in stopped.stdout, stopped
+    # only the cancelled run may have asked past its script (its question was settled by the cancel)
+    assert all("跟一半" in r.prompt for r in model.unmatched), \
+        [(r.system[:40], r.prompt[:80], r.user[:80]) for r in model.unmatched]
     # the brief came from the rule that needs the interrupt's words in the conversation: they reached the model
     assert any("别问了,用 Python" in json.dumps(r.messages, ensure_ascii=False) for r in model.requests)
     events = [json.loads(line) for line in flower(env, "logs", run_id, "--json").stdout.splitlines()]

@@ -1,0 +1,102 @@
+"""The registry's safety net: an integrity check at start, and backup/restore with SQLite's online backup API.
+
+A truncated or corrupt ``registry.sqlite3`` must stop the service with a sentence naming the file and the way
+back, not half-work (a registry that answers some queries and loses rows). ``python -m service backup FILE``
+copies a consistent snapshot while the service runs (the backup API copies page by page under SQLite's own
+locking, WAL included); ``python -m service restore FILE`` checks the snapshot, moves the damaged registry aside
+(``registry.sqlite3.damaged-<time>``, never deleted) and puts the snapshot in its place.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from pathlib import Path
+
+__all__ = ["RegistryDamaged", "check_registry", "backup", "restore"]
+
+
+class RegistryDamaged(RuntimeError):
+    """The registry file fails SQLite's integrity check; the message names it and how to restore it."""
+
+
+def _problem(path: Path) -> str | None:
+    """None when ``path`` is a sound SQLite database, else what is wrong with it (one line)."""
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    except sqlite3.Error as e:
+        return str(e)
+    try:
+        rows = db.execute("PRAGMA integrity_check").fetchall()
+    except sqlite3.DatabaseError as e:
+        return str(e)
+    finally:
+        db.close()
+    found = [str(r[0]) for r in rows]
+    return None if found == ["ok"] else "; ".join(found[:3])
+
+
+def check_registry(path: Path) -> None:
+    """Raise RegistryDamaged when an existing, non-empty registry file is not a sound database."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    problem = _problem(path)
+    if problem is not None:
+        raise RegistryDamaged(
+            f"the registry {path} is damaged ({problem}): the service will not start on it; stop the service and "
+            f"restore the last backup with `python -m service restore <backup file>` (backups are made with "
+            f"`python -m service backup <file>`), or move {path.name} aside to start with an empty registry")
+
+
+def backup(db_path: Path, dest: Path) -> int:
+    """A consistent copy of the live registry at ``dest`` (0600); its size in bytes."""
+    if not db_path.is_file():
+        raise FileNotFoundError(f"there is no registry at {db_path} to back up: check data_dir")
+    check_registry(db_path)
+    dest = dest.expanduser().resolve()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.partial")
+    tmp.unlink(missing_ok=True)
+    os.close(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+    src = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=30)
+    dst = sqlite3.connect(tmp)
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
+    problem = _problem(tmp)
+    if problem is not None:
+        tmp.unlink(missing_ok=True)
+        raise RegistryDamaged(f"the backup of {db_path} failed its integrity check ({problem}); nothing was written")
+    os.replace(tmp, dest)
+    return dest.stat().st_size
+
+
+def restore(db_path: Path, source: Path) -> Path | None:
+    """Put the backup ``source`` in place of the registry; where the old registry was moved (None if none was)."""
+    source = source.expanduser().resolve()
+    if not source.is_file():
+        raise FileNotFoundError(f"backup {source} does not exist: name the file `python -m service backup` wrote")
+    problem = _problem(source)
+    if problem is not None:
+        raise RegistryDamaged(f"backup {source} is not a sound registry ({problem}): pick an older backup")
+    db_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    moved: Path | None = None
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    for suffix in ("", "-wal", "-shm"):
+        old = db_path.with_name(db_path.name + suffix)
+        if old.exists():
+            target = old.with_name(f"{db_path.name}.damaged-{stamp}{suffix}")
+            os.replace(old, target)
+            moved = moved or target
+    os.close(os.open(db_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
+    dst = sqlite3.connect(db_path)
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
+    return moved

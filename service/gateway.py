@@ -1,0 +1,341 @@
+"""The model gateway: the only way a run reaches the model, and the reason the tenant's key never enters it.
+
+Each run gets a token of its own (in its env file) and, on the Docker and local backends, a unix socket of
+its own in a service-owned folder mounted read-only into the sandbox (the runner bridges it to a loopback
+port, ``sandbox.bridge``); on Kubernetes the runs reach a TCP port of the service. A request is answered
+only when its token belongs to a live run — and, on a run's socket, to *that* run. The gateway then swaps
+in the tenant's credentials (API key, auth token, OAuth token, custom headers), forwards to the tenant's
+upstream and streams the answer back as it comes (SSE included), reading it on the way: usage and cost per
+run (``service.wire``), the tool calls the model asks for, the guard denials and spills in what the CLI sends
+back — the audit a run cannot suppress or forge. Only the Messages API is forwarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import secrets
+import socket
+import stat
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import h11
+import httpx
+import msgspec
+
+from .logging import get_logger
+from .wire import ResponseReader, Usage, cost_of, tool_results
+
+__all__ = ["Gateway", "Grant", "upstream_of", "run_credentials", "new_token", "SOCKET_NAME", "SECRET_KEYS"]
+
+SOCKET_NAME = "gateway.sock"
+MAX_HEAD = 64 * 1024
+MAX_BODY = 64 * 1024 * 1024
+FORWARDED = ("/v1/messages", "/v1/messages/count_tokens")
+# The tenant's secrets: they stay here. Anything else in its env file (model names, CLI switches) goes to
+# the run, except values whose names say they are secret.
+SECRET_KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS",
+               "ANTHROPIC_BASE_URL")
+_SECRETISH = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
+_HOP = {"host", "connection", "keep-alive", "proxy-authorization", "proxy-connection", "te", "trailer",
+        "transfer-encoding", "upgrade", "content-length", "x-api-key", "authorization", "accept-encoding"}
+_HOP_BACK = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "trailer"}
+_TOOL_MEMORY = 4096
+
+log = get_logger("flower.service.gateway")
+audit_log = get_logger("flower.audit")
+
+
+def new_token() -> tuple[str, str]:
+    """(token, sha256 hex): the token goes to the run's env file, only the hash is kept."""
+    token = "flower-run-" + secrets.token_urlsafe(32)
+    return token, hashlib.sha256(token.encode()).hexdigest()
+
+
+def upstream_of(values: Mapping[str, str]) -> tuple[str, list[tuple[str, str]]]:
+    """The tenant's upstream URL and the headers that authenticate it there, from its credentials file."""
+    base = (values.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com").rstrip("/")
+    headers: list[tuple[str, str]] = []
+    if values.get("ANTHROPIC_API_KEY"):
+        headers.append(("x-api-key", values["ANTHROPIC_API_KEY"]))
+    elif values.get("ANTHROPIC_AUTH_TOKEN"):
+        headers.append(("authorization", f"Bearer {values['ANTHROPIC_AUTH_TOKEN']}"))
+    elif values.get("CLAUDE_CODE_OAUTH_TOKEN"):
+        headers.append(("authorization", f"Bearer {values['CLAUDE_CODE_OAUTH_TOKEN']}"))
+        headers.append(("anthropic-beta", "oauth-2025-04-20"))
+    for line in (values.get("ANTHROPIC_CUSTOM_HEADERS") or "").splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip():
+            headers.append((name.strip().lower(), value.strip()))
+    return base, headers
+
+
+def run_credentials(values: Mapping[str, str], token: str, *, url: str | None = None,
+                    socket_path: Path | None = None) -> dict[str, str]:
+    """The run's env file: the tenant's non-secret settings, the run's token, and where the gateway is."""
+    out = {k: v for k, v in values.items()
+           if k not in SECRET_KEYS and not any(s in k for s in _SECRETISH) and not k.startswith("AWS_")}
+    out["ANTHROPIC_API_KEY"] = token
+    if socket_path is not None:
+        out["FLOWER_GATEWAY_SOCKET"] = str(socket_path)
+    if url:
+        out["ANTHROPIC_BASE_URL"] = url
+    return out
+
+
+@dataclass(eq=False)
+class Grant:
+    """One live run as the gateway knows it."""
+
+    run_id: str
+    tenant: str
+    token_hash: str
+    upstream: str
+    auth: list[tuple[str, str]]
+    usage: Usage = field(default_factory=Usage)
+    counts: Counter[str] = field(default_factory=Counter)
+    refused: str | None = None
+    """Set when the run may spend no more (its budget): every request is answered 403 with this sentence."""
+    tools: OrderedDict[str, str] = field(default_factory=OrderedDict)
+
+    def __repr__(self) -> str:  # never the auth headers
+        return f"Grant({self.run_id!r}, tenant={self.tenant!r})"
+
+
+UsageHook = Callable[[Grant, Usage], None]
+
+
+def _decode(body: bytes) -> dict[str, object]:
+    try:
+        value = msgspec.json.decode(body)
+    except (msgspec.DecodeError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _error(status: int, kind: str, message: str) -> tuple[int, bytes]:
+    return status, json.dumps({"type": "error", "error": {"type": kind, "message": f"flower gateway: {message}"}}
+                              ).encode()
+
+
+class Gateway:
+    """Grants, listeners and the forwarding. ``on_usage`` is called after every metered answer."""
+
+    def __init__(self, *, prices: Mapping[str, tuple[float, float]] | None = None,
+                 on_usage: UsageHook | None = None, connect_timeout: float = 10, read_timeout: float = 600) -> None:
+        self.prices = dict(prices or {})
+        self.on_usage = on_usage
+        self._grants: dict[str, Grant] = {}
+        self._by_hash: dict[str, Grant] = {}
+        self._servers: dict[str, asyncio.AbstractServer] = {}
+        self._tcp: asyncio.AbstractServer | None = None
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
+                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+                                         follow_redirects=False, trust_env=False)
+        self.streams = 0
+        self.forwarded = 0
+        self._conns: set[asyncio.StreamWriter] = set()
+
+    # -- grants ------------------------------------------------------------------------------
+    async def open(self, grant: Grant, folder: Path | None = None) -> None:
+        """Accept ``grant``'s token from now on; with ``folder``, also listen on ``folder/gateway.sock``,
+        which answers for this run only."""
+        self._grants[grant.run_id] = grant
+        self._by_hash[grant.token_hash] = grant
+        if folder is not None and grant.run_id not in self._servers:
+            self._servers[grant.run_id] = await self._listen_unix(folder, grant.run_id)
+
+    async def close(self, run_id: str) -> Grant | None:
+        """The run ended: its token stops working at once, its socket goes."""
+        grant = self._grants.pop(run_id, None)
+        if grant is not None:
+            self._by_hash.pop(grant.token_hash, None)
+        server = self._servers.pop(run_id, None)
+        if server is not None:
+            server.close()
+        return grant
+
+    def grant(self, run_id: str) -> Grant | None:
+        return self._grants.get(run_id)
+
+    def grants(self, *, tenant: str | None = None) -> list[Grant]:
+        return [g for g in self._grants.values() if tenant is None or g.tenant == tenant]
+
+    async def _listen_unix(self, folder: Path, run_id: str) -> asyncio.AbstractServer:
+        folder.mkdir(mode=0o755, exist_ok=True)
+        os.chmod(folder, 0o755)  # the run's uid must reach the socket; the token is what keeps others out
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            path = f"/proc/self/fd/{fd}/{SOCKET_NAME}"  # the folder's path may pass the 108 bytes a socket path has
+            try:
+                if stat.S_ISSOCK(os.stat(SOCKET_NAME, dir_fd=fd, follow_symlinks=False).st_mode):
+                    os.unlink(SOCKET_NAME, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.bind(path)
+            os.chmod(path, 0o666)
+            return await asyncio.start_unix_server(lambda r, w: self._connection(r, w, run_id), sock=sock)
+        finally:
+            os.close(fd)
+
+    async def listen_tcp(self, host: str, port: int) -> int:
+        """The cluster's way in (Kubernetes runs): the token alone names the run. Returns the port."""
+        self._tcp = await asyncio.start_server(lambda r, w: self._connection(r, w, None), host, port)
+        return int(self._tcp.sockets[0].getsockname()[1])
+
+    async def aclose(self) -> None:
+        for run_id in list(self._servers):
+            server = self._servers.pop(run_id)
+            server.close()
+        if self._tcp is not None:
+            self._tcp.close()
+        for writer in list(self._conns):
+            writer.close()
+        await self._client.aclose()
+
+    # -- one connection ----------------------------------------------------------------------
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, run_id: str | None) -> None:
+        conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
+        self._conns.add(writer)
+        try:
+            while True:
+                got = await self._receive(conn, reader, writer)
+                if got is None:
+                    break
+                await self._answer(conn, writer, run_id, *got)
+                if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
+                    break
+                conn.start_next_cycle()
+        except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, OSError, asyncio.CancelledError):
+            pass
+        finally:
+            self._conns.discard(writer)
+            writer.close()
+
+    async def _receive(self, conn: h11.Connection, reader: asyncio.StreamReader,
+                       writer: asyncio.StreamWriter) -> tuple[h11.Request, bytes] | None:
+        request: h11.Request | None = None
+        body = bytearray()
+        while True:
+            ev = conn.next_event()
+            if ev is h11.NEED_DATA:
+                data = await reader.read(65536)
+                conn.receive_data(data)
+                continue
+            if isinstance(ev, h11.ConnectionClosed) or ev is h11.PAUSED:
+                return None
+            if isinstance(ev, h11.Request):
+                request = ev
+            elif isinstance(ev, h11.Data):
+                body += ev.data
+                if len(body) > MAX_BODY:
+                    await self._send(conn, writer, *_error(413, "request_too_large", "request body over 64 MB"))
+                    return None
+            elif isinstance(ev, h11.EndOfMessage) and request is not None:
+                return request, bytes(body)
+
+    async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
+        writer.write(conn.send(h11.Response(status_code=status, headers=[
+            ("content-type", "application/json"), ("content-length", str(len(body)))])))
+        writer.write(conn.send(h11.Data(data=body)))
+        writer.write(conn.send(h11.EndOfMessage()))
+        await writer.drain()
+
+    def _authorised(self, req: h11.Request, run_id: str | None) -> Grant | None:
+        token = ""
+        for name, value in req.headers:
+            if name == b"x-api-key":
+                token = value.decode("latin-1")
+            elif name == b"authorization" and value[:7].lower() == b"bearer ":
+                token = token or value[7:].decode("latin-1")
+        if not token:
+            return None
+        grant = self._by_hash.get(hashlib.sha256(token.encode("latin-1")).hexdigest())
+        if grant is None or (run_id is not None and not hmac.compare_digest(grant.run_id, run_id)):
+            return None
+        return grant
+
+    async def _answer(self, conn: h11.Connection, writer: asyncio.StreamWriter, run_id: str | None,
+                      req: h11.Request, body: bytes) -> None:
+        target = req.target.decode("latin-1")
+        path = target.split("?", 1)[0]
+        grant = self._authorised(req, run_id)
+        if grant is None:
+            log.warning("gateway.refused", run=run_id, path=path[:200], reason="no live token of this run")
+            return await self._send(conn, writer, *_error(401, "authentication_error",
+                                                          "this token belongs to no live run on this socket"))
+        if req.method != b"POST" or path not in FORWARDED:
+            return await self._send(conn, writer, *_error(404, "not_found_error",
+                                                          f"only POST {' and '.join(FORWARDED)} are forwarded"))
+        if grant.refused:
+            return await self._send(conn, writer, *_error(403, "permission_error", grant.refused))
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in req.headers
+                   if k.decode("latin-1") not in _HOP]
+        headers += [*grant.auth, ("accept-encoding", "identity")]
+        agent = next((v.decode("latin-1")[:200] for k, v in req.headers if k == b"x-claude-code-agent-id"), "main")
+        started = time.monotonic()
+        upstream = self._client.build_request("POST", grant.upstream + target, headers=headers, content=body)
+        try:
+            resp = await self._client.send(upstream, stream=True)
+        except httpx.HTTPError as e:
+            log.warning("gateway.upstream_failed", tenant=grant.tenant, run=grant.run_id, error=type(e).__name__)
+            return await self._send(conn, writer, *_error(502, "api_error",
+                                                          f"the upstream did not answer ({type(e).__name__})"))
+        self.forwarded += 1
+        reader = ResponseReader(stream=resp.headers.get("content-type", "").startswith("text/event-stream"))
+        self.streams += 1
+        try:
+            writer.write(conn.send(h11.Response(status_code=resp.status_code, headers=[
+                (k, v) for k, v in resp.headers.multi_items() if k.lower() not in _HOP_BACK])))
+            async for chunk in resp.aiter_raw():
+                writer.write(conn.send(h11.Data(data=chunk)))
+                await writer.drain()
+                reader.feed(chunk)
+            writer.write(conn.send(h11.EndOfMessage()))
+            await writer.drain()
+        finally:
+            self.streams -= 1
+            await resp.aclose()
+            reader.close()
+            if path == "/v1/messages":
+                # a long conversation is megabytes of JSON: parsed off the loop, after the answer went back
+                request = await asyncio.to_thread(_decode, body) if len(body) > 256 * 1024 else _decode(body)
+                self._observe(grant, agent, request, reader, resp.status_code, time.monotonic() - started)
+
+    def _observe(self, grant: Grant, agent: str, request: dict[str, object], reader: ResponseReader, status: int,
+                 seconds: float) -> None:
+        """Meter the answer and write the wire audit: what the CLI sent back, then what the model asked for."""
+        who = {"tenant": grant.tenant, "run": grant.run_id, "agent": agent, "source": "wire"}
+        for result in tool_results(request):
+            if result.kind not in ("deny", "spill"):
+                continue
+            grant.counts[result.kind] += 1
+            tool = grant.tools.get(result.tool_use_id, "")
+            if result.kind == "deny":
+                audit_log.warning("audit.deny", tool=tool, tool_use_id=result.tool_use_id,
+                                  reason=" ".join(result.text.split())[:500], **who)
+            else:
+                audit_log.info("audit.spill", tool=tool, tool_use_id=result.tool_use_id,
+                               pointer=" ".join(result.text.split())[:300], **who)
+        for call in reader.calls:
+            grant.counts["tool_call"] += 1
+            grant.tools[call.id] = call.tool
+            while len(grant.tools) > _TOOL_MEMORY:
+                grant.tools.popitem(last=False)
+            audit_log.info("audit.tool_call", tool=call.tool, tool_use_id=call.id, **who)
+        usage = reader.usage
+        model = reader.model or str(request.get("model") or "")
+        usage.cost_usd = cost_of(model, usage, self.prices)
+        grant.usage.add(usage)
+        log.debug("gateway.answer", tenant=grant.tenant, run=grant.run_id, status=status, model=model[:100],
+                  input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, seconds=round(seconds, 4))
+        if self.on_usage is not None:
+            self.on_usage(grant, usage)

@@ -1,0 +1,426 @@
+// flower's web page: the tenant's runs, one run live over SSE, its questions, controls and diff.
+// Plain DOM, no build step. Everything a run reports is untrusted: it is only ever set as textContent.
+"use strict";
+
+const TOKEN_KEY = "flower.token";   // sessionStorage only: gone when the tab closes
+const ASK_TOOL = "mcp__human__ask", INBOX_TOOL = "mcp__human__inbox";
+const ACTIVE = ["starting", "running"], ENDED = ["succeeded", "failed", "aborted", "killed", "cancelled"];
+const $ = (id) => document.getElementById(id);
+
+const state = { token: sessionStorage.getItem(TOKEN_KEY) || "", runs: [], current: null, run: null,
+                stream: null, label: "", tools: {}, reports: {}, diffText: null, streamedCost: 0, timers: [] };
+
+// -- the API ------------------------------------------------------------------------------------
+class ApiError extends Error { constructor(status, message) { super(message); this.status = status; } }
+
+async function api(path, { method = "GET", body, text = false } = {}) {
+  const headers = { Authorization: "Bearer " + state.token };
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const r = await fetch("/v1" + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  if (r.status === 401) { signOut("The service refused the token: sign in again."); throw new ApiError(401, "signed out"); }
+  if (!r.ok) {
+    let msg = r.status + " " + r.statusText;
+    try { const j = await r.json(); if (j && typeof j.error === "string") msg = j.error; } catch (e) { /* not JSON */ }
+    throw new ApiError(r.status, msg);
+  }
+  return text ? r.text() : r.json();
+}
+
+function notice(text, bad = false) {
+  const n = $("notice");
+  n.textContent = text; n.className = bad ? "bad" : ""; n.hidden = !text;
+  clearTimeout(notice.t); if (text) notice.t = setTimeout(() => { n.hidden = true; }, 6000);
+}
+
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+const oneLine = (s, n = 160) => { s = String(s || "").replace(/\s+/g, " ").trim(); return s.length > n ? s.slice(0, n - 1) + "…" : s; };
+const money = (x) => "$" + Number(x || 0).toFixed(4);
+
+// -- sign in ------------------------------------------------------------------------------------
+async function signIn(token) {
+  state.token = token.trim();
+  try {
+    await api("/runs?limit=1");
+  } catch (e) {
+    state.token = "";
+    $("signin-error").textContent = e.status === 401 ? "This token belongs to no tenant: check it." : "Cannot reach the service: " + e.message;
+    $("signin-error").hidden = false;
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, state.token);
+  showApp();
+}
+
+function signOut(why) {
+  sessionStorage.removeItem(TOKEN_KEY);
+  state.token = "";
+  stopRun();
+  state.timers.forEach(clearInterval); state.timers = [];
+  $("app").hidden = true; $("signout").hidden = true; $("who").textContent = "";
+  $("signin").hidden = false;
+  $("signin-error").textContent = why || ""; $("signin-error").hidden = !why;
+}
+
+function showApp() {
+  $("signin").hidden = true; $("app").hidden = false; $("signout").hidden = false;
+  $("who").textContent = "signed in";
+  refreshRuns();
+  state.timers.push(setInterval(refreshRuns, 2000), setInterval(refreshRun, 2000));
+  const id = decodeURIComponent(location.hash.slice(1));
+  if (id) selectRun(id);
+}
+
+// -- the runs -----------------------------------------------------------------------------------
+async function refreshRuns() {
+  let runs;
+  try { runs = (await api("/runs?limit=100")).runs || []; } catch (e) { return; }
+  state.runs = runs;
+  const ul = $("runs");
+  ul.replaceChildren(...runs.map((r) => {
+    const li = el("li", r.id === state.current ? "selected" : "");
+    li.dataset.id = r.id;
+    const top = el("div");
+    top.append(el("span", "badge " + r.status, r.status), " ", el("span", "meta", money(r.cost_usd) + (r.step ? " · " + r.step : "")));
+    li.append(top, el("span", "ask", oneLine(r.ask, 80)), el("span", "meta", (r.created || "").replace("T", " ").slice(0, 19)));
+    li.addEventListener("click", () => selectRun(r.id));
+    return li;
+  }));
+  if (!runs.length) ul.append(el("li", "meta", "No runs yet: submit one above."));
+}
+
+async function submitRun(ev) {
+  ev.preventDefault();
+  const ask = $("new-ask").value.trim();
+  let options = {};
+  const raw = $("new-options").value.trim();
+  if (raw) {
+    try { options = JSON.parse(raw); } catch (e) { notice("The options are not JSON: write an object, e.g. {\"rounds\": 1}.", true); return; }
+  }
+  try {
+    const run = await api("/runs", { method: "POST", body: { ask, options } });
+    $("new-ask").value = "";
+    notice("Run " + run.id + " submitted.");
+    await refreshRuns();
+    selectRun(run.id);
+  } catch (e) { if (e.status !== 401) notice(e.message, true); }
+}
+
+// -- one run ------------------------------------------------------------------------------------
+function stopRun() {
+  if (state.stream) state.stream.abort();
+  state.stream = null; state.current = null; state.run = null;
+}
+
+function selectRun(id) {
+  stopRun();
+  state.current = id; state.label = ""; state.tools = {}; state.reports = {}; state.streamedCost = 0; state.diffText = null;
+  history.replaceState(null, "", "#" + encodeURIComponent(id));
+  document.querySelectorAll("#runs li").forEach((li) => li.classList.toggle("selected", li.dataset.id === id));
+  $("run").hidden = false;
+  $("run-id").textContent = id;
+  $("events").replaceChildren(); $("questions").replaceChildren(); $("diff").replaceChildren();
+  const ctl = new AbortController();
+  state.stream = ctl;
+  refreshRun().then(() => { refreshQuestions(); loadDiff(); });
+  follow(id, ctl.signal);
+}
+
+async function refreshRun() {
+  const id = state.current;
+  if (!id) return;
+  let run;
+  try { run = await api("/runs/" + encodeURIComponent(id)); } catch (e) { if (e.status === 404) notice(e.message, true); return; }
+  if (id !== state.current) return;
+  const was = state.run ? state.run.status : "";
+  state.run = run;
+  if (was && was !== run.status) refreshRuns();
+  $("run-status").textContent = run.status; $("run-status").className = "badge " + run.status;
+  $("run-step").textContent = run.step ? "step " + run.step : "";
+  $("run-cost").textContent = money(Math.max(run.cost_usd || 0, state.streamedCost));
+  $("run-ask").textContent = run.ask;
+  const live = !ENDED.includes(run.status);
+  ["message-btn", "interrupt-btn"].forEach((b) => { $(b).disabled = !ACTIVE.includes(run.status); });
+  $("cancel-btn").disabled = !live;
+  if (live) refreshQuestions();
+  else if (was && !ENDED.includes(was)) { $("questions").replaceChildren(); loadDiff(); }
+}
+
+// -- the event stream: fetch (so the Bearer header goes along), parsed as SSE, resumed after a drop --
+async function follow(id, signal) {
+  let last = 0, drops = 0;
+  while (!signal.aborted) {
+    setStream("live");
+    try {
+      const headers = { Authorization: "Bearer " + state.token, Accept: "text/event-stream" };
+      if (last) headers["Last-Event-ID"] = String(last);
+      const r = await fetch("/v1/runs/" + encodeURIComponent(id) + "/events", { headers, signal });
+      if (r.status === 401) { signOut("The service refused the token: sign in again."); return; }
+      if (r.status === 429) { setStream("too many streams open: retrying"); await sleep(5000); continue; }
+      if (!r.ok) { setStream("unavailable (" + r.status + ")"); return; }
+      const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
+      let buf = "", msg = { event: "message", data: [], id: null };
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buf += value;
+        let nl;
+        while ((nl = buf.search(/\r?\n/)) >= 0) {
+          const line = buf.slice(0, nl);
+          buf = buf.slice(nl + (buf[nl] === "\r" ? 2 : 1));
+          if (line === "") {
+            const data = msg.data.join("\n");
+            if (msg.event === "end") { setStream("ended"); refreshRun(); loadDiff(); return; }
+            let ev = null;
+            try { ev = data.trim() ? JSON.parse(data) : null; } catch (e) { ev = null; }  // keep-alives carry an empty data line
+            if (ev && typeof ev.seq === "number" && ev.seq > last) { last = ev.seq; drops = 0; show(ev); }
+            msg = { event: "message", data: [], id: null };
+          } else if (!line.startsWith(":")) {
+            const i = line.indexOf(":");
+            const key = i < 0 ? line : line.slice(0, i);
+            let val = i < 0 ? "" : line.slice(i + 1);
+            if (val.startsWith(" ")) val = val.slice(1);
+            if (key === "data") msg.data.push(val); else if (key === "event") msg.event = val; else if (key === "id") msg.id = val;
+          }
+        }
+      }
+    } catch (e) {
+      if (signal.aborted) return;
+    }
+    drops += 1;
+    setStream("reconnecting…");
+    await sleep(Math.min(5000, 300 * drops));
+  }
+}
+
+const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
+function setStream(text) { $("stream-state").textContent = text ? "(" + text + ")" : ""; }
+
+// -- drawing events, as the terminal does -----------------------------------------------------------
+function line(cls, text, sub) {
+  const d = el("div", cls + (sub ? " sub" : ""), text);
+  const log = $("events");
+  const stick = log.scrollTop + log.clientHeight >= log.scrollHeight - 20;
+  log.append(d);
+  if (stick) log.scrollTop = log.scrollHeight;
+  return d;
+}
+
+function attempt(label) {
+  if (label.includes("·判定#")) line("attempt", "- " + label + ": the judge checks this round (a fresh session that did not do the work)");
+  else if (label.includes("#round")) line("attempt", "- " + label + ": not achieved yet, another round in the same session");
+  else if (label.includes("#retry")) line("attempt", "- " + label + ": retrying");
+}
+
+function gist(report) {
+  const lines = String(report || "").split("\n").map((s) => s.trim()).filter(Boolean);
+  for (let i = 0; i < lines.length - 1; i++) if (/^#+\s*结论/.test(lines[i])) return lines[i + 1];
+  return lines.find((s) => !/^[#<\[]/.test(s)) || lines[0] || "";
+}
+
+function show(ev) {
+  const p = ev.payload || {}, k = ev.kind, sub = !!p.subagent;
+  if (k === "step") state.label = ev.text;
+  else if (ev.step && ev.step !== state.label) { state.label = ev.step; attempt(ev.step); }
+  switch (k) {
+    case "step": {
+      if (p.skipped) { line("muted", ". " + ev.text + " — already done, skipped"); break; }
+      line("stephead", "== " + ev.text + " (" + ((p.index || 0) + 1) + "/" + (p.total || "?") + ")");
+      if (p.resumed) line("muted", "<- resumes the last session");
+      break;
+    }
+    case "text": {
+      const verdict = state.label.includes("判定") && /##\s*结论\s*\n+\s*(\S[^\n]*)/.exec(ev.text || "");
+      if (verdict) {
+        const v = verdict[1].trim();
+        line("verdict " + (/^(达成|achieved)/i.test(v) ? "achieved" : "missed"), "verdict: " + v);
+      }
+      const lines = String(ev.text || "").replace(/\n+$/, "").split("\n");
+      const shown = lines.slice(0, 40).map((s) => "  " + s).join("\n");
+      line(sub ? "muted" : "", shown + (lines.length > 40 ? "\n  …(" + (lines.length - 40) + " more lines)" : ""), sub);
+      break;
+    }
+    case "thinking": line("muted", "~ " + oneLine(ev.text, 200), sub); break;
+    case "tool_call": {
+      const inp = p.input && typeof p.input === "object" ? p.input : {};
+      if (p.id) state.tools[p.id] = ev.tool;
+      if (ev.tool === ASK_TOOL) break;  // the ask event shows the question
+      if (ev.tool === INBOX_TOOL) line("tool", "* checks its inbox", sub);
+      else if (ev.tool === "Agent" || ev.tool === "Task")
+        line("dispatch", "> dispatched to " + (inp.subagent_type || "subagent") + ": " + oneLine(inp.description || ev.text, 200), sub);
+      else line("tool", "* " + ev.tool + " " + oneLine(ev.text, 200), sub);
+      break;
+    }
+    case "tool_result": {
+      const tool = state.tools[p.tool_use_id || ""] || "";
+      if (p.is_error) line("bad", "x " + oneLine(ev.text, 300), sub);
+      else if ((tool === "Agent" || tool === "Task") && !sub)  // the stream cuts results at 500 characters: the report comes whole with the task
+        line("report", "<- report handed back: " + oneLine(gist(state.reports[p.tool_use_id] || ev.text), 200));
+      break;
+    }
+    case "ask": {
+      if (p.kind === "mail") { line("answer", "+ message received (it sees it when it next checks its inbox)"); break; }
+      if (p.state === "asked") {
+        line("ask", "? " + ev.text);
+        (p.options || []).forEach((o, i) => line("ask", "   " + (i + 1) + ") " + o));
+        refreshQuestions();
+      } else if (p.state === "answered") { line("answer", "+ " + (p.answer || "(empty answer)")); refreshQuestions(); }
+      else if (p.state === "timeout") { line("warn", "! nobody answered: it decides for itself"); refreshQuestions(); }
+      else if (p.state === "over_budget") { line("warn", "! out of questions: it decides for itself"); refreshQuestions(); }
+      else if (p.state === "declined") { line("warn", ". skipped" + (p.answer ? " (" + p.answer + ")" : "") + ": it decides for itself"); refreshQuestions(); }
+      else if (p.state === "invalid") line("bad", "x the question was empty");
+      break;
+    }
+    case "retry": line("warn", "~ " + ev.text + (p.error ? ": " + oneLine(p.error, 100) : "")); break;
+    case "handoff": line("muted", "# " + (p.phase === "done" ? "a fresh session takes over (handoff written)" : oneLine(ev.text || p.phase, 200))); break;
+    case "error": line("bad", "x " + oneLine(ev.text, 300), sub); break;
+    case "reset": line("muted", "# context compacted"); break;
+    case "task":
+      if (typeof p.summary === "string" && p.tool_use_id) state.reports[p.tool_use_id] = p.summary;
+      if (ev.text) line("warn", "! " + oneLine(ev.text, 400));
+      break;
+    case "prompt": if (!sub && /interrupt/i.test(ev.text || "")) line("warn", "! " + oneLine(ev.text, 200)); break;
+    case "result": {
+      const c = Number(p.cost_usd || 0);
+      state.streamedCost += c;
+      line(p.is_error ? "bad" : "cost", (p.is_error ? "x " : "+ ") + (ev.step || "-") + " · " + money(c) + " · " + (p.num_turns || 0) + " turns · total " + money(state.streamedCost));
+      $("run-cost").textContent = money(Math.max(state.run ? state.run.cost_usd || 0 : 0, state.streamedCost));
+      break;
+    }
+    case "audit":
+      if (ev.text === "deny") line("warn", "  ! guard stopped " + (p.role || "agent") + "'s " + (ev.tool || "tool call") + ": " + oneLine(p.reason, 200));
+      break;
+    case "checkpoint": line("muted", "  ✓ work handed back " + String(p.commit || "").slice(0, 12)); loadDiff(); break;
+    case "system":
+      if (ev.text === "sandbox started") line("muted", "- sandbox started");
+      else if (p.subtype === "killed") line("bad", "x the run was stopped");
+      break;
+    default: break;
+  }
+}
+
+// -- questions ----------------------------------------------------------------------------------
+async function refreshQuestions() {
+  const id = state.current;
+  if (!id) return;
+  let qs;
+  try { qs = (await api("/runs/" + encodeURIComponent(id) + "/questions")).questions || []; } catch (e) { return; }
+  if (id !== state.current) return;
+  const box = $("questions");
+  const open = new Set(qs.map((q) => q.id));
+  box.querySelectorAll(".question").forEach((d) => { if (!open.has(d.dataset.id)) d.remove(); });
+  for (const q of qs) {
+    if (box.querySelector('.question[data-id="' + CSS.escape(q.id) + '"]')) continue;
+    const d = el("div", "question"); d.dataset.id = q.id;
+    d.append(el("div", "q", q.question));
+    const row = el("div", "row");
+    (q.options || []).forEach((o) => {
+      const b = el("button", "option", o); b.type = "button";
+      b.addEventListener("click", () => answer(q.id, o, d));
+      row.append(b);
+    });
+    const input = el("input"); input.placeholder = "your answer";
+    const send = el("button", "send", "Answer"); send.type = "button";
+    send.addEventListener("click", () => { if (input.value.trim()) answer(q.id, input.value.trim(), d); });
+    input.addEventListener("keydown", (e) => { if (e.key === "Enter" && input.value.trim()) answer(q.id, input.value.trim(), d); });
+    const skip = el("button", "skip", "Skip"); skip.type = "button"; skip.title = "let it decide for itself";
+    skip.addEventListener("click", () => answer(q.id, "", d));
+    row.append(input, send, skip);
+    d.append(row);
+    box.append(d);
+  }
+}
+
+async function answer(qid, text, box) {
+  box.querySelectorAll("button, input").forEach((b) => { b.disabled = true; });
+  try {
+    await api("/runs/" + encodeURIComponent(state.current) + "/answers", { method: "POST", body: { question_id: qid, text } });
+    box.remove();
+    notice(text ? "Answered: " + oneLine(text, 80) : "Skipped: it decides for itself.");
+  } catch (e) {
+    box.querySelectorAll("button, input").forEach((b) => { b.disabled = false; });
+    if (e.status !== 401) notice(e.message, true);
+  }
+}
+
+// -- controls -----------------------------------------------------------------------------------
+async function control(what) {
+  const id = state.current, text = $("say").value.trim();
+  try {
+    if (what === "message") {
+      if (!text) { notice("Write the message first.", true); return; }
+      await api("/runs/" + encodeURIComponent(id) + "/messages", { method: "POST", body: { text } });
+      notice("Message sent: it reads its inbox at the next checkpoint.");
+    } else if (what === "interrupt") {
+      await api("/runs/" + encodeURIComponent(id) + "/interrupt", { method: "POST", body: { text: text || "(interrupted from the web page: carry on)" } });
+      notice("Interrupted: the step in flight goes on with your words.");
+    } else {
+      const run = await api("/runs/" + encodeURIComponent(id) + "/cancel?wait=0", { method: "POST" });
+      notice(ENDED.includes(run.status) ? "The run is " + run.status + "." : "Cancel requested: the run is stopping.");
+    }
+    $("say").value = "";
+    refreshRun();
+  } catch (e) { if (e.status !== 401) notice(e.message, true); }
+}
+
+// -- the diff, coloured -------------------------------------------------------------------------
+const KEYWORDS = new Set(("def class return if elif else for while in not and or import from as with try except finally raise " +
+  "pass break continue lambda yield async await None True False self is global nonlocal function const let var new this " +
+  "typeof instanceof switch case default throw catch export package func type struct interface go defer chan map range " +
+  "fn impl pub use mod match mut null true false void public private static int long char bool string").split(" "));
+const TOKEN = /("(?:[^"\\]|\\.)*"?|'(?:[^'\\]|\\.)*'?|`[^`]*`?)|(#.*|\/\/.*)|(\b\d[\d_.]*\b)|([A-Za-z_]\w*)|([^"'`#/\w]+|\/)/g;
+
+function colourCode(target, code, hashComments) {
+  let m;
+  TOKEN.lastIndex = 0;
+  while ((m = TOKEN.exec(code)) !== null) {
+    if (m[0] === "") { TOKEN.lastIndex++; continue; }
+    if (m[1]) target.append(el("span", "str", m[1]));
+    else if (m[2] && (hashComments ? m[2][0] === "#" : m[2][0] === "/")) target.append(el("span", "com", m[2]));
+    else if (m[2]) { target.append(m[2][0]); TOKEN.lastIndex = m.index + 1; }
+    else if (m[3]) target.append(el("span", "num", m[3]));
+    else if (m[4]) target.append(KEYWORDS.has(m[4]) ? el("span", "kw", m[4]) : m[4]);
+    else target.append(m[0]);
+  }
+}
+
+async function loadDiff() {
+  const id = state.current, box = $("diff");
+  if (!id || !state.run || !state.run.base) { box.replaceChildren(el("div", "empty", "No diff yet: the run has handed back no work.")); return; }
+  let text;
+  try { text = await api("/runs/" + encodeURIComponent(id) + "/diff", { text: true }); }
+  catch (e) { if (id === state.current) box.replaceChildren(el("div", "empty", e.message)); return; }
+  if (id !== state.current || (text === state.diffText && box.childElementCount)) return;  // unchanged: no redraw
+  state.diffText = text;
+  $("diff-state").textContent = state.run && ENDED.includes(state.run.status) ? "" : "(its last checkpoint)";
+  if (!text.trim()) { box.replaceChildren(el("div", "empty", "No changes (yet).")); return; }
+  const rows = [];
+  let hash = true;
+  for (const raw of text.split("\n")) {
+    if (raw.startsWith("diff --git")) { hash = !/\.(js|ts|jsx|tsx|go|c|h|cc|cpp|java|rs|kt|swift|cs|css)$/.test(raw); rows.push(el("div", "file", raw)); continue; }
+    if (/^(index |--- |\+\+\+ |new file|deleted file|similarity|rename |old mode|new mode|Binary)/.test(raw)) { rows.push(el("div", "file", raw)); continue; }
+    if (raw.startsWith("@@")) { rows.push(el("div", "hunk", raw)); continue; }
+    const cls = raw[0] === "+" ? "add" : raw[0] === "-" ? "del" : "ctx";
+    const d = el("div", cls);
+    d.append(el("span", "mark", raw[0] === "+" || raw[0] === "-" ? raw[0] : " "));
+    colourCode(d, raw.slice(1), hash);
+    rows.push(d);
+  }
+  box.replaceChildren(...rows);
+}
+
+// -- wiring -------------------------------------------------------------------------------------
+document.addEventListener("DOMContentLoaded", () => {
+  $("signin-form").addEventListener("submit", (e) => { e.preventDefault(); signIn($("token").value); });
+  $("signout").addEventListener("click", () => signOut(""));
+  $("new-run").addEventListener("submit", submitRun);
+  $("message-btn").addEventListener("click", () => control("message"));
+  $("interrupt-btn").addEventListener("click", () => control("interrupt"));
+  $("cancel-btn").addEventListener("click", () => control("cancel"));
+  if (state.token) showApp(); else signOut("");
+});

@@ -1,0 +1,192 @@
+"""What the gateway reads off the model traffic: usage and cost, the tool calls the model asks for, and
+what the CLI sends back (our guards' deny texts, spill pointers).
+
+The run cannot forge or suppress this: tool calls come from the model's answers, which pass only
+through the gateway. The tool results come from the run, so they are what the model was *told* — still a
+record the run cannot erase after the fact. Recognising a guard's text is by fingerprint (the phrases
+below are taken from ``flower.core.guard``'s deny reasons and its spill pointer; the wire-audit test
+drives the real guards through the real CLI, so a changed text fails there).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+import msgspec
+
+__all__ = ["Usage", "ToolCall", "ToolResult", "ResponseReader", "tool_results", "cost_of", "PRICES",
+           "DENY_MARKS", "SPILL_MARK"]
+
+# USD per million tokens: (input, output). Cache writes cost 1.25x input, cache reads 0.1x (Anthropic's
+# published prices). The first entry whose key is in the model name wins; a config may extend the table.
+PRICES: dict[str, tuple[float, float]] = {
+    "opus-4-5": (5.0, 25.0), "opus-4-6": (5.0, 25.0), "opus-4-7": (5.0, 25.0), "opus": (15.0, 75.0),
+    "sonnet": (3.0, 15.0), "haiku-4": (1.0, 5.0), "haiku-3-5": (0.8, 4.0), "3-5-haiku": (0.8, 4.0),
+    "haiku": (0.25, 1.25),
+}
+DEFAULT_PRICE = PRICES["sonnet"]
+
+DENY_MARKS = ("这是有意的设计,不是配置遗漏", "协调者不亲自动手", "隔离失败:角色")
+SPILL_MARK = re.compile(r"\[输出共 (\d+) 字,已落盘到 ([^;\]]+);")
+
+
+class Usage(msgspec.Struct, kw_only=True):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_creation_input_tokens: int = 0
+    cache_read_input_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, other: "Usage") -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.cache_creation_input_tokens += other.cache_creation_input_tokens
+        self.cache_read_input_tokens += other.cache_read_input_tokens
+        self.cost_usd += other.cost_usd
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    id: str
+    tool: str
+
+
+class ToolResult(msgspec.Struct, frozen=True):
+    tool_use_id: str
+    kind: Literal["deny", "spill", "error", "ok"]
+    text: str
+
+
+def _count(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return 0
+    return max(0, int(value))
+
+
+def _usage(raw: object, into: Usage) -> None:
+    """Fold an answer's ``usage`` object in (later values win: message_delta carries the final counts)."""
+    if not isinstance(raw, dict):
+        return
+    for name in ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens"):
+        if name in raw and raw[name] is not None:
+            setattr(into, name, _count(raw[name]))
+
+
+def price_of(model: str, prices: Mapping[str, tuple[float, float]] | None = None) -> tuple[float, float]:
+    """USD per million (input, output) tokens: the config's table first, then ours."""
+    for table in (prices or {}, PRICES):
+        for key, price in table.items():
+            if key in model:
+                return price
+    return DEFAULT_PRICE
+
+
+def cost_of(model: str, usage: Usage, prices: Mapping[str, tuple[float, float]] | None = None) -> float:
+    inp, out = price_of(model, prices)
+    return (usage.input_tokens * inp + usage.output_tokens * out
+            + usage.cache_creation_input_tokens * inp * 1.25 + usage.cache_read_input_tokens * inp * 0.1) / 1e6
+
+
+class ResponseReader:
+    """Fed the bytes of one answer as they stream past (SSE or one JSON body); keeps usage and tool calls.
+
+    Bounded: a line longer than ``max_line`` is skipped, the JSON body is read only up to ``max_body``."""
+
+    def __init__(self, *, stream: bool, max_line: int = 1 << 20, max_body: int = 32 << 20) -> None:
+        self.stream = stream
+        self.usage = Usage()
+        self.model = ""
+        self.calls: list[ToolCall] = []
+        self._buf = bytearray()
+        self._max_line, self._max_body = max_line, max_body
+        self._skipping = False
+
+    def feed(self, chunk: bytes) -> None:
+        if not self.stream:
+            if len(self._buf) + len(chunk) <= self._max_body:
+                self._buf += chunk
+            return
+        self._buf += chunk
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl < 0:
+                if len(self._buf) > self._max_line:
+                    self._buf.clear()
+                    self._skipping = True
+                return
+            line = bytes(self._buf[:nl])
+            del self._buf[: nl + 1]
+            if self._skipping:
+                self._skipping = False
+                continue
+            if line.startswith(b"data:"):
+                self._event(line[5:].strip())
+
+    def close(self) -> None:
+        """The answer ended: a JSON body is parsed now."""
+        if not self.stream and self._buf:
+            self._message(_loads(bytes(self._buf)))
+            self._buf.clear()
+
+    def _event(self, data: bytes) -> None:
+        ev = _loads(data)
+        kind = ev.get("type")
+        if kind == "message_start" and isinstance(ev.get("message"), dict):
+            self.model = str(ev["message"].get("model") or "")[:200]
+            _usage(ev["message"].get("usage"), self.usage)
+        elif kind == "message_delta":
+            _usage(ev.get("usage"), self.usage)
+        elif kind == "content_block_start" and isinstance(ev.get("content_block"), dict):
+            self._block(ev["content_block"])
+
+    def _message(self, msg: dict[str, Any]) -> None:
+        self.model = str(msg.get("model") or "")[:200]
+        _usage(msg.get("usage"), self.usage)
+        for block in msg.get("content") or []:
+            if isinstance(block, dict):
+                self._block(block)
+
+    def _block(self, block: dict[str, Any]) -> None:
+        if block.get("type") in ("tool_use", "server_tool_use") and len(self.calls) < 1000:
+            self.calls.append(ToolCall(str(block.get("id") or "")[:200], str(block.get("name") or "")[:200]))
+
+
+def _loads(data: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(b.get("text", "")) for b in content[:100] if isinstance(b, dict))
+    return ""
+
+
+def tool_results(body: dict[str, Any]) -> Iterable[ToolResult]:
+    """The tool results of a request's last message (the CLI re-sends the whole conversation each time:
+    only the last user turn is new)."""
+    messages = body.get("messages")
+    if not isinstance(messages, list):
+        return
+    last = next((m for m in reversed(messages[-8:]) if isinstance(m, dict) and m.get("role") != "system"), None)
+    if last is None or last.get("role") != "user" or not isinstance(last.get("content"), list):
+        return
+    for block in last["content"][:1000]:
+        if not isinstance(block, dict) or block.get("type") != "tool_result":
+            continue
+        text = _text(block.get("content"))
+        if block.get("is_error") and any(m in text for m in DENY_MARKS):
+            kind: Literal["deny", "spill", "error", "ok"] = "deny"
+        elif SPILL_MARK.search(text):
+            kind = "spill"
+        else:
+            kind = "error" if block.get("is_error") else "ok"
+        yield ToolResult(str(block.get("tool_use_id") or "")[:200], kind, text)
