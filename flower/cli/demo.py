@@ -179,7 +179,8 @@ async def _served(screen: Screen, yes: bool, *, keep: bool) -> int:
                         screen.say(f"   | {clean(line)}")
                     raise Exit(1, t("demo.failed", status=info.status, why=info.error or "-"))
                 _show_work(screen, t("demo.branch", branch=info.branch or "?", repo=service.repo, base=(info.base or "")[:12]),
-                           info.diffstat.files if info.diffstat else [], await api.diff(run.id))
+                           [(f.path, f.insertions, f.deletions) for f in (info.diffstat.files if info.diffstat else [])],
+                           await api.diff(run.id))
             if keep:
                 screen.say(t("demo.kept", url=url, token=service.token))
                 try:
@@ -207,11 +208,11 @@ async def _auto_answer(api: Any, run_id: str, screen: Screen) -> None:
         await asyncio.sleep(0.2)
 
 
-def _show_work(screen: Screen, where: str, files: list[dict[str, Any]], diff: str) -> None:
+def _show_work(screen: Screen, where: str, files: list[tuple[str, int, int]], diff: str) -> None:
     screen.say(where)
     screen.say(t("demo.diffstat"))
-    for f in files:
-        screen.say(f"   {f.get('path')}  +{f.get('insertions', 0)} -{f.get('deletions', 0)}")
+    for path, added, removed in files:
+        screen.say(f"   {path}  +{added} -{removed}")
     screen.say(t("demo.diff"))
     for line in clean(diff).splitlines():
         screen.say(f"   {line}")
@@ -257,8 +258,8 @@ def _here(screen: Screen, yes: bool) -> int:
             return subprocess.run(["git", *a], cwd=ws, capture_output=True, text=True).stdout
 
         git("add", "-A", "--", *FILES)
-        stat = [{"path": line.split("\t")[2], "insertions": line.split("\t")[0], "deletions": line.split("\t")[1]}
-                for line in git("diff", "--cached", "--numstat").splitlines() if line.count("\t") == 2]
+        stat = [(name, int(added), int(removed)) for added, removed, name in
+                (line.split("\t") for line in git("diff", "--cached", "--numstat").splitlines() if line.count("\t") == 2)]
         _show_work(screen, t("demo.here_work", repo=ws, base=git("rev-parse", "--short=12", "HEAD").strip()), stat,
                    git("diff", "--cached"))
         return code
