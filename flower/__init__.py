@@ -1,62 +1,72 @@
-"""flower: long-horizon coding agents on claude-agent-sdk that stay honest for hours or days."""
+"""flower: long-horizon coding agents on claude-agent-sdk that stay honest for hours or days.
 
-from .core.agent import AgentSpec, CompactPolicy, HandoffPolicy, build_options, default_window
-from .core.channel import Ask, HumanChannel
-from .core.events import Event, normalize
-from .core.guard import (
-    delegate_guard,
-    index_guard,
-    isolate_guard,
-    isolated,
-    merge_hooks,
-    spill_guard,
-    wants_isolation,
-    whitelist_guard,
-    workbench_hooks,
-)
-from .core.lineage import Lineage
-from .core.resilience import Resilience, classify, endpoint, reachable
-from .core.roles import (
-    CLARIFIER_RULES,
-    COORDINATOR_RULES,
-    JUDGE_RULES,
-    ORACLE_RULES,
-    WORKER_RULES,
-    clarify,
-    coordinator,
-    judge,
-    oracle,
-    worker,
-)
-from .core.runtime import Runtime, StepResult
-from .core.workbench import Workbench
-from .docs import Brief, Goal, Handoff, Verdict
-from .store import (
-    EphemeralPolicy,
-    PrunePolicy,
-    PruningSessionStore,
-    SqliteSessionStore,
-    TrimmingSessionStore,
-    TrimPolicy,
-    is_ephemeral,
-    trim_report,
-)
-from .workflow import (
-    BRIEF_KEY,
-    CLARIFY_RESUME,
-    GOAL_KEY,
-    MISSING_KEY,
-    ROUND_KEY,
-    VERDICT_KEY,
-    Step,
-    StepAbort,
-    Workflow,
-    clarify_step,
-    goal_step,
-    starter_flow,
-    wake_state,
-    with_goal,
-)
+The names are loaded on first use (PEP 562): ``import flower.cli`` for ``flower status`` must not pay for
+the SDK, and ``from flower import Runtime`` still works as always.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .core.agent import AgentSpec, CompactPolicy, HandoffPolicy, build_options, default_window
+    from .core.channel import Ask, HumanChannel
+    from .core.events import Event, normalize
+    from .core.guard import (
+        delegate_guard,
+        index_guard,
+        isolate_guard,
+        isolated,
+        merge_hooks,
+        spill_guard,
+        wants_isolation,
+        whitelist_guard,
+        workbench_hooks,
+    )
+    from .core.lineage import Lineage
+    from .core.resilience import Resilience, classify, endpoint, reachable
+    from .core.roles import (
+        CLARIFIER_RULES,
+        COORDINATOR_RULES,
+        JUDGE_RULES,
+        ORACLE_RULES,
+        WORKER_RULES,
+        clarify,
+        coordinator,
+        judge,
+        oracle,
+        worker,
+    )
+    from .core.runtime import Runtime, StepResult
+    from .core.workbench import Workbench
+    from .docs import Brief, Goal, Handoff, Verdict
+    from .store import (
+        EphemeralPolicy,
+        PrunePolicy,
+        PruningSessionStore,
+        SqliteSessionStore,
+        TrimmingSessionStore,
+        TrimPolicy,
+        is_ephemeral,
+        trim_report,
+    )
+    from .workflow import (
+        BRIEF_KEY,
+        CLARIFY_RESUME,
+        GOAL_KEY,
+        MISSING_KEY,
+        ROUND_KEY,
+        VERDICT_KEY,
+        Step,
+        StepAbort,
+        Workflow,
+        clarify_step,
+        goal_step,
+        starter_flow,
+        wake_state,
+        with_goal,
+    )
 
 __version__ = "0.1.0"
 
@@ -88,3 +98,31 @@ __all__ = [
     # continuity
     "Lineage",
 ]
+
+_WHERE: dict[str, str] = {name: module for module, names in {
+    ".core.agent": ["AgentSpec", "CompactPolicy", "HandoffPolicy", "build_options", "default_window"],
+    ".core.channel": ["Ask", "HumanChannel"],
+    ".core.events": ["Event", "normalize"],
+    ".core.guard": ["delegate_guard", "index_guard", "isolate_guard", "isolated", "merge_hooks", "spill_guard", "wants_isolation", "whitelist_guard", "workbench_hooks"],
+    ".core.lineage": ["Lineage"],
+    ".core.resilience": ["Resilience", "classify", "endpoint", "reachable"],
+    ".core.roles": ["CLARIFIER_RULES", "COORDINATOR_RULES", "JUDGE_RULES", "ORACLE_RULES", "WORKER_RULES", "clarify", "coordinator", "judge", "oracle", "worker"],
+    ".core.runtime": ["Runtime", "StepResult"],
+    ".core.workbench": ["Workbench"],
+    ".docs": ["Brief", "Goal", "Handoff", "Verdict"],
+    ".store": ["EphemeralPolicy", "PrunePolicy", "PruningSessionStore", "SqliteSessionStore", "TrimmingSessionStore", "TrimPolicy", "is_ephemeral", "trim_report"],
+    ".workflow": ["BRIEF_KEY", "CLARIFY_RESUME", "GOAL_KEY", "MISSING_KEY", "ROUND_KEY", "VERDICT_KEY", "Step", "StepAbort", "Workflow", "clarify_step", "goal_step", "starter_flow", "wake_state", "with_goal"],
+}.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'flower' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

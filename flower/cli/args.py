@@ -9,6 +9,7 @@ from typing import Any, Callable, TypeVar
 
 from .. import __version__
 from . import remote
+from .messages import t
 
 
 CMDS = ("go", "run", "once", "status", "ask", "setup", "check", "demo", "remote")
@@ -16,16 +17,31 @@ CMDS = ("go", "run", "once", "status", "ask", "setup", "check", "demo", "remote"
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
 
 
+class _Formatter(argparse.HelpFormatter):
+    def add_usage(self, usage: Any, actions: Any, groups: Any, prefix: str | None = None) -> None:
+        super().add_usage(usage, actions, groups, t("help.usage") if prefix is None else prefix)
+
+
+class _RawFormatter(argparse.RawDescriptionHelpFormatter, _Formatter):
+    pass
+
+
 class _Parser(argparse.ArgumentParser):
-    """Argument mistakes come out as one line (exit 2), not a usage block."""
+    """Argument mistakes come out as one line (exit 2), not a usage block; help in the user's language."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        kw.setdefault("formatter_class", _Formatter)
+        super().__init__(*args, **{**kw, "add_help": False})
+        self._positionals.title, self._optionals.title = t("help.positionals"), t("help.options")
+        self.add_argument("-h", "--help", action="help", default=argparse.SUPPRESS, help=t("help.help"))
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        for en, zh in (("unrecognized arguments: ", "不认识的参数:"),
-                       ("the following arguments are required: ", "缺少参数:"),
-                       ("expected one argument", "后面要跟一个值")):
-            message = message.replace(en, zh)
+        for en, key in (("unrecognized arguments: ", "arg.unrecognized"),
+                        ("the following arguments are required: ", "arg.required"),
+                        ("expected one argument", "arg.one_value"), ("invalid choice: ", "arg.invalid_choice")):
+            message = message.replace(en, t(key))
         message = re.sub(r"^argument ([^:]+): ", lambda m: m[1].split("/")[-1] + " ", message)
-        self.exit(2, f"flower: {message}({self.prog} --help 看用法)\n")
+        self.exit(2, f"flower: {message}{t('arg.see_help', prog=self.prog)}\n")
 
 
 T = TypeVar("T")
@@ -35,16 +51,16 @@ def _convert(text: str, kind: Callable[[str], T], wanted: str) -> T:
     try:
         return kind(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{wanted},收到的是 {text!r}") from None
+        raise argparse.ArgumentTypeError(t(wanted, text=text)) from None
 
 
 def _whole(minimum: int | None = None) -> Callable[[str], int]:
     """An integer flag; argparse puts the flag's name in front of the complaint."""
 
     def parse(text: str) -> int:
-        value = _convert(text, int, "要一个整数")
+        value = _convert(text, int, "arg.want_int")
         if minimum is not None and value < minimum:
-            raise argparse.ArgumentTypeError(f"至少是 {minimum},收到的是 {value}")
+            raise argparse.ArgumentTypeError(t("arg.at_least", minimum=minimum, value=value))
         return value
 
     return parse
@@ -52,16 +68,16 @@ def _whole(minimum: int | None = None) -> Callable[[str], int]:
 
 def _seconds(text: str) -> float:
     """--timeout: seconds; 0 or negative = nobody waits; ``inf`` = wait forever."""
-    value = _convert(text, float, "要秒数(0 = 全自动,不等人)")
+    value = _convert(text, float, "arg.want_seconds")
     if math.isnan(value):
-        raise argparse.ArgumentTypeError("要秒数,nan 不算")
+        raise argparse.ArgumentTypeError(t("arg.nan"))
     return value
 
 
 def _dollars(text: str) -> float:
-    value = _convert(text, float, "要美元金额")
+    value = _convert(text, float, "arg.want_dollars")
     if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"要大于 0 的美元金额,收到的是 {text}")
+        raise argparse.ArgumentTypeError(t("arg.positive_dollars", text=text))
     return value
 
 
@@ -71,80 +87,81 @@ def _add_globals(p: argparse.ArgumentParser, *, sub: bool) -> None:
     def d(value: Any) -> Any:
         return argparse.SUPPRESS if sub else value
 
-    help_ = (lambda text: argparse.SUPPRESS) if sub else (lambda text: text)
-    p.add_argument("-w", "--workspace", default=d("."), metavar="PATH",
-                   help=help_("agent 的工作目录(默认当前目录,不存在就建)"))
-    p.add_argument("-r", "--run-dir", default=d(None), metavar="DIR",
-                   help=help_("会话库与运行清单的位置(默认 <工作目录>/runs;相对路径按当前目录算)"))
-    p.add_argument("-v", "--verbose", action="store_true", default=d(False),
-                   help=help_("多打一些:subagent 正文、全部工具结果、prompt、生效的凭证(打码)"))
-    p.add_argument("-W", "--workbench", action="store_true", default=d(False),
-                   help=help_("开工作台(run/once;go 总是带自己的工作台)"))
-    p.add_argument("-T", "--trim", action="store_true", default=d(False),
-                   help=help_("resume 时把旧的大工具结果换成文件指针(run/once;go 默认就开,用 --no-trim 关)"))
+    help_ = (lambda key: argparse.SUPPRESS) if sub else t
+    p.add_argument("-w", "--workspace", default=d("."), metavar="PATH", help=help_("help.workspace"))
+    p.add_argument("-r", "--run-dir", default=d(None), metavar="DIR", help=help_("help.run_dir"))
+    p.add_argument("-v", "--verbose", action="store_true", default=d(False), help=help_("help.verbose"))
+    p.add_argument("-W", "--workbench", action="store_true", default=d(False), help=help_("help.workbench"))
+    p.add_argument("-T", "--trim", action="store_true", default=d(False), help=help_("help.trim"))
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="flower", description="在 claude-agent-sdk 上跑长程编码 agent。"
-                "不写子命令就是 go:flower \"帮我做一个 X\"。",
-                epilog="子命令的开关写在诉求前后都行;全局开关(-w/-r/-v/-W/-T)写在哪都行。")
-    p.add_argument("--version", action="version", version=f"flower {__version__}")
+    p = _Parser(prog="flower", description=t("help.description"), formatter_class=_RawFormatter)
+    p.add_argument("--version", action="version", version=f"flower {__version__}", help=t("help.version"))
     _add_globals(p, sub=False)
-    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(CMDS) + "}")
+    sub = p.add_subparsers(dest="command", metavar="{" + ",".join(CMDS) + "}", title=t("help.commands"),
+                           parser_class=_Parser)
 
-    go = sub.add_parser("go", help="一键跑:问清需求 → 设定目标 → 派人干活,每轮独立判定(不写子命令时的默认)",
-                        description="问清需求 → 设定目标 → 干活,每轮由独立的判定者判\"做完了没有\"。"
-                        "同一个目录再跑一次就接着上次。全局开关(-w/-r/-v/-W/-T)见 flower --help。")
-    go.add_argument("ask", nargs="*", help="诉求;不给就在终端里问你(或者从管道读)")
-    go.add_argument("--asks", type=_whole(), default=-1, metavar="N",
-                    help="提问额度:负数 = 不限(默认),0 = 不许提问,N = 硬额度")
-    go.add_argument("--rounds", type=_whole(1), default=3, metavar="N",
-                    help="干活的总轮数上限(默认 3);每轮结束由独立判定者判,没达成就打回去接着做")
-    go.add_argument("--no-goal", action="store_true", help="关掉目标看守:不设目标、不判定,干完就算完")
-    go.add_argument("--judge-can-run", action="store_true", help="让判定者能跑命令(判定更硬,但它能改动工作区)")
-    go.add_argument("--timeout", type=_seconds, default=1800.0, metavar="SECONDS",
-                    help="等人回答多久(默认 1800);0 = 全自动,提问立刻落空;inf = 一直等")
-    go.add_argument("--isolate", action="store_true",
-                    help="每个 subagent 分一份 git worktree(工作目录必须是 git 仓库);工作台挪到仓库外")
-    go.add_argument("--window", type=_whole(1), default=None, metavar="N",
-                    help="模型上下文窗口(默认按模型名推断:100 万,haiku 20 万);到 窗口−50000 写交接书换新会话")
-    go.add_argument("--no-handoff", action="store_true", help="关掉换代,退回 SDK 自带的 compact")
-    go.add_argument("--new", action="store_true",
-                    help="这次别接上次:上一段的需求/目标/血缘挪进存档(不删),从头开始")
-    go.add_argument("--clarify-only", action="store_true", help="只问清需求,不往下干活")
-    go.add_argument("--no-trim", action="store_true", help="关掉裁剪(go 默认开)")
-    go.add_argument("-i", "--instructions", default="", metavar="TEXT", help="领域指令,叠加在原生系统提示之后")
+    go = sub.add_parser("go", help=t("help.go"), description=t("help.go.description"))
+    go.add_argument("ask", nargs="*", help=t("help.go.ask"))
+    go.add_argument("--asks", type=_whole(), default=-1, metavar="N", help=t("help.go.asks"))
+    go.add_argument("--rounds", type=_whole(1), default=3, metavar="N", help=t("help.go.rounds"))
+    go.add_argument("--no-goal", action="store_true", help=t("help.go.no_goal"))
+    go.add_argument("--judge-can-run", action="store_true", help=t("help.go.judge_can_run"))
+    go.add_argument("--timeout", type=_seconds, default=1800.0, metavar="SECONDS", help=t("help.go.timeout"))
+    go.add_argument("--isolate", action="store_true", help=t("help.go.isolate"))
+    go.add_argument("--window", type=_whole(1), default=None, metavar="N", help=t("help.go.window"))
+    go.add_argument("--no-handoff", action="store_true", help=t("help.go.no_handoff"))
+    go.add_argument("--new", action="store_true", help=t("help.go.new"))
+    go.add_argument("--clarify-only", action="store_true", help=t("help.go.clarify_only"))
+    go.add_argument("--no-trim", action="store_true", help=t("help.go.no_trim"))
+    go.add_argument("-i", "--instructions", default="", metavar="TEXT", help=t("help.instructions"))
 
-    run = sub.add_parser("run", help="运行一个你写的 workflow", description="运行一个 workflow:模块:属性 或 文件.py:属性。")
-    run.add_argument("target", help="例如 flows.py:main 或 mypkg.flows:build")
+    run = sub.add_parser("run", help=t("help.run"), description=t("help.run.description"))
+    run.add_argument("target", help=t("help.run.target"))
 
-    once = sub.add_parser("once", help="跑一次单 agent(不走流程,不判定)")
-    once.add_argument("prompt", nargs="+", help="给它的话")
-    once.add_argument("-i", "--instructions", default="", metavar="TEXT", help="领域指令,叠加在原生系统提示之后")
-    once.add_argument("-t", "--tools", default="Read,Glob,Grep", metavar="LIST", help="逗号分隔的工具白名单")
-    once.add_argument("-p", "--permission-mode", default="default", choices=PERMISSION_MODES)
-    once.add_argument("-b", "--budget", type=_dollars, default=None, metavar="USD", help="美元预算上限")
-    once.add_argument("--resume", default=None, metavar="SESSION_ID", help="接着一个已有的会话")
-    once.add_argument("--fork", action="store_true", help="和 --resume 一起用:分叉而不是接着")
+    once = sub.add_parser("once", help=t("help.once"))
+    once.add_argument("prompt", nargs="+", help=t("help.once.prompt"))
+    once.add_argument("-i", "--instructions", default="", metavar="TEXT", help=t("help.instructions"))
+    once.add_argument("-t", "--tools", default="Read,Glob,Grep", metavar="LIST", help=t("help.once.tools"))
+    once.add_argument("-p", "--permission-mode", default="default", choices=PERMISSION_MODES,
+                      help=t("help.once.permission_mode"))
+    once.add_argument("-b", "--budget", type=_dollars, default=None, metavar="USD", help=t("help.once.budget"))
+    once.add_argument("--resume", default=None, metavar="SESSION_ID", help=t("help.once.resume"))
+    once.add_argument("--fork", action="store_true", help=t("help.once.fork"))
 
-    status = sub.add_parser("status", help="看这个目录的唤醒状态(只读,一个字节都不写)")
-    status.add_argument("--json", action="store_true", help="以 JSON 输出")
-    status.add_argument("--isolate", action="store_true", help="这次运行用的是 --isolate(工作台在仓库外)")
+    status = sub.add_parser("status", help=t("help.status"))
+    status.add_argument("--json", action="store_true", help=t("help.json"))
+    status.add_argument("--isolate", action="store_true", help=t("help.status.isolate"))
 
-    ask = sub.add_parser("ask", help="旁路问答:问一句\"到哪了\",答完即弃,不进运行的上下文")
-    ask.add_argument("question", nargs="+", help="要问的话")
-    ask.add_argument("--isolate", action="store_true", help="这次运行用的是 --isolate(工作台在仓库外)")
+    ask = sub.add_parser("ask", help=t("help.ask"))
+    ask.add_argument("question", nargs="+", help=t("help.ask.question"))
+    ask.add_argument("--isolate", action="store_true", help=t("help.status.isolate"))
 
-    sub.add_parser("setup", help="配置凭证(API key / 网关 / 模型),写到 ~/.config/flower/.env")
-    check = sub.add_parser("check", help="看看能不能找到凭证(不联网)")
-    check.add_argument("--guards", action="store_true",
-                       help="offline: prove through the CLI that every guard holds (✓/✗ per guard)")
-    check.add_argument("--cli", help="with --guards: the Claude Code CLI to prove (default: the bundled one)")
-    sub.add_parser("demo", help="离线跑一个真实 CLI 会话(对着脚本模型)")
+    sub.add_parser("setup", help=t("help.setup"))
+    check = sub.add_parser("check", help=t("help.check"))
+    check.add_argument("--guards", action="store_true", help=t("help.check.guards"))
+    check.add_argument("--cli", help=t("help.check.cli"))
+    demo = sub.add_parser("demo", help=t("help.demo"))
+    demo.add_argument("-y", "--yes", action="store_true", help=t("help.demo.yes"))
+    demo.add_argument("--keep", action="store_true", help=t("help.demo.keep"))
+    demo.add_argument("--here", action="store_true", help=t("help.demo.here"))
     remote.add_parser(sub)
     for action in sub.choices.values():
         _add_globals(action, sub=True)
+    p.epilog = t("help.epilog") + "\n" + _flag_lines(go)
     return p
+
+
+def _flag_lines(p: argparse.ArgumentParser) -> str:
+    """The go flags, one per line, for ``flower --help``: go is what a bare ``flower`` runs."""
+    lines = []
+    for action in p._actions:
+        if not action.option_strings or action.help in (None, argparse.SUPPRESS) or "-h" in action.option_strings:
+            continue
+        name = ", ".join(action.option_strings) + (f" {action.metavar}" if action.metavar else "")
+        lines.append(f"  {name:<22} {action.help}")
+    return "\n".join(lines)
 
 
 def with_default_cmd(argv: list[str], p: argparse.ArgumentParser | None = None) -> list[str]:

@@ -7,15 +7,18 @@ import asyncio
 import importlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from . import credentials, places
 from .args import parse, parser
-from .demo import demo
+from .demo import cmd_demo
 from .drive import drive, finish, install_signals, shown_runtime
+from .places import exclude_from_git
 from .errors import Exit
+from .messages import t
 from .go import cmd_go
 from .oracle import ask_once
 from .remote import cmd_remote
@@ -30,11 +33,11 @@ def load_target(target: str) -> Any:
 
     mod, sep, attr = target.rpartition(":")
     if not sep or not mod or not attr:
-        raise Exit(1, "需要 模块:属性 形式,例如 flows:main")
+        raise Exit(1, t("run.want_target"))
     if mod.endswith(".py") or os.sep in mod or "/" in mod:
         path = Path(mod)
         if not path.is_file():
-            raise Exit(1, f"找不到 {mod}(当前目录 {Path.cwd()})。给的是文件路径就要能对上;要按模块名导入就别带 .py")
+            raise Exit(1, t("run.no_file", mod=mod, cwd=Path.cwd()))
         sys.path.insert(0, str(path.resolve().parent))
         name = path.stem
     else:
@@ -43,9 +46,9 @@ def load_target(target: str) -> Any:
     try:
         module = importlib.import_module(name)
     except Exception as e:  # noqa: BLE001
-        raise Exit(1, f"导入 '{name}' 失败:{type(e).__name__}: {one_line(e, 300)}") from None
+        raise Exit(1, t("run.import_failed", name=name, error=f"{type(e).__name__}: {one_line(e, 300)}")) from None
     if not hasattr(module, attr):
-        raise Exit(1, f"'{name}' 里没有 '{attr}'")
+        raise Exit(1, t("run.no_attr", name=name, attr=attr))
     obj = getattr(module, attr)
     if callable(obj) and not isinstance(obj, Workflow):
         try:
@@ -53,9 +56,9 @@ def load_target(target: str) -> Any:
         except Exit:
             raise
         except Exception as e:  # noqa: BLE001
-            raise Exit(1, f"调用 '{target}' 出错:{type(e).__name__}: {one_line(e, 300)}") from None
+            raise Exit(1, t("run.call_failed", target=target, error=f"{type(e).__name__}: {one_line(e, 300)}")) from None
     if not isinstance(obj, Workflow):
-        raise Exit(1, f"'{target}' 给出的不是 Workflow,而是 {type(obj).__name__}")
+        raise Exit(1, t("run.not_workflow", target=target, kind=type(obj).__name__))
     return obj
 
 
@@ -83,28 +86,58 @@ def cmd_once(args: argparse.Namespace) -> int:
     ws = places.workspace(args)
     rd = places.run_dir(args, ws)
     if args.fork and not args.resume:
-        raise Exit(2, "--fork 要和 --resume SESSION_ID 一起用")
+        raise Exit(2, t("once.fork_needs_resume"))
     screen = Screen(verbose=args.verbose, events_path=rd / EVENTS_FILE)
     credentials.require(args, screen)
     tools = [t.strip() for t in args.tools.split(",") if t.strip()]
     spec = AgentSpec("ad-hoc", args.instructions, allowed_tools=tools, permission_mode=args.permission_mode,
                      max_budget_usd=args.budget)
     runtime = shown_runtime(screen, workspace=ws, run_dir=rd, trim=args.trim, workbench=bool(args.workbench))
+    exclude_from_git(ws, rd, ws / ".flower")
+    tally = _ToolTally()
 
     async def go() -> Any:
         install_signals(asyncio.get_running_loop(), runtime, screen, None)
         return await runtime.run(spec, " ".join(args.prompt), step_name="ad-hoc", resume=args.resume,
-                                 fork=args.fork, on_event=screen.event)
+                                 fork=args.fork, on_event=tally.watch(screen.event))
 
     try:
         r = asyncio.run(go())
-        screen.say(f"\n总花费 ${runtime.total_cost():.4f} · 会话 {r.session_id} · 清单 {runtime.manifest_path}")
+        screen.say(t("once.total", cost=runtime.total_cost(), session=r.session_id, manifest=runtime.manifest_path))
         if not r.ok:
-            raise Exit(1, f"没成:{one_line(r.error or '未知错误', 300)}")
+            raise Exit(1, t("once.failed", error=one_line(r.error or t("once.unknown_error"), 300)))
+        if tally.denied and not tally.done:
+            raise Exit(1, t("once.denied", tools=", ".join(dict.fromkeys(tally.denied))))
         return 0
     finally:
         runtime.close()
         screen.close()
+
+
+_DENIED = re.compile(r"PreToolUse:\w+ hook error|permission|denied|not allowed|haven't granted|blocked", re.I)
+
+
+class _ToolTally:
+    """What became of the agent's tool calls: denied ones by name, and whether any call went through."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.denied: list[str] = []
+        self.done = False
+
+    def watch(self, show: Callable[[Any], None]) -> Callable[[Any], None]:
+        def on_event(ev: Any) -> None:
+            p = ev.payload or {}
+            if ev.kind == "tool_call" and p.get("id"):
+                self.names[p["id"]] = ev.tool
+            elif ev.kind == "tool_result":
+                if p.get("is_error") and _DENIED.search(ev.text or ""):
+                    self.denied.append(self.names.get(p.get("tool_use_id") or "", "?"))
+                elif not p.get("is_error"):
+                    self.done = True
+            show(ev)
+
+        return on_event
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -114,18 +147,22 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         state = read_state(ws, rd, isolate=args.isolate)
     except (RuntimeError, OSError) as e:
-        raise Exit(1, f"读不了运行状态:{one_line(e, 300)}")
+        raise Exit(1, t("status.unreadable", error=one_line(e, 300)))
     if args.json:
         print(json.dumps(_jsonable(state), ensure_ascii=False, indent=2))
         return 0
-    print(f"flower status · {tilde(ws)} · 运行目录 {tilde(rd)}")
-    nxt = (f"接着上次(第 {max(1, int(state.get('woke') or 0))} 次唤醒)" if state.get("waking")
-           else "从头开始(先问清需求)")
-    print(f"- 在这里跑 flower 会:{nxt}")
+    print(t("status.head", ws=tilde(ws), rd=tilde(rd)))
+    if state.get("waking") and state.get("done"):
+        nxt = t("status.done")
+    elif state.get("waking"):
+        nxt = t("status.continue", n=max(1, int(state.get("woke") or 0)))
+    else:
+        nxt = t("status.fresh")
+    print(t("status.next", what=nxt))
     for line in snapshot(state):
         print(f"- {line}" if not line.startswith("  ") else f"  {line}")
     if not rd.is_dir():
-        print("- 这里还没跑过(没有运行目录)")
+        print(t("status.never"))
     return 0
 
 
@@ -155,9 +192,9 @@ def cmd_setup(args: argparse.Namespace) -> int:
     from ..core.credentials import TOKEN_KEYS, load_dotenv, user_env_file
 
     if not (isatty(sys.stdin) and isatty(sys.stdout)):
-        raise Exit(1, f"flower setup 要在终端里跑;不在终端就手写 {tilde(user_env_file())}(ANTHROPIC_API_KEY=…)")
+        raise Exit(1, t("setup.needs_terminal", path=tilde(user_env_file())))
     configured = user_env_file().is_file() or bool(load_dotenv()) or any(os.environ.get(k) for k in TOKEN_KEYS)
-    return 0 if credentials.configure("重新配置。" if configured else "还没配过凭证。") else 1
+    return 0 if credentials.configure(t("creds.again") if configured else t("creds.not_yet")) else 1
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -174,13 +211,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     except RuntimeError as e:
         print(f"flower: {e}", file=sys.stderr)
         return 2
-    print(f"flower: credentials found ({key})")
+    print("flower: " + t("creds.found", key=key))
     return 0
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "go": cmd_go, "run": cmd_run, "once": cmd_once, "status": cmd_status, "ask": cmd_ask,
-    "setup": cmd_setup, "check": cmd_check, "demo": lambda args: asyncio.run(demo()),
+    "setup": cmd_setup, "check": cmd_check, "demo": cmd_demo,
     "remote": cmd_remote,
 }
 
@@ -199,13 +236,13 @@ def main(argv: list[str] | None = None) -> int:
                 pass
         return e.code
     except KeyboardInterrupt:
-        print("\nflower: 已取消", file=sys.stderr)
+        print("\nflower: " + t("main.cancelled"), file=sys.stderr)
         return 130
     except Exception as e:  # noqa: BLE001 - a user sees one line; -v shows where it came from
         if getattr(args, "verbose", False):
             import traceback
 
             traceback.print_exc()
-        print(f"flower: 出错了:{type(e).__name__}: {one_line(e, 400)}(加 -v 看完整的 traceback)", file=sys.stderr)
+        print("flower: " + t("main.crashed", kind=type(e).__name__, error=one_line(e, 400)), file=sys.stderr)
         return 1
 

@@ -11,13 +11,13 @@ import sys
 import threading
 from typing import Any, Callable
 
+from .messages import t
 from .screen import Screen
 from .terminal import one_line
 
 
-PROMPT_ANSWER = "你的回答 (回车=跳过,让它自己判断) > "
-PROMPT_IDLE = "(直接说 = 加需求,下个检查点送达;? 开头 = 顺便问一句,不打扰它干活) > "
-PROMPT_INTERRUPT = "要说什么 (直接回车 = 只打断,接着跑) > "
+PROMPT_ANSWER, PROMPT_IDLE, PROMPT_INTERRUPT = "console.answer", "console.idle", "console.interrupt"
+"""Catalogue keys of the three prompts the last line shows."""
 ORACLE_WAIT_S = 120.0
 
 
@@ -71,7 +71,7 @@ class Console:
             head = PROMPT_ANSWER
         else:
             head = PROMPT_IDLE
-        return head + self.typed
+        return t(head) + self.typed
 
     # -- the terminal, key by key --------------------------------------------------------
     def _keys_on(self) -> None:
@@ -136,16 +136,15 @@ class Console:
     def ctrl_c(self) -> None:
         if self.interrupting:
             self.quitting = True
-            self.screen.say("! 再按了一次 Ctrl-C:退出")
+            self.screen.say(t("console.quit"))
             if self.main is not None:
                 self.main.cancel()
             return
         self.interrupting = True
         waiting = len(self.channel.pending()) if self.channel is not None else 0
-        self.screen.say("! 要打断这一轮:说句话再回车,它会带着你的话接着干。正在跑的 subagent 会丢掉半成品。"
-                        "(再按一次 Ctrl-C = 退出)")
+        self.screen.say(t("console.interrupting"))
         if waiting:
-            self.screen.say(f"  (有 {waiting} 个提问还等着,打断不影响它们)")
+            self.screen.say(t("console.still_waiting", n=waiting))
 
     # -- the reading thread ------------------------------------------------------------
     def _read(self) -> None:
@@ -186,15 +185,16 @@ class Console:
         try:
             self._route(raw.rstrip("\r"))
         except Exception as e:  # noqa: BLE001 - a routing bug must not kill the reader
-            self.screen.say(f"x 没处理好这行输入:{type(e).__name__}: {e}")
+            self.screen.say(t("console.bad_line", error=f"{type(e).__name__}: {e}"))
 
     def _route(self, line: str) -> None:
         text = line.strip()
         if self.interrupting:
             self.interrupting = False
             self.runtime.interrupt(text)  # thread-safe itself
-            self.screen.say("! 已打断这一轮" + (f",带着你的话接着干:{one_line(text, 80)}" if text else ",接着跑")
-                            + "(在下一个消息边界生效)")
+            self.screen.say(t("console.interrupted") + (t("console.interrupted_with", text=one_line(text, 80)) if text
+                                                        else t("console.interrupted_plain"))
+                            + t("console.interrupted_when"))
             return
         if text.startswith(("?", "？")):
             question = text[1:].strip()
@@ -211,7 +211,7 @@ class Console:
         if not text:
             return
         if self.channel is None:
-            self.screen.say("! 这个流程没有提问通道,收不到你的话(? 开头可以问旁路)")
+            self.screen.say(t("console.no_channel"))
             return
         self.channel.send(text)
 
@@ -226,5 +226,5 @@ class Console:
         waiting = [f for f in self.oracles if not f.done()]
         if not waiting:
             return
-        self.screen.say(f"(等 {len(waiting)} 条旁路问答收尾…)")
+        self.screen.say(t("console.draining", n=len(waiting)))
         await asyncio.wait([asyncio.wrap_future(f) for f in waiting], timeout=timeout)

@@ -9,12 +9,13 @@ import sys
 from pathlib import Path
 
 from .errors import Exit
+from .messages import t
 from .screen import Screen
 from .terminal import isatty, tilde
 
 
-NO_CREDS = ("缺少凭证:把 ANTHROPIC_API_KEY 或 ANTHROPIC_AUTH_TOKEN export 进环境,或写进 ./.env 或 "
-            "~/.config/flower/.env(在终端里跑 `flower setup` 会帮你写)")
+NO_CREDS = "creds.missing"
+"""The catalogue key of the one line said when no credentials are found."""
 
 
 def _mask(value: str) -> str:
@@ -33,14 +34,14 @@ def require(args: argparse.Namespace, screen: Screen | None = None) -> None:
         if getattr(args, "verbose", False):
             print(f"flower: {e}", file=sys.stderr)
         # configure() returns True only once the token it wrote is in the environment
-        if not (isatty(sys.stdin) and isatty(sys.stdout)) or not configure("还没配过凭证。"):
-            raise Exit(1, NO_CREDS)
+        if not (isatty(sys.stdin) and isatty(sys.stdout)) or not configure(t("creds.not_yet")):
+            raise Exit(1, t(NO_CREDS))
     if getattr(args, "verbose", False) and screen is not None:
         for key in SETTINGS_KEYS:
             value = os.environ.get(key)
             if value:
                 shown = _mask(value) if "KEY" in key or "TOKEN" in key else value
-                where = taken.get(key, "进程环境")
+                where = taken.get(key, t("creds.process_env"))
                 screen.say(f"- {key}={shown}({where})")
 
 
@@ -49,7 +50,7 @@ def write_env(values: dict[str, str], path: Path | None = None) -> Path:
     from ..core.credentials import user_env_file
     from ..core.files import write_atomic
 
-    lines = ["# 由 `flower setup` 写。里面有凭证:别提交进版本库。"]
+    lines = [t("creds.file_head")]
     lines += [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in values.items() if v]
     return write_atomic(path or user_env_file(), "\n".join(lines) + "\n", private=True)
 
@@ -71,22 +72,22 @@ def configure(reason: str) -> bool:
     from ..core.credentials import user_env_file
 
     path = user_env_file()
-    print("== 配置 flower " + "=" * 40)
+    print(t("creds.title") + "=" * 40)
     print(reason)
-    print(f"凭证会存到 {tilde(path)}(只你可读)。装一次,处处生效。\n")
+    print(t("creds.where", path=tilde(path)))
     try:
-        token = input("1. 你的 API key 或网关 token (Anthropic 官方的 sk-ant-… 或第三方网关签发的)\n   > ")
+        token = input(t("creds.ask_token"))
         if not token.strip():
-            print("没给 token,取消。", file=sys.stderr)
+            print(t("creds.no_token"), file=sys.stderr)
             return False
-        base = input("\n2. 网关地址 (直接回车 = Anthropic 官方;第三方网关填它的 BASE_URL)\n   > ")
-        model = input("\n3. 模型名 (直接回车 = 默认;网关有自己的模型名就填)\n   > ")
+        base = input(t("creds.ask_base"))
+        model = input(t("creds.ask_model"))
     except (EOFError, KeyboardInterrupt):
-        print("\n已取消", file=sys.stderr)
+        print(t("creds.cancelled"), file=sys.stderr)
         return False
     values = setup_values(token, base, model)
     write_env(values, path)
     for key, value in values.items():
         os.environ[key] = value
-    print(f"\n+ 存好了:{tilde(path)}")
+    print(t("creds.saved", path=tilde(path)))
     return True

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .console import Console
 from .errors import Exit
+from .messages import t
 from .oracle import aside
 from .screen import Screen
 from .terminal import isatty, one_line
@@ -38,7 +39,7 @@ def install_signals(loop: asyncio.AbstractEventLoop, runtime: Any, screen: Scree
         finally:
             if console is not None:
                 console.stop()
-            screen.say(f"! 收到 {sig.name}:在途的步骤已记进 {runtime.manifest_path}", err=True)
+            screen.say(t("drive.signal", sig=sig.name, manifest=runtime.manifest_path), err=True)
             screen.close()
             try:
                 loop.remove_signal_handler(sig)
@@ -88,7 +89,7 @@ async def drive(wf: Any, runtime: Any, screen: Screen, *, listen: bool, oracle_c
         return await wf.run(runtime, on_event=screen.event)
     except asyncio.CancelledError:
         if console is not None and console.quitting:
-            raise Exit(130, "已退出(在途的步骤已记进清单)") from None
+            raise Exit(130, t("drive.quit")) from None
         raise
     finally:
         if console is not None:
@@ -98,12 +99,12 @@ async def drive(wf: Any, runtime: Any, screen: Screen, *, listen: bool, oracle_c
 
 def finish(ctx: dict[str, Any], runtime: Any, screen: Screen) -> int:
     """The total; 0 when the workflow got through, else why it stopped, as one line (with a hint for credentials)."""
-    screen.say(f"\n总花费 ${runtime.total_cost():.4f} · 清单 {runtime.manifest_path}")
+    screen.say(t("drive.total", cost=runtime.total_cost(), manifest=runtime.manifest_path))
     stopped = ctx.get("_failed_at")  # RunState.failed_at, as mirrored into the context
     if not stopped:
         return 0
     r = (ctx.get("_results") or {}).get(stopped)
-    why = ctx.get("_aborted") or (r.error if r is not None and r.error else "") or "没通过检查"
+    why = ctx.get("_aborted") or (r.error if r is not None and r.error else "") or t("drive.not_passed")
     if re.search(r"\b401\b|invalid.{0,8}(api.?key|token)|authentication|unauthori[sz]ed", str(why), re.I):
-        why += "(看起来是凭证不对:跑 `flower setup` 重配,或者检查 ANTHROPIC_API_KEY / ANTHROPIC_BASE_URL)"
-    raise Exit(1, f"在步骤 '{stopped}' 中止:{one_line(why, 300)}")
+        why += t("drive.creds_hint")
+    raise Exit(1, t("drive.stopped", step=stopped, why=one_line(why, 300)))

@@ -13,47 +13,57 @@ from ..core.errors import ConfigError, ManifestError
 from . import credentials, places
 from .drive import drive, finish, shown_runtime
 from .errors import Exit
+from .messages import t
 from .oracle import ask_once
 from .screen import EVENTS_FILE, Screen
-from .state import read_state
+from .places import exclude_from_git
+from .state import clear_done, mark_done, read_state
 from .terminal import isatty, one_line, tilde, tokens_k
 
 
-EMPTY_ASK = "诉求是空的。直接 `flower` 然后按提示输入,或者 flower \"帮我做一个 X\"。"
-FRESH_PROMPT = "要做什么? 一句话就够,回车开始(Ctrl-C 退出)"
-WAKE_PROMPT = "接着上次? 直接回车 = 接着做;也可以说点新的;/new = 重开一件事(Ctrl-C 退出)"
+EMPTY_ASK, FRESH_PROMPT, WAKE_PROMPT, DONE_PROMPT = "go.empty_ask", "go.fresh_prompt", "go.wake_prompt", "go.done_prompt"
+"""Catalogue keys: the empty-ask error and the three prompts of a bare ``flower``."""
 
 
 def _read_ask(state: dict[str, Any], new: bool) -> tuple[str, bool]:
-    """No ask on the command line: ask at the terminal, or read it from a pipe."""
+    """No ask on the command line: ask at the terminal, or read it from a pipe.
+
+    A job the judge called achieved is not continued on Enter: that would spend more paid rounds on
+    finished work. Enter (or /new) starts something new; /continue goes on anyway.
+    """
+    done = bool(state.get("done")) and bool(state.get("waking"))
     if not isatty(sys.stdin):
         try:
             text = sys.stdin.read() if sys.stdin is not None else ""
         except (OSError, ValueError):
             text = ""
+        if done and not new and not text.strip():
+            raise Exit(1, t("go.done_piped"))
         return text.strip(), new
     while True:
         waking = bool(state.get("waking")) and not new
-        print(WAKE_PROMPT if waking else FRESH_PROMPT, flush=True)
+        print(t(DONE_PROMPT if waking and done else WAKE_PROMPT if waking else FRESH_PROMPT), flush=True)
         try:
             text = input("> ").strip()
         except (EOFError, KeyboardInterrupt):
             print()
-            raise Exit(1, "已取消") from None
-        if text == "/new":
+            raise Exit(1, t("main.cancelled")) from None
+        if text == "/new" or (waking and done and not text):
             new = True
             continue
+        if text == "/continue" and waking:
+            return "", new
         if not text and not waking:
-            raise Exit(1, EMPTY_ASK)
+            raise Exit(1, t(EMPTY_ASK))
         return text, new
 
 
 def _banner(ws: Path, state: dict[str, Any], runtime: Any) -> str:
     from ..workflow.starter import WORK_STEP
 
-    bits = ["需求已确认"]
+    bits = [t("go.banner.brief")]
     if state.get("checks"):
-        bits.append(f"目标 {state['checks']} 条")
+        bits.append(t("go.banner.checks", n=state["checks"]))
     sid = (state.get("steps") or {}).get(WORK_STEP)
     if sid:
         try:
@@ -61,9 +71,9 @@ def _banner(ws: Path, state: dict[str, Any], runtime: Any) -> str:
         except Exception:  # noqa: BLE001 - the banner is a courtesy
             used = 0
         if used:
-            bits.append(f"干活上下文 {tokens_k(used)}")
-    bits.append(f"第 {max(1, int(state.get('woke') or 0))} 次唤醒")
-    return f"<- 在 {tilde(ws)} 接上上次  " + " · ".join(bits)
+            bits.append(t("go.banner.context", k=tokens_k(used)))
+    bits.append(t("go.banner.woke", n=max(1, int(state.get("woke") or 0))))
+    return t("go.banner", ws=tilde(ws), bits=" · ".join(bits))
 
 
 def _handoff_policy(args: argparse.Namespace) -> Any:
@@ -92,20 +102,21 @@ def starter_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_go(args: argparse.Namespace) -> int:
-    from ..workflow import starter_flow, starter_paths
-    from ..workflow.starter import is_git_repo  # the flow's own check, made before the ask is read
+    from ..docs.verdict import Verdict
+    from ..workflow import VERDICT_KEY, starter_flow, starter_paths
+    from ..workflow.paths import is_git_repo  # the flow's own check, made before the ask is read
 
     ws = places.workspace(args)
     rd = places.run_dir(args, ws, create=False)
     if args.isolate and not is_git_repo(ws):
-        raise Exit(1, f"--isolate 要求 {ws} 是 git 仓库(每个 subagent 要分一份 worktree)。先 git init,或者去掉 --isolate。")
+        raise Exit(1, t("go.isolate_needs_git", path=ws))
     paths = starter_paths(ws, run_dir=rd, isolate=args.isolate)
     screen = Screen(verbose=args.verbose, brief_path=paths.brief)
     credentials.require(args, screen)
     try:
         state = read_state(ws, rd, isolate=args.isolate)
     except (ManifestError, OSError) as e:
-        raise Exit(1, f"读不了上次的运行状态:{one_line(e, 300)}")
+        raise Exit(1, t("go.state_unreadable", error=one_line(e, 300)))
     ask, new = " ".join(args.ask).strip(), args.new
     if ask.startswith(("?", "？")):
         return ask_once(ask[1:].strip(), args, ws, rd)
@@ -114,8 +125,9 @@ def cmd_go(args: argparse.Namespace) -> int:
     kw = starter_kwargs(args)
     stdin_tty = isatty(sys.stdin)
     if not stdin_tty and kw["timeout_s"] != 0:
-        screen.say("! 标准输入不是终端,没人能回答提问:输入一结束,提问就让它自己判断。无人值守就加 --timeout 0")
+        screen.say(t("go.no_tty"))
     rd = places.run_dir(args, ws)
+    exclude_from_git(ws, rd, paths.workbench)
     try:
         wf = starter_flow(ask, workspace=ws, run_dir=rd, new=new, **kw)
     except ConfigError as e:
@@ -127,12 +139,16 @@ def cmd_go(args: argparse.Namespace) -> int:
             screen.say(_banner(ws, state, runtime))
         listen = stdin_tty or kw["timeout_s"] != 0
         oracle_ctx = {"workspace": ws, "run_dir": rd, "isolate": args.isolate}
+        if not args.clarify_only:
+            clear_done(rd)  # work starts again: the last verdict no longer describes the folder
         ctx = asyncio.run(drive(wf, runtime, screen, listen=listen, oracle_ctx=oracle_ctx))
         code = finish(ctx, runtime, screen)
         if code == 0:
-            done = "需求已确认" if args.clarify_only else "完成"
-            screen.say(f"+ {done} · 需求 {tilde(paths.brief)}" + ("" if args.no_goal or args.clarify_only
-                                                             else f" · 目标 {tilde(paths.goal)}"))
+            verdict = ctx.get(VERDICT_KEY)
+            if isinstance(verdict, Verdict) and verdict.achieved and not args.clarify_only:
+                mark_done(rd, str(verdict.state))
+            screen.say(t("go.clarified" if args.clarify_only else "go.done", brief=tilde(paths.brief))
+                       + ("" if args.no_goal or args.clarify_only else t("go.goal_path", goal=tilde(paths.goal))))
         return code
     finally:
         runtime.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import credentials
 from .errors import Exit
+from .messages import t
 from .screen import EVENT_TEXT_MAX, EVENTS_FILE, ORACLE_WINDOW, Screen, event_line
 from .state import read_state, snapshot
 from .terminal import clean, one_line, tilde
@@ -63,7 +64,7 @@ async def aside(question: str, screen: Screen, *, workspace: Path, run_dir: Path
             state = read_state(workspace, run_dir, isolate=isolate)
         except (RuntimeError, OSError) as e:
             state = {}
-            screen.say(f"! 读不了运行状态:{one_line(e, 120)}")
+            screen.say(t("oracle.state_unreadable", error=one_line(e, 120)))
         events = list(screen.recent) if live else _tail_events(run_dir)
         prompt = ORACLE_PROMPT.format(
             question=question, snapshot="\n".join(f"- {x}" for x in snapshot(state)) or "- (什么都没有)",
@@ -78,25 +79,25 @@ async def aside(question: str, screen: Screen, *, workspace: Path, run_dir: Path
     except Exit:
         raise
     except Exception as e:  # noqa: BLE001 - the oracle never disturbs the run
-        screen.say(f"x 旁路问答失败:{type(e).__name__}: {one_line(e, 200)}")
+        screen.say(t("oracle.failed", error=f"{type(e).__name__}: {one_line(e, 200)}"))
         return 0.0
     if not r.ok:
-        screen.say(f"x 旁路问答失败:{one_line(r.error or '没有回答', 200)}")
+        screen.say(t("oracle.failed", error=one_line(r.error or t("oracle.no_answer"), 200)))
         return r.cost_usd
-    screen.say("# 旁路")
-    for line in clean(r.text).strip().splitlines() or ["(空)"]:
+    screen.say(t("oracle.head"))
+    for line in clean(r.text).strip().splitlines() or [t("oracle.empty")]:
         screen.say(f"  {line}".rstrip())
-    tail = "没有打扰正在跑的运行" if live else "没有进入那次运行的上下文"
-    screen.say(f"  (${r.cost_usd:.4f},{tail})")
+    tail = t("oracle.live") if live else t("oracle.after")
+    screen.say(t("oracle.tail", cost=r.cost_usd, tail=tail))
     return r.cost_usd
 
 
 def ask_once(question: str, args: argparse.Namespace, ws: Path, rd: Path) -> int:
     """``flower ask`` (and ``flower "?…"``): one answer about a folder's run, from outside any run."""
     if not question:
-        raise Exit(2, "要问点什么,例如 flower ask \"到哪一步了?\"")
+        raise Exit(2, t("oracle.want_question"))
     if not rd.is_dir():
-        raise Exit(1, f"{tilde(ws)} 这里还没跑过 flower(没有 {tilde(rd)}):没什么可问的")
+        raise Exit(1, t("oracle.never_ran", ws=tilde(ws), rd=tilde(rd)))
     screen = Screen(verbose=args.verbose)
     credentials.require(args, screen)
     asyncio.run(aside(question, screen, workspace=ws, run_dir=rd, isolate=getattr(args, "isolate", False),

@@ -14,6 +14,7 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
+from .messages import t
 from .terminal import clean, isatty, one_line, tilde, tokens_k
 
 if TYPE_CHECKING:
@@ -23,6 +24,9 @@ ORACLE_WINDOW = 60
 """Recent events the screen keeps for the oracle (it reads the events file's tail when not live)."""
 EVENT_TEXT_MAX = 200
 EVENTS_FILE = "events.jsonl"
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+SPIN_AFTER_S = 1.0
+"""A model call quiet for this long gets the spinner line (on a terminal only)."""
 
 
 def event_line(record: dict[str, Any]) -> str:
@@ -56,6 +60,11 @@ class Screen:
         self._seen_asks: set[str] = set()
         self._tools: dict[str, str] = {}
         self._events = None
+        self._busy = False  # an attempt is running: its model calls get the spinner
+        self._quiet_since = time.monotonic()
+        self._context = 0
+        self._ticker: threading.Thread | None = None
+        self._closed = threading.Event()
         if events_path is not None:
             try:
                 events_path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,15 +110,43 @@ class Screen:
             self._prompt_shown = False
 
     def _draw_prompt(self) -> None:
-        text = self.prompt() if self.tty else None
-        if text:
+        if not self.tty:
+            return
+        parts = [p for p in (self._spinner(), self.prompt()) if p]
+        if parts:
             columns = shutil.get_terminal_size((100, 24)).columns or 100
-            self._prompt_rows = max(0, (_cols(text) - 1) // columns)  # a long prompt wraps
-            self.out.write(text)
+            # rows below the first: one per extra line, plus the ones a long line wraps onto
+            self._prompt_rows = len(parts) - 1 + sum(max(0, (_cols(p) - 1) // columns) for p in parts)
+            self.out.write("\n".join(parts))
             self.out.flush()
             self._prompt_shown = True
 
+    # -- signs of life: the spinner during a model call --------------------------------
+    def _spinner(self) -> str | None:
+        quiet = time.monotonic() - self._quiet_since
+        if not self._busy or quiet < SPIN_AFTER_S:
+            return None
+        frame = SPINNER[int(quiet * 8) % len(SPINNER)]
+        what = self.label or t("screen.waiting_model")
+        if self._context:
+            return f"{frame} " + t("screen.thinking_context", label=what, elapsed=quiet, k=tokens_k(self._context))
+        return f"{frame} " + t("screen.thinking", label=what, elapsed=quiet)
+
+    def _tick(self) -> None:
+        while not self._closed.wait(0.125):
+            if self._busy and time.monotonic() - self._quiet_since >= SPIN_AFTER_S:
+                self.refresh()
+
+    def _alive(self) -> None:
+        """Something happened: the spinner restarts its clock (and the ticker runs, on a terminal)."""
+        self._quiet_since = time.monotonic()
+        if self.tty and self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, name="flower-spinner", daemon=True)
+            self._ticker.start()
+
     def close(self) -> None:
+        self._busy = False
+        self._closed.set()
         self.hide_prompt()
         if self._events is not None:
             try:
@@ -122,6 +159,10 @@ class Screen:
     def event(self, ev: Any) -> None:
         """Render one Event; a rendering bug never stops the run."""
         try:
+            self._alive()
+            context = (ev.payload or {}).get("context")
+            if isinstance(context, int) and context > 0 and not (ev.payload or {}).get("subagent"):
+                self._context = context
             self._remember(ev)
             self._render(ev)
         except Exception as e:  # noqa: BLE001
@@ -153,12 +194,12 @@ class Screen:
         if k == "step":
             self.label = ev.text
             if p.get("skipped"):
-                self.say(f". {ev.text} —— 已经有了,跳过")
+                self.say(t("screen.skipped", step=ev.text))
                 return
             head = f"== {ev.text} ({int(p.get('index', 0)) + 1}/{p.get('total', '?')}) "
             self.say("\n" + head + "=" * max(4, self.width - _cols(head)))
             if p.get("resumed"):
-                self.say("<- 接着上次的会话")
+                self.say(t("screen.resumed"))
         elif k == "text":
             if sub and not self.verbose:
                 return
@@ -167,7 +208,7 @@ class Screen:
             for line in lines[:limit]:
                 self.say(f"{bar}  {line}".rstrip())
             if len(lines) > limit:
-                self.say(f"{bar}  …(还有 {len(lines) - limit} 行,-v 看全部)")
+                self.say(f"{bar}  " + t("screen.more_lines", n=len(lines) - limit))
         elif k == "thinking":
             if sub and not self.verbose:
                 return
@@ -180,10 +221,10 @@ class Screen:
             if ev.tool == ASK_TOOL:
                 return  # the ask event shows the question
             if ev.tool == INBOX_TOOL:
-                self.say(f"{bar}* 查收件箱")
+                self.say(bar + t("screen.inbox"))
             elif ev.tool in ("Agent", "Task"):
                 who = inp.get("subagent_type") or "subagent"
-                self.say(f"{bar}> 派给 {who}:{one_line(inp.get('description') or ev.text, self.width - 16)}")
+                self.say(bar + t("screen.dispatch", who=who, what=one_line(inp.get("description") or ev.text, self.width - 16)))
             else:
                 self.say(f"{bar}* {ev.tool} {one_line(ev.text, self.width - len(ev.tool) - 8)}".rstrip())
         elif k == "tool_result":
@@ -191,7 +232,7 @@ class Screen:
             if p.get("is_error"):
                 self.say(f"{bar}x {one_line(ev.text, self.width - 6)}")
             elif tool in ("Agent", "Task") and not sub:
-                self.say(f"<- 报告交回来了:{one_line(_gist(_full_text(ev)), self.width - 12)}")
+                self.say(t("screen.report", gist=one_line(_gist(_full_text(ev)), self.width - 12)))
             elif self.verbose:
                 self.say(f"{bar}  → {one_line(ev.text, self.width - 8)}")
         elif k == "ask":
@@ -205,7 +246,7 @@ class Screen:
             self.say(f"{bar}x {one_line(ev.text, self.width - 6)}")
         elif k == "reset":
             pre, post = p.get("pre_tokens"), p.get("post_tokens")
-            self.say("# 上下文被压缩了" + (f"({tokens_k(pre)} → {tokens_k(post)})" if pre and post else ""))
+            self.say(t("screen.compacted_sizes", pre=tokens_k(pre), post=tokens_k(post)) if pre and post else t("screen.compacted"))
         elif k == "task":
             if ev.text:
                 self.say(f"! {one_line(ev.text, 400)}")
@@ -216,7 +257,7 @@ class Screen:
                 self.say(f"{bar}  » {one_line(ev.text, self.width - 8)}")
         elif k == "system":
             if self.verbose and ev.text == "init" and p.get("session_id"):
-                self.say(f"{bar}- 会话 {p['session_id']}")
+                self.say(f"{bar}- session {p['session_id']}")
         elif k in ("result", "unknown"):
             return
         elif self.verbose:
@@ -225,9 +266,9 @@ class Screen:
     def _ask(self, ev: Any) -> None:
         p = ev.payload or {}
         if p.get("kind") == "mail":
-            where = ("已追加进确认书" if self.brief_path is not None and self.brief_path.exists()
-                     else "没有确认书可落盘 —— 它可能活不过下一个步骤")
-            self.say(f"+ 收到 (它下次查收件箱时会看到;{where})")
+            where = (t("screen.mail_saved") if self.brief_path is not None and self.brief_path.exists()
+                     else t("screen.mail_unsaved"))
+            self.say(t("screen.mail", where=where))
             return
         state, qid = p.get("state"), str(p.get("id") or "")
         waited = qid in self._seen_asks
@@ -240,64 +281,68 @@ class Screen:
             for i, opt in enumerate(p.get("options") or [], 1):
                 self.say(f"     {i}) {clean(opt)}")
             if state == "asked" and isinstance(p.get("remaining"), int) and p["remaining"] >= 0:
-                self.say(f"     (还能问 {p['remaining']} 次)")
+                self.say(t("screen.asks_left", n=p["remaining"]))
             if state == "asked":
                 self.refresh()
                 return
         if state == "answered":
-            self.say(f"  + {one_line(p.get('answer') or '(空回复)', self.width - 6)}")
+            self.say(f"  + {one_line(p.get('answer') or t('screen.empty_reply'), self.width - 6)}")
         elif state == "timeout" and not waited:
-            self.say("  ! 没人值守(--timeout 0)—— 它自己判断,把假设记进「未知与假设」")
+            self.say(t("screen.unattended"))
         elif state == "timeout":
-            self.say("  ! 无人应答 —— 它会自己判断,把假设记进「未知与假设」")
+            self.say(t("screen.no_answer"))
         elif state == "over_budget":
-            self.say("  ! 提问额度用完 —— 它会自己判断")
+            self.say(t("screen.over_budget"))
         elif state == "declined":
             why = p.get("answer") or ""
-            self.say("  . 已跳过" + (f"({why})" if why else "") + " —— 它会自己判断")
+            self.say(t("screen.declined_why", why=why) if why else t("screen.declined"))
         elif state == "invalid":
-            self.say("  x 问题是空的,让它写清楚再问")
+            self.say(t("screen.invalid"))
         self.refresh()
 
     def _handoff(self, ev: Any) -> None:
         p = ev.payload or {}
         phase = p.get("phase")
         if phase == "near":
-            self.say(f"# 上下文 {tokens_k(int(p.get('used') or 0))},快到交接线 {tokens_k(int(p.get('at') or 0))}")
+            self.say(t("screen.near", used=tokens_k(int(p.get("used") or 0)), at=tokens_k(int(p.get("at") or 0))))
         elif phase == "writing":
-            self.say("# 上下文满了 —— 写交接书准备换代")
+            self.say(t("screen.writing"))
         elif phase == "done":
             if p.get("degraded"):
-                self.say("x 交接没写成,用了降级版本 —— 接手的人会自己去现场看")
+                self.say(t("screen.degraded"))
             if p.get("path"):
-                self.say(f"<- 交接写在 {tilde(p['path'])}")
-            self.say("<- 新会话接手,上下文从头开始")
+                self.say(t("screen.handoff_at", path=tilde(p["path"])))
+            self.say(t("screen.new_session"))
         else:
             self.say(f"# {one_line(ev.text, self.width)}")
 
     # -- attempts (from the runtime) ---------------------------------------------------
     def attempt(self, label: str) -> None:
         self.label = label
+        self._busy, self._context = True, 0
+        self._alive()
         if "·判定#" in label:
-            self.say(f"- {label}:独立判定这一轮(新会话,没参与干活)")
+            self.say(t("screen.judging", label=label))
         elif "#round" in label:
-            self.say(f"- {label}:没达成,接着同一个会话再干一轮")
+            self.say(t("screen.round", label=label))
         elif "#retry" in label:
-            self.say(f"- {label}:重来一次")
+            self.say(t("screen.retry", label=label))
 
     def attempt_done(self, r: Any, total: float) -> None:
-        bits = [f"${r.cost_usd:.4f}", f"{r.num_turns} 轮", f"{r.duration_s:.1f}s"]
+        self._busy = False
+        bits = [f"${r.cost_usd:.4f}", t("screen.turns", n=r.num_turns), f"{r.duration_s:.1f}s"]
         if r.context:
-            bits.append(f"上下文 {tokens_k(r.context)}")
+            bits.append(t("screen.context", k=tokens_k(r.context)))
         if r.attempts > 1:
-            bits.append(f"试了 {r.attempts} 次")
+            bits.append(t("screen.attempts", n=r.attempts))
         if r.retired:
-            bits.append(f"换代 {len(r.retired)} 次")
-        bits.append(f"累计 ${total:.4f}")
+            bits.append(t("screen.retired", n=len(r.retired)))
+        bits.append(t("screen.total", cost=total))
         if r.ok:
             self.say(f"+ {r.step} · " + " · ".join(bits))
         else:
-            self.say(f"x {r.step} 没成:{one_line(r.error or '未知错误', 200)} · " + " · ".join(bits))
+            self.say(t("screen.step_failed", step=r.step, error=one_line(r.error or t("once.unknown_error"), 200),
+                       bits=" · ".join(bits)))
 
 
 def _full_text(ev: Event) -> str:

@@ -2,10 +2,36 @@
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
+from .messages import t
 from .terminal import one_line, tilde
+
+
+DONE_FILE = "done.json"
+"""In the run dir while the judge's last word on the job is "achieved"; any later round removes it."""
+
+
+def read_done(rd: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((rd / DONE_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def mark_done(rd: Path, verdict: str) -> None:
+    from ..core.files import write_atomic
+
+    write_atomic(rd / DONE_FILE, json.dumps({"verdict": verdict, "at": time.strftime("%Y-%m-%d %H:%M:%S")},
+                                            ensure_ascii=False) + "\n")
+
+
+def clear_done(rd: Path) -> None:
+    (rd / DONE_FILE).unlink(missing_ok=True)
 
 
 def read_state(ws: Path, rd: Path, *, isolate: bool = False) -> dict[str, Any]:
@@ -21,7 +47,7 @@ def read_state(ws: Path, rd: Path, *, isolate: bool = False) -> dict[str, Any]:
     state.update(workspace=paths.workspace, run_dir=paths.run_dir, workbench=paths.workbench, log=paths.log,
                  brief_doc=Brief.load(paths.brief), goal_doc=Goal.load(paths.goal), last_run=last,
                  last_results=[r for r in rows if r.get("run") == last],
-                 handoffs=sorted(paths.notes.glob("交接-*.md")))
+                 handoffs=sorted(paths.notes.glob("交接-*.md")), done=read_done(paths.run_dir))
     return state
 
 
@@ -30,27 +56,30 @@ def snapshot(state: dict[str, Any]) -> list[str]:
     lines = []
     brief, goal = state.get("brief_doc"), state.get("goal_doc")
     if state.get("waking"):
-        lines.append(f"需求已确认({tilde(state['brief'])})")
+        lines.append(t("state.brief_ok", path=tilde(state["brief"])))
         if brief is not None and brief.goal:
-            lines.append("  目标:" + one_line(brief.goal, 200))
+            lines.append(t("state.goal_line", text=one_line(brief.goal, 200)))
     else:
-        lines.append("需求还没确认" + ("(确认书不完整)" if brief is not None else ""))
+        lines.append(t("state.brief_missing") + (t("state.brief_incomplete") if brief is not None else ""))
     if state.get("checks"):
         unver = len(getattr(goal, "unverifiable", None) or [])
-        lines.append(f"目标 {state['checks']} 条检查" + (f"(其中 {unver} 条此环境无法验证)" if unver else "")
-                     + f"({tilde(state['goal'])})")
+        lines.append(t("state.checks", n=state["checks"], path=tilde(state["goal"]),
+                       unverifiable=t("state.unverifiable", n=unver) if unver else ""))
     if state.get("steps"):
-        lines.append("会话:" + " · ".join(f"{k} {v[:8]}" for k, v in state["steps"].items()))
+        lines.append(t("state.sessions", list=" · ".join(f"{k} {v[:8]}" for k, v in state["steps"].items())))
+    done = state.get("done")
+    if done:
+        lines.append(t("state.done", when=done.get("at") or "?"))
     if state.get("woke"):
-        lines.append(f"这里跑过 {state['woke']} 次")
+        lines.append(t("state.woke", n=state["woke"]))
     rows = state.get("last_results") or []
     if rows:
         cost = sum(float(r.get("cost_usd") or 0) for r in rows)
-        lines.append(f"上次运行 {state.get('last_run')}:{len(rows)} 步,${cost:.4f}")
+        lines.append(t("state.last_run", run=state.get("last_run"), n=len(rows), cost=cost))
         for r in rows:
             mark = "+" if r.get("ok") else "x"
             err = f" —— {one_line(r.get('error'), 100)}" if r.get("error") else ""
             lines.append(f"  {mark} {r.get('step')} ${float(r.get('cost_usd') or 0):.4f}{err}")
     for h in state.get("handoffs") or []:
-        lines.append(f"交接书 {tilde(h)}")
+        lines.append(t("state.handoff", path=tilde(h)))
     return lines

@@ -22,13 +22,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
 from .files import locked, write_atomic
 
 __all__ = ["Lineage", "FILENAME"]
 
-_log = structlog.get_logger("flower.lineage")
+
+def _warn(event: str, **fields: Any) -> None:
+    """structlog, imported only when there is something to say: ``flower status`` reads lineage and stays quick."""
+    import structlog
+
+    structlog.get_logger("flower.lineage").warning(event, **fields)
+
 
 FILENAME = "lineage.json"
 VERSION = 2
@@ -115,20 +119,20 @@ class Lineage:
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as e:
-            _log.warning("lineage.unreadable", path=str(self.path), error=str(e))
+            _warn("lineage.unreadable", path=str(self.path), error=str(e))
             return None
         if not raw.strip():
             return None
         try:
             data: Any = json.loads(raw)
         except ValueError as e:
-            _log.warning("lineage.unreadable", path=str(self.path), error=f"not JSON: {e}")
+            _warn("lineage.unreadable", path=str(self.path), error=f"not JSON: {e}")
             return None
         if not isinstance(data, dict) or not isinstance(data.get("steps"), dict):
-            _log.warning("lineage.unreadable", path=str(self.path), error='no "steps" object')
+            _warn("lineage.unreadable", path=str(self.path), error='no "steps" object')
             return None
         if data.get("workspace") != str(self.workspace):
-            _log.warning("lineage.other_workspace", path=str(self.path), recorded=data.get("workspace"),
+            _warn("lineage.other_workspace", path=str(self.path), recorded=data.get("workspace"),
                          workspace=str(self.workspace))
             return None
         steps = {str(k): v for k, v in data["steps"].items() if isinstance(v, str) and v}
@@ -151,7 +155,7 @@ class Lineage:
                         self.woke = max(self.woke, woke)
                 self._write()
         except OSError as e:
-            _log.warning("lineage.write_failed", path=str(self.path), error=str(e))
+            _warn("lineage.write_failed", path=str(self.path), error=str(e))
 
     def _write(self) -> None:
         data = {"version": VERSION, "workspace": str(self.workspace), "woke": self.woke, "steps": self.steps}

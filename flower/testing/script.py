@@ -219,7 +219,8 @@ class Rule:
     result: in the last message's tool results (`error=True` for error results only);
     system: in the system text; agent: True for subagents, False for the main thread,
     or a substring of the subagent id; session: the session id; nth: only the n-th
-    request (1-based) that meets the other conditions; when: any predicate.
+    request (1-based) that meets the other conditions; when: any predicate; role: one
+    of the role matchers (``CLARIFIER``, ``JUDGE``, ``COORDINATOR``, ``WORKER``, ``ORACLE``).
     `repeat` keeps answering with the last answer once the others are used.
     """
 
@@ -232,6 +233,7 @@ class Rule:
     agent: bool | str | None = None
     session: str | None = None
     when: Callable[[Request], bool] | None = None
+    role: Callable[[Request], bool] | None = None
     nth: int | None = None
     repeat: bool = False
     name: str = ""
@@ -241,19 +243,20 @@ class Rule:
     def __init__(self, *answers: Answer | list[Answer], prompt: Text = None, user: Text = None,
                  result: Text = None, error: bool | None = None, system: Text = None,
                  agent: bool | str | None = None, session: str | None = None,
-                 when: Callable[[Request], bool] | None = None, nth: int | None = None,
-                 repeat: bool = False, name: str = "") -> None:
+                 when: Callable[[Request], bool] | None = None, role: Callable[[Request], bool] | None = None,
+                 nth: int | None = None, repeat: bool = False, name: str = "") -> None:
         flat: list[Answer] = []
         for a in answers:
             flat.extend(a if isinstance(a, list) else [a])
         self.answers = [Reply(tools=[a]) if isinstance(a, ToolUse) else a for a in flat]
         self.prompt, self.user, self.result, self.error = prompt, user, result, error
-        self.system, self.agent, self.session, self.when = system, agent, session, when
+        self.system, self.agent, self.session, self.when, self.role = system, agent, session, when, role
         self.nth, self.repeat, self.used, self.seen = nth, repeat, 0, 0
         self.name = name or self._describe()
 
     def _describe(self) -> str:
-        parts = [f"{k}={v!r}" for k, v in (("prompt", self.prompt), ("user", self.user), ("result", self.result),
+        parts = [f"role={getattr(self.role, 'name', self.role)}"] if self.role is not None else []
+        parts += [f"{k}={v!r}" for k, v in (("prompt", self.prompt), ("user", self.user), ("result", self.result),
                                           ("agent", self.agent)) if v is not None]
         return "Rule(" + ", ".join(parts) + ")"
 
@@ -273,6 +276,8 @@ class Rule:
         if self.result is not None and not (req.results and _hit(self.result, req.result_text)):
             return False
         if not (_hit(self.prompt, req.prompt) and _hit(self.user, req.user) and _hit(self.system, req.system)):
+            return False
+        if self.role is not None and not self.role(req):
             return False
         if self.when is not None and not self.when(req):
             return False

@@ -34,7 +34,8 @@ def worker_rules(ask: str, script: str, *, lead_first: list[Rule] | None = None)
     task = f"WORKER-TASK {ask}"
     brief = BRIEF.replace("做一个 hello.py", ask)
     return [
-        Rule(say(brief), system=CLARIFIER, prompt=ask),
+        # the scripted model reports no tokens unless told (issue 12): the brief's usage is what the wire meters
+        Rule(say(brief, usage={"input_tokens": 1_000, "output_tokens": 100}), system=CLARIFIER, prompt=ask),
         Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标"),
         *(lead_first or []),
         Rule(tool("Agent", {"description": "do it", "prompt": task, "subagent_type": "coder",

@@ -14,7 +14,9 @@ def hello_rules(ask: str = ASK_TEXT) -> list[Rule]:
     then the judge's verdict: 达成."""
     return [
         Rule(tool(ASK, {"question": f"{ask} 用什么语言?", "options": ["Python", "Go"]}), system=CLARIFIER, prompt=ask),
-        Rule(say(BRIEF), system=CLARIFIER, prompt=ask, result="Python"),
+        # the scripted model reports no tokens unless told (issue 12): the brief's usage is the run's cost
+        Rule(say(BRIEF, usage={"input_tokens": 1_000, "output_tokens": 100}), system=CLARIFIER, prompt=ask,
+             result="Python"),
         Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标"),
         Rule(tool("Agent", {"description": "实现 hello.py", "prompt": "WORKER-TASK 写 hello.py", "subagent_type": "coder",
                             "run_in_background": False}), system=LEAD, agent=False, prompt="把上面的需求做成"),

@@ -25,7 +25,8 @@ FLOWER = [sys.executable, "-c", "import sys; from flower.cli import main; sys.ex
 
 def client_env(home: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWER_")}
-    return {**env, "HOME": str(home), "PYTHONUNBUFFERED": "1", "TERM": "xterm", "COLUMNS": "160"}
+    return {**env, "HOME": str(home), "PYTHONUNBUFFERED": "1", "TERM": "xterm", "COLUMNS": "160",
+            "FLOWER_LANG": "zh"}  # the Chinese screen (issue 12 made English the default)
 
 
 def flower(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -14,10 +14,17 @@ import pytest
 
 from flower import cli
 from flower.cli.go import _handoff_policy
+from flower.cli.messages import t
 from flower.cli.oracle import _tail_events
 from flower.cli.screen import _gist
 from flower.core.channel import HumanChannel
 from flower.core.events import Event
+
+
+@pytest.fixture(autouse=True)
+def chinese(monkeypatch):
+    """These checks read the Chinese screens (tests/unit/test_messages.py covers both languages)."""
+    monkeypatch.setenv("FLOWER_LANG", "zh")
 
 
 # -- argv ---------------------------------------------------------------------------------------
@@ -291,7 +298,7 @@ async def test_keys_at_a_terminal_edit_the_line_and_ctrl_c_is_a_key(tmp_path):
     con = cli.Console(screen, ch, rt, asyncio.get_running_loop(), tty=True, stream=io.BytesIO())
     screen.prompt = con._prompt
     assert con._keys("加个 REDME\x7f\x7f\x7fADME\x1b[A\x1b[D") and con.typed == "加个 README"
-    assert con._prompt() == cli.PROMPT_IDLE + "加个 README"
+    assert con._prompt() == t(cli.PROMPT_IDLE) + "加个 README"
     con._keys("\r")
     assert [m.text for m in ch.mail] == ["加个 README"] and con.typed == ""
     con._keys("丢掉这句\x15")
@@ -299,12 +306,12 @@ async def test_keys_at_a_terminal_edit_the_line_and_ctrl_c_is_a_key(tmp_path):
     con._keys("x\x03")
     await asyncio.sleep(0.05)
     assert con.interrupting and con.typed == ""
-    assert con._prompt() == cli.PROMPT_INTERRUPT
+    assert con._prompt() == t(cli.PROMPT_INTERRUPT)
     con._keys("换个做法\n")
     await asyncio.sleep(0.05)
     assert rt.said == ["换个做法"]
     assert con._keys("\x04") is False, "Ctrl-D on an empty line ends the input"
-    assert (cli.PROMPT_IDLE + "加个 README") in out.getvalue(), "the typed line stays on screen"
+    assert (t(cli.PROMPT_IDLE) + "加个 README") in out.getvalue(), "the typed line stays on screen"
 
 
 # -- odds and ends --------------------------------------------------------------------------------
