@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import h11
-import httpx
 import msgspec
 
 from .logging import get_logger
+from .upstream import Upstream, UpstreamError
 from .wire import ResponseReader, Usage, cost_of, tool_results
 
 __all__ = ["Gateway", "Grant", "upstream_of", "run_credentials", "new_token", "SOCKET_NAME", "SECRET_KEYS"]
@@ -136,9 +136,7 @@ class Gateway:
         self._by_hash: dict[str, Grant] = {}
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._tcp: asyncio.AbstractServer | None = None
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(read_timeout, connect=connect_timeout),
-                                         limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-                                         follow_redirects=False, trust_env=False)
+        self._upstream = Upstream(connect_timeout=connect_timeout, read_timeout=read_timeout)
         self.streams = 0
         self.forwarded = 0
         self._conns: dict[asyncio.StreamWriter, str | None] = {}  # open connection → the run whose socket it came on
@@ -202,7 +200,7 @@ class Gateway:
             self._tcp.close()
         for writer in list(self._conns):
             writer.close()
-        await self._client.aclose()
+        await self._upstream.aclose()
 
     # -- one connection ----------------------------------------------------------------------
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, run_id: str | None) -> None:
@@ -217,8 +215,9 @@ class Gateway:
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     break
                 conn.start_next_cycle()
-        except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, OSError, asyncio.CancelledError):
-            pass
+        except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, OSError, asyncio.CancelledError,
+                UpstreamError, TimeoutError):
+            pass  # either side went away mid-answer: the client sees its connection close
         finally:
             self._conns.pop(writer, None)
             writer.close()
@@ -285,20 +284,18 @@ class Gateway:
         headers += [*grant.auth, ("accept-encoding", "identity")]
         agent = next((v.decode("latin-1")[:200] for k, v in req.headers if k == b"x-claude-code-agent-id"), "main")
         started = time.monotonic()
-        upstream = self._client.build_request("POST", grant.upstream + target, headers=headers, content=body)
         try:
-            resp = await self._client.send(upstream, stream=True)
-        except httpx.HTTPError as e:
-            log.warning("gateway.upstream_failed", tenant=grant.tenant, run=grant.run_id, error=type(e).__name__)
-            return await self._send(conn, writer, *_error(502, "api_error",
-                                                          f"the upstream did not answer ({type(e).__name__})"))
+            resp = await self._upstream.post(grant.upstream + target, headers, body)
+        except UpstreamError as e:
+            log.warning("gateway.upstream_failed", tenant=grant.tenant, run=grant.run_id, error=str(e)[:300])
+            return await self._send(conn, writer, *_error(502, "api_error", f"the upstream did not answer ({e})"))
         self.forwarded += 1
-        reader = ResponseReader(stream=resp.headers.get("content-type", "").startswith("text/event-stream"))
+        reader = ResponseReader(stream=resp.header("content-type").startswith("text/event-stream"))
         self.streams += 1
         try:
             writer.write(conn.send(h11.Response(status_code=resp.status_code, headers=[
-                (k, v) for k, v in resp.headers.multi_items() if k.lower() not in _HOP_BACK])))
-            async for chunk in resp.aiter_raw():
+                (k, v) for k, v in resp.headers if k.lower() not in _HOP_BACK])))
+            async for chunk in resp.chunks():
                 writer.write(conn.send(h11.Data(data=chunk)))
                 await writer.drain()
                 reader.feed(chunk)
@@ -306,7 +303,7 @@ class Gateway:
             await writer.drain()
         finally:
             self.streams -= 1
-            await resp.aclose()
+            resp.close()
             reader.close()
             if path == "/v1/messages":
                 # a long conversation is megabytes of JSON: parsed off the loop, after the answer went back
