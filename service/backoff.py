@@ -70,12 +70,15 @@ class RepeatLog:
 
     ``signature`` is what makes two failures "the same error" (its type and message, without run ids), so a full
     disk that fails twenty runs' writes is one streak, not twenty. ``key`` (a run id, "tick", …) says who met it;
-    the streak ends when every key that met it has succeeded again."""
+    the streak ends when every key that met it has succeeded again. The same error back within ``summary_s`` of
+    its recovery (a failure that flaps: a pass that wrote nothing succeeded in between) resumes counting without a
+    second traceback."""
 
     def __init__(self, logger: Any, *, summary_s: float = 60.0, clock: Clock = time.monotonic) -> None:
         self.log, self.summary_s, self._clock = logger, summary_s, clock
         self._streaks: dict[str, _Streak] = {}  # event → current streak
         self._key_event: dict[Hashable, str] = {}
+        self._recovered: dict[str, tuple[str, float]] = {}  # event → (signature, when) of its last recovery
 
     def error(self, event: str, key: Hashable, error: BaseException, **fields: Any) -> None:
         now = self._clock()
@@ -86,6 +89,10 @@ class RepeatLog:
                 self._summary(event, streak, now, changed=True)
             self._streaks[event] = _Streak(signature, now, now, keys={key})
             self._key_event[key] = event
+            last = self._recovered.get(event)
+            if last is not None and last[0] == signature and now - last[1] < self.summary_s:
+                self._streaks[event].since_logged = 1  # back again: counted, told in the next summary
+                return
             self.log.error(event, error=signature, exc_info=error, **fields)
             return
         streak.count += 1
@@ -106,6 +113,7 @@ class RepeatLog:
         streak.keys.discard(key)
         if not streak.keys:
             del self._streaks[event]
+            self._recovered[event] = (streak.signature, self._clock())
             self.log.info(f"{event}.recovered", error=streak.signature, repeated=streak.count,
                           lasted_s=round(self._clock() - streak.first, 1))
 

@@ -68,3 +68,21 @@ def test_a_different_error_starts_a_new_streak():
     errors.error("scheduler.tick_failed", "tick", RuntimeError("two"))
     assert [e for _, e, _ in out.lines] == ["scheduler.tick_failed", "scheduler.tick_failed.repeated",
                                             "scheduler.tick_failed"]
+
+
+def test_an_error_that_flaps_is_one_traceback_until_it_stays_away():
+    """A pass that wrote nothing succeeds between two that fail on the full disk: the same streak, one traceback;
+    back after a quiet minute, it is a new one."""
+    clock, out = Clock(), Lines()
+    errors = RepeatLog(out, summary_s=60, clock=clock)
+    full = OSError(errno.ENOSPC, "No space left on device")
+    for _ in range(5):
+        errors.error("scheduler.follow_failed", "run-1", full)
+        clock.t += 0.25
+        errors.ok("run-1")
+        clock.t += 0.25
+    tracebacks = [kw for _, e, kw in out.lines if e == "scheduler.follow_failed" and "exc_info" in kw]
+    assert len(tracebacks) == 1, out.lines
+    clock.t += 61
+    errors.error("scheduler.follow_failed", "run-1", full)
+    assert len([kw for _, e, kw in out.lines if e == "scheduler.follow_failed" and "exc_info" in kw]) == 2

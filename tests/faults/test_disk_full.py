@@ -113,7 +113,8 @@ def test_a_full_data_dir_degrades_loudly_keeps_the_work_and_recovers(tmp_path: P
     for x in failures:
         per_event[x["event"]] = per_event.get(x["event"], 0) + 1
     assert all(n <= 3 for n in per_event.values()), per_event
-    assert len(tracebacks) <= len({x["event"] for x in tracebacks}), "one traceback per distinct failure"
+    assert len(tracebacks) <= len({x["event"] for x in tracebacks}), ("one traceback per distinct failure",
+                                                                    [(x.get("timestamp"), x["event"], x.get("level")) for x in during])
     figures("disk_full", runs_in_flight=1, runs_queued=1, runs_lost=0,
             run_a=done["status"], run_b=queued_final["status"], fault_s=round(t_free - t_fault, 1),
             log_lines=len(during), log_lines_per_min=round(len(during) / minutes, 1),

@@ -89,7 +89,10 @@ def test_a_run_end_to_end_question_events_audit_diff(deployment: Deployment, ser
     assert [e.get("id") for e in sse(acme, run_id, last_event_id=body[-2]["id"])] == [body[-1]["id"], None]
 
     # the audit log: the coordinator's denied Write, as JSON with tenant and run
-    audit = [line for line in service.lines() if line.get("event") == "audit.deny"]
+    audits = [line for line in service.lines() if line.get("event") == "audit.deny"]
+    wire = [line for line in audits if line.get("source") == "wire"]  # the model gateway's, from the traffic
+    assert wire and wire[0]["run"] == run_id and wire[0]["tool"] == "Write" and "协调者" in wire[0]["reason"], wire
+    audit = [line for line in audits if line.get("source") == "run"]  # the run's own, with the guard's fields
     assert audit, "no audit.deny line in the service log"
     assert audit[0]["tenant"] == "acme" and audit[0]["run"] == run_id and audit[0]["tool"] == "Write"
     assert audit[0]["level"] == "warning" and audit[0]["role"] and audit[0]["guard"]
