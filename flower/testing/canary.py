@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .script import Request, Rule, call, calls, say, tool
+from .script import Request, Rule, say, tool
 from .server import ScriptedModel
 
 __all__ = ["GuardCheck", "prove_guards", "main"]
