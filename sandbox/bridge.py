@@ -3,13 +3,14 @@
 The run's only way out is a unix socket in a folder the service mounts read-only (``FLOWER_GATEWAY_SOCKET``).
 The CLI speaks HTTP to a URL, so the runner listens on ``127.0.0.1:<free port>`` and pipes each connection
 to that socket, byte for byte (the gateway checks the run's token; this bridge trusts nothing and adds
-nothing). Plain threads with blocking sockets: a CLI holds a handful of connections, and a thread wakes
-for each chunk at once, whatever the runner's event loop is busy with.
+nothing). One thread of its own with a selector: a busy runner never delays a chunk, and a run that has used up
+its pids (a fork flood) cannot take the bridge down with it — no thread is started per connection.
 """
 
 from __future__ import annotations
 
 import os
+import selectors
 import socket
 import threading
 from pathlib import Path
@@ -26,66 +27,79 @@ class Bridge:
         self._target = f"/proc/self/fd/{self._dir_fd}/{socket_path.name}"
         self._server = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._server.getsockname()[1])
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._server, selectors.EVENT_READ, None)
         self._closed = False
-        threading.Thread(target=self._accept, name="flower-gateway-bridge", daemon=True).start()
+        threading.Thread(target=self._run, name="flower-gateway-bridge", daemon=True).start()
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def _accept(self) -> None:
+    def _run(self) -> None:
         while not self._closed:
             try:
-                client, _ = self._server.accept()
+                ready = self._sel.select(1.0)
             except OSError:
                 return
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                upstream.connect(self._target)
-            except OSError:
-                client.close()
-                upstream.close()
-                continue
-            _Pair(client, upstream)
+            for key, _ in ready:
+                if key.data is None:
+                    self._accept()
+                else:
+                    self._pump(key.fileobj, key.data)  # type: ignore[arg-type]
+
+    def _accept(self) -> None:
+        try:
+            client, _ = self._server.accept()
+        except OSError:
+            return
+        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            upstream.connect(self._target)
+        except OSError:  # the service is away: the CLI sees its connection close, and retries
+            client.close()
+            upstream.close()
+            return
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        pair = _Pair(client, upstream)
+        self._sel.register(client, selectors.EVENT_READ, (upstream, pair))
+        self._sel.register(upstream, selectors.EVENT_READ, (client, pair))
+
+    def _pump(self, src: socket.socket, data: tuple[socket.socket, "_Pair"]) -> None:
+        dst, pair = data
+        try:
+            chunk = src.recv(65536)
+            if chunk:
+                dst.sendall(chunk)
+                return
+            dst.shutdown(socket.SHUT_WR)  # a half-close travels on
+        except OSError:  # one side went away: both directions end
+            pair.ended = 1
+        try:
+            self._sel.unregister(src)
+        except (KeyError, ValueError):  # closed with its pair earlier in this same round
+            return
+        pair.ended += 1
+        if pair.ended >= 2:
+            for s in (pair.a, pair.b):
+                try:
+                    self._sel.unregister(s)
+                except (KeyError, ValueError):
+                    pass
+                s.close()
 
     def close(self) -> None:
         self._closed = True
-        try:
-            self._server.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self._server.close()
         os.close(self._dir_fd)
 
 
 class _Pair:
-    """Two sockets piped both ways, a thread per direction; closed when both directions are done."""
+    """Two sockets piped both ways; closed once both directions have ended."""
 
     def __init__(self, a: socket.socket, b: socket.socket) -> None:
         self.a, self.b = a, b
-        self._left = 2
-        self._lock = threading.Lock()
-        threading.Thread(target=self._copy, args=(a, b), daemon=True).start()
-        threading.Thread(target=self._copy, args=(b, a), daemon=True).start()
-
-    def _copy(self, src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-            dst.shutdown(socket.SHUT_WR)  # a half-close travels on
-        except OSError:  # one side went away: the other direction ends too
-            for s in (self.a, self.b):
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
-        finally:
-            with self._lock:
-                self._left -= 1
-                if self._left == 0:
-                    self.a.close()
-                    self.b.close()
+        self.ended = 0
 
 
 def open_bridge(socket_path: str | Path) -> Bridge:
