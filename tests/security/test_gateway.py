@@ -216,7 +216,10 @@ import socket
 def try_(name, host, port):
     try:
         s = socket.create_connection((host, port), timeout=3); s.sendall(b"GET / HTTP/1.0\\r\\n\\r\\n")
-        print("PROBE", name, "REACHED" if b"REACHED" in s.recv(200) else "connected")
+        got = b""
+        while chunk := s.recv(4096):  # HTTP/1.0: the answer ends when the server closes
+            got += chunk
+        print("PROBE", name, "REACHED" if b"REACHED" in got else "connected")
     except OSError as e:
         print("PROBE", name, "blocked", type(e).__name__)
 {lines}
