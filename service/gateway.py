@@ -38,6 +38,8 @@ __all__ = ["Gateway", "Grant", "upstream_of", "run_credentials", "new_token", "S
 SOCKET_NAME = "gateway.sock"
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
+MAX_DISCARD = 1024 * 1024  # of a refused request's body, read and dropped
+MAX_IN_FLIGHT = 16  # a run's model calls at once: what it can make the service buffer, and overspend a budget by
 FORWARDED = ("/v1/messages", "/v1/messages/count_tokens")
 # The tenant's secrets: they stay here. Anything else in its env file (model names, CLI switches) goes to
 # the run, except values whose names say they are secret.
@@ -103,6 +105,7 @@ class Grant:
     counts: Counter[str] = field(default_factory=Counter)
     refused: str | None = None
     """Set when the run may spend no more (its budget): every request is answered 403 with this sentence."""
+    in_flight: int = 0
     tools: OrderedDict[str, str] = field(default_factory=OrderedDict)
 
     def __repr__(self) -> str:  # never the auth headers
@@ -137,8 +140,6 @@ class Gateway:
         self._servers: dict[str, asyncio.AbstractServer] = {}
         self._tcp: asyncio.AbstractServer | None = None
         self._upstream = Upstream(connect_timeout=connect_timeout, read_timeout=read_timeout)
-        self.streams = 0
-        self.forwarded = 0
         self._conns: dict[asyncio.StreamWriter, str | None] = {}  # open connection → the run whose socket it came on
 
     # -- grants ------------------------------------------------------------------------------
@@ -207,11 +208,9 @@ class Gateway:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         self._conns[writer] = run_id
         try:
-            while True:
-                got = await self._receive(conn, reader, writer)
-                if got is None:
+            while (req := await self._head(conn, reader)) is not None:
+                if not await self._answer(conn, reader, writer, run_id, req):
                     break
-                await self._answer(conn, writer, run_id, *got)
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     break
                 conn.start_next_cycle()
@@ -222,27 +221,34 @@ class Gateway:
             self._conns.pop(writer, None)
             writer.close()
 
-    async def _receive(self, conn: h11.Connection, reader: asyncio.StreamReader,
-                       writer: asyncio.StreamWriter) -> tuple[h11.Request, bytes] | None:
-        request: h11.Request | None = None
+    @staticmethod
+    async def _event(conn: h11.Connection, reader: asyncio.StreamReader) -> object:
+        while (ev := conn.next_event()) is h11.NEED_DATA:
+            conn.receive_data(await reader.read(65536))
+        return ev
+
+    async def _head(self, conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:
+        ev = await self._event(conn, reader)
+        return ev if isinstance(ev, h11.Request) else None
+
+    async def _body(self, conn: h11.Connection, reader: asyncio.StreamReader) -> bytes | None:
+        """The request's body, or None past ``MAX_BODY`` (read only once the token was accepted)."""
         body = bytearray()
-        while True:
-            ev = conn.next_event()
-            if ev is h11.NEED_DATA:
-                data = await reader.read(65536)
-                conn.receive_data(data)
-                continue
-            if isinstance(ev, h11.ConnectionClosed) or ev is h11.PAUSED:
+        while isinstance(ev := await self._event(conn, reader), h11.Data):
+            body += ev.data
+            if len(body) > MAX_BODY:
                 return None
-            if isinstance(ev, h11.Request):
-                request = ev
-            elif isinstance(ev, h11.Data):
-                body += ev.data
-                if len(body) > MAX_BODY:
-                    await self._send(conn, writer, *_error(413, "request_too_large", "request body over 64 MB"))
-                    return None
-            elif isinstance(ev, h11.EndOfMessage) and request is not None:
-                return request, bytes(body)
+        return bytes(body) if isinstance(ev, h11.EndOfMessage) else None
+
+    async def _refuse(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      status: int, body: bytes) -> bool:
+        """Answer without reading the body into memory: up to ``MAX_DISCARD`` of it is read and dropped (so a TCP
+        close does not reset the answer away), then the connection closes. Returns False (close)."""
+        seen = 0
+        while seen <= MAX_DISCARD and isinstance(ev := await self._event(conn, reader), h11.Data):
+            seen += len(ev.data)
+        await self._send(conn, writer, status, body)
+        return False
 
     async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
         writer.write(conn.send(h11.Response(status_code=status, headers=[
@@ -265,20 +271,37 @@ class Gateway:
             return None
         return grant
 
-    async def _answer(self, conn: h11.Connection, writer: asyncio.StreamWriter, run_id: str | None,
-                      req: h11.Request, body: bytes) -> None:
+    async def _answer(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                      run_id: str | None, req: h11.Request) -> bool:
+        """One request; False when the connection must close (its body was never read, or was too big)."""
         target = req.target.decode("latin-1")
         path = target.split("?", 1)[0]
-        grant = self._authorised(req, run_id)
+        grant = self._authorised(req, run_id)  # before a byte of the body is read: nobody else makes us buffer
         if grant is None:
             log.warning("gateway.refused", run=run_id, path=path[:200], reason="no live token of this run")
-            return await self._send(conn, writer, *_error(401, "authentication_error",
-                                                          "this token belongs to no live run on this socket"))
+            return await self._refuse(conn, reader, writer, *_error(
+                401, "authentication_error", "this token belongs to no live run on this socket"))
         if req.method != b"POST" or path not in FORWARDED:
-            return await self._send(conn, writer, *_error(404, "not_found_error",
-                                                          f"only POST {' and '.join(FORWARDED)} are forwarded"))
+            return await self._refuse(conn, reader, writer, *_error(
+                404, "not_found_error", f"only POST {' and '.join(FORWARDED)} are forwarded"))
         if grant.refused:
-            return await self._send(conn, writer, *_error(403, "permission_error", grant.refused))
+            return await self._refuse(conn, reader, writer, *_error(403, "permission_error", grant.refused))
+        if grant.in_flight >= MAX_IN_FLIGHT:
+            return await self._refuse(conn, reader, writer, *_error(
+                429, "rate_limit_error", f"more than {MAX_IN_FLIGHT} model calls of this run at once"))
+        grant.in_flight += 1
+        try:
+            body = await self._body(conn, reader)
+            if body is None:
+                await self._send(conn, writer, *_error(413, "request_too_large", "request body over 64 MB"))
+                return False
+            await self._forward(conn, writer, grant, req, target, body)
+        finally:
+            grant.in_flight -= 1
+        return True
+
+    async def _forward(self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant, req: h11.Request,
+                       target: str, body: bytes) -> None:
         headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in req.headers
                    if k.decode("latin-1") not in _HOP]
         headers += [*grant.auth, ("accept-encoding", "identity")]
@@ -289,9 +312,7 @@ class Gateway:
         except UpstreamError as e:
             log.warning("gateway.upstream_failed", tenant=grant.tenant, run=grant.run_id, error=str(e)[:300])
             return await self._send(conn, writer, *_error(502, "api_error", f"the upstream did not answer ({e})"))
-        self.forwarded += 1
         reader = ResponseReader(stream=resp.header("content-type").startswith("text/event-stream"))
-        self.streams += 1
         try:
             writer.write(conn.send(h11.Response(status_code=resp.status_code, headers=[
                 (k, v) for k, v in resp.headers if k.lower() not in _HOP_BACK])))
@@ -302,35 +323,42 @@ class Gateway:
             writer.write(conn.send(h11.EndOfMessage()))
             await writer.drain()
         finally:
-            self.streams -= 1
             resp.close()
             reader.close()
-            if path == "/v1/messages":
+            if target.split("?", 1)[0] == "/v1/messages":
+                who = {"tenant": grant.tenant, "run": grant.run_id, "agent": agent, "source": "wire"}
+                self._calls(grant, reader, who)  # at once: the CLI's next request answers these
                 # a long conversation is megabytes of JSON: parsed off the loop, after the answer went back
                 request = await asyncio.to_thread(_decode, body) if len(body) > 256 * 1024 else _decode(body)
-                self._observe(grant, agent, request, reader, resp.status_code, time.monotonic() - started)
+                self._results(grant, request, who)
+                self._meter(grant, reader, request, resp.status_code, time.monotonic() - started)
 
-    def _observe(self, grant: Grant, agent: str, request: dict[str, object], reader: ResponseReader, status: int,
-                 seconds: float) -> None:
-        """Meter the answer and write the wire audit: what the CLI sent back, then what the model asked for."""
-        who = {"tenant": grant.tenant, "run": grant.run_id, "agent": agent, "source": "wire"}
-        for result in tool_results(request):
-            if result.kind not in ("deny", "spill"):
-                continue
-            grant.counts[result.kind] += 1
-            tool = grant.tools.get(result.tool_use_id, "")
-            if result.kind == "deny":
-                audit_log.warning("audit.deny", tool=tool, tool_use_id=result.tool_use_id,
-                                  reason=" ".join(result.text.split())[:500], **who)
-            else:
-                audit_log.info("audit.spill", tool=tool, tool_use_id=result.tool_use_id,
-                               pointer=" ".join(result.text.split())[:300], **who)
+    def _calls(self, grant: Grant, reader: ResponseReader, who: dict[str, str]) -> None:
+        """The tool calls the model asked for: the wire audit's own record, which the results are matched to."""
         for call in reader.calls:
             grant.counts["tool_call"] += 1
             grant.tools[call.id] = call.tool
             while len(grant.tools) > _TOOL_MEMORY:
                 grant.tools.popitem(last=False)
             audit_log.info("audit.tool_call", tool=call.tool, tool_use_id=call.id, **who)
+
+    def _results(self, grant: Grant, request: dict[str, object], who: dict[str, str]) -> None:
+        """Denials and spills in what the CLI sent back — only for calls the model really made, each once (a retry
+        re-sends the same results; a forged result names no call the wire saw)."""
+        for result in tool_results(request):
+            tool = grant.tools.pop(result.tool_use_id, None)
+            if tool is None or result.kind not in ("deny", "spill"):
+                continue
+            grant.counts[result.kind] += 1
+            if result.kind == "deny":
+                audit_log.warning("audit.deny", tool=tool, tool_use_id=result.tool_use_id,
+                                  reason=" ".join(result.text.split())[:500], **who)
+            else:
+                audit_log.info("audit.spill", tool=tool, tool_use_id=result.tool_use_id,
+                               pointer=" ".join(result.text.split())[:300], **who)
+
+    def _meter(self, grant: Grant, reader: ResponseReader, request: dict[str, object], status: int,
+               seconds: float) -> None:
         usage = reader.usage
         model = reader.model or str(request.get("model") or "")
         usage.cost_usd = cost_of(model, usage, self.prices)
