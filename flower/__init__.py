@@ -6,8 +6,9 @@ the SDK, and ``from flower import Runtime`` still works as always.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .core.agent import AgentSpec, CompactPolicy, HandoffPolicy, build_options, default_window
@@ -99,7 +100,7 @@ __all__ = [
     "Lineage",
 ]
 
-_WHERE: dict[str, str] = {name: module for module, names in {
+__getattr__, __dir__ = lazy_exports(__name__, {
     ".core.agent": ["AgentSpec", "CompactPolicy", "HandoffPolicy", "build_options", "default_window"],
     ".core.channel": ["Ask", "HumanChannel"],
     ".core.events": ["Event", "normalize"],
@@ -112,17 +113,4 @@ _WHERE: dict[str, str] = {name: module for module, names in {
     ".docs": ["Brief", "Goal", "Handoff", "Verdict"],
     ".store": ["EphemeralPolicy", "PrunePolicy", "PruningSessionStore", "SqliteSessionStore", "TrimmingSessionStore", "TrimPolicy", "is_ephemeral", "trim_report"],
     ".workflow": ["BRIEF_KEY", "CLARIFY_RESUME", "GOAL_KEY", "MISSING_KEY", "ROUND_KEY", "VERDICT_KEY", "Step", "StepAbort", "Workflow", "clarify_step", "goal_step", "starter_flow", "wake_state", "with_goal"],
-}.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'flower' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+}, __all__)

@@ -23,8 +23,8 @@ from pathlib import Path
 __all__ = ["RunFileError", "open_dir", "read_file", "read_json", "list_files", "write_file", "open_file", "copy_out",
            "file_size", "MAX_JSON"]
 
-MAX_JSON = 1024 * 1024
-MAX_SCAN = 10_000  # folder entries looked at by list_files  # exit.json, a question, manifest.json: small documents
+MAX_JSON = 1024 * 1024  # exit.json, a question, manifest.json: small documents
+MAX_SCAN = 10_000  # folder entries looked at by list_files
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 

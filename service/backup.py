@@ -58,14 +58,7 @@ def backup(db_path: Path, dest: Path) -> int:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.partial")
     tmp.unlink(missing_ok=True)
-    os.close(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
-    src = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=30)
-    dst = sqlite3.connect(tmp)
-    try:
-        src.backup(dst)
-    finally:
-        dst.close()
-        src.close()
+    _copy(db_path, tmp)
     problem = _problem(tmp)
     if problem is not None:
         tmp.unlink(missing_ok=True)
@@ -91,12 +84,17 @@ def restore(db_path: Path, source: Path) -> Path | None:
             target = old.with_name(f"{db_path.name}.damaged-{stamp}{suffix}")
             os.replace(old, target)
             moved = moved or target
-    os.close(os.open(db_path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True)
-    dst = sqlite3.connect(db_path)
+    _copy(source, db_path)
+    return moved
+
+
+def _copy(source: Path, dest: Path) -> None:
+    """SQLite's online backup of ``source`` into a new file ``dest`` (0600, never an existing one or a link)."""
+    os.close(os.open(dest, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=30)
+    dst = sqlite3.connect(dest)
     try:
         src.backup(dst)
     finally:
         dst.close()
         src.close()
-    return moved

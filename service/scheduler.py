@@ -206,8 +206,8 @@ class Scheduler:
         self.ticks += 1
         if not self.health.backend_up and not await self._probe_backend():
             return  # its runs cannot be seen: none is failed, none is started, until the engine answers
-        if not self.health.disk().low:
-            await self._start_queued()  # a submit that woke this pass does not wait behind every running run
+        if self._queue_open():
+            await self._start_queued()  # first: a submit that woke this pass does not wait behind every running run
         for run in self.registry.list(statuses=["running"], oldest_first=True):
             if not self.backoff.ready(run.id):
                 continue
@@ -223,21 +223,24 @@ class Scheduler:
             else:
                 self.backoff.succeeded(run.id)
                 self.errors.ok(run.id)
-        if self.health.disk().low:
-            if not self._queue_held:
-                self._queue_held = True
-                log.warning("scheduler.queue_held", reason=self.health.disk().sentence(),
-                            queued=self.registry.count(statuses=["queued"]))
-            return
-        if self._queue_held:
-            self._queue_held = False
-            self.backoff.reset()  # what waited on the full disk is tried on the next pass
-            self.wake()
-            log.info("scheduler.queue_released", free_bytes=self.health.disk().free_bytes)
-        await self._start_queued()
         if self.config.retain_days and self.clock() >= self._next_sweep:
             self._next_sweep = self.clock() + SWEEP_EVERY_S
             await self.sweep()
+
+    def _queue_open(self) -> bool:
+        """Queued runs may start unless the disk is low; the hold and its release are logged once each."""
+        disk = self.health.disk()
+        if disk.low:
+            if not self._queue_held:
+                self._queue_held = True
+                log.warning("scheduler.queue_held", reason=disk.sentence(),
+                            queued=self.registry.count(statuses=["queued"]))
+            return False
+        if self._queue_held:
+            self._queue_held = False
+            self.backoff.reset()  # what waited on the full disk is tried again now
+            log.info("scheduler.queue_released", free_bytes=disk.free_bytes)
+        return True
 
     # -- failures ----------------------------------------------------------------------------
     def _failed(self, event: str, key: str, error: BaseException, **fields: Any) -> None:
@@ -636,6 +639,7 @@ class Scheduler:
         self._measured.pop(run.id, None)
         self._over_disk.pop(run.id, None)
         self._publish_end(run.id)
+        self.wake()  # its slot is free: the next pass starts a queued run at once
 
     def _compare_audits(self, run: Run, grant: Grant | None) -> None:
         """The wire's counts against the run's own: a run that hid (or invented) a denial shows up here."""

@@ -7,7 +7,7 @@ import os
 import subprocess
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -100,3 +100,17 @@ def scripted(monkeypatch: pytest.MonkeyPatch):
             yield model
 
     return start
+
+
+@pytest.fixture
+def services() -> Iterator[list[Any]]:
+    """Services (``_service_helpers.Service``) a test started are stopped after it, and every run sandbox they
+    left is ended."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent / "service"))
+    from _service_helpers import stop_services
+
+    started: list[Any] = []
+    yield started
+    stop_services(started)

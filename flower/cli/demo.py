@@ -229,9 +229,7 @@ def _here(screen: Screen, yes: bool) -> int:
         ws = sample_project(Path(tmp) / "tiny-shop")
         rd = Path(tmp) / "runs"
         screen.say(t("demo.here", ws=ws))
-        saved = {k: os.environ.get(k) for k in model.env}
-        os.environ.update(model.env)
-        try:
+        with model.environ():  # Runtime looks for credentials in the process environment
             wf = starter_flow(t("demo.ask"), workspace=ws, run_dir=rd, rounds=1, timeout_s=600)
             runtime = shown_runtime(screen, workspace=ws, run_dir=rd, trim=True)
 
@@ -248,12 +246,7 @@ def _here(screen: Screen, yes: bool) -> int:
                 code = finish(asyncio.run(go()), runtime, screen)
             finally:
                 runtime.close()
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+
         def git(*a: str) -> str:
             return subprocess.run(["git", *a], cwd=ws, capture_output=True, text=True).stdout
 

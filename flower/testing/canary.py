@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -90,22 +89,15 @@ async def prove_guards(*, cli_path: str | None = None, timeout_s: float = 120) -
         spec = coordinator("协调者", "", {"coder": worker("写代码", "你写代码", isolate=True)})
         error = ""
         with ScriptedModel(_rules(ws)) as model:
-            saved = {k: os.environ.get(k) for k in model.env}
-            os.environ.update(model.env)  # Runtime looks for credentials in the process env
             try:
-                runtime = Runtime(workspace=ws, run_dir=root / "run", workbench=True)
-                options = model.apply(runtime.options(spec))
-                if cli_path:
-                    options.cli_path = cli_path
-                await asyncio.wait_for(model.collect("canary", options), timeout_s)
+                with model.environ():
+                    runtime = Runtime(workspace=ws, run_dir=root / "run", workbench=True)
+                    options = model.apply(runtime.options(spec))
+                    if cli_path:
+                        options.cli_path = cli_path
+                    await asyncio.wait_for(model.collect("canary", options), timeout_s)
             except Exception as e:  # noqa: BLE001 - a CLI that breaks is a failed canary, with the reason
                 error = f"{type(e).__name__}: {' '.join(str(e).split())[:300]}"
-            finally:
-                for k, v in saved.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
             main, sub = _results(model, sub=False), _results(model, sub=True)
             seen = _seen(model.conversation)
         worktrees = [Path(line.split(" ", 1)[1]) for line in _git(ws, "worktree", "list", "--porcelain").splitlines()

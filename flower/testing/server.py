@@ -7,9 +7,12 @@ shares an event loop with the code under test.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Iterable
@@ -157,6 +160,20 @@ class ScriptedModel:
         if self.max_retries is not None:
             env["CLAUDE_CODE_MAX_RETRIES"] = str(self.max_retries)
         return env
+
+    @contextmanager
+    def environ(self) -> Iterator[None]:
+        """``env`` in the process environment for the block (Runtime looks for credentials there), then back."""
+        saved = {k: os.environ.get(k) for k in self.env}
+        os.environ.update(self.env)
+        try:
+            yield
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
     def apply(self, options: Any) -> Any:
         """Point SDK options at this model (env merged, host config isolated)."""

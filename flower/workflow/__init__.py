@@ -6,8 +6,9 @@ first use (PEP 562), so ``starter_paths`` and ``wake_state`` come without the SD
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .base import ON_FAIL, Ctx, Step, StepAbort, Workflow
@@ -23,23 +24,10 @@ __all__ = [
     "starter_flow", "wake_state", "starter_paths", "StarterPaths",
 ]
 
-_WHERE: dict[str, str] = {name: module for module, names in {
+__getattr__, __dir__ = lazy_exports(__name__, {
     ".base": ["ON_FAIL", "Ctx", "Step", "StepAbort", "Workflow"],
     ".clarify": ["BRIEF_KEY", "CLARIFY_RESUME", "MISSING_KEY", "clarify_step"],
     ".goal": ["GOAL_KEY", "ROUND_KEY", "VERDICT_KEY", "VERIFY_PROMPT", "goal_step", "with_goal"],
     ".paths": ["StarterPaths", "starter_paths", "wake_state"],
     ".starter": ["starter_flow"],
-}.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'flower.workflow' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+}, __all__)

@@ -22,14 +22,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _faults import need  # noqa: E402
-from _service_helpers import Service, stop_services  # noqa: E402
-
-
-@pytest.fixture
-def services() -> Iterator[list[Service]]:
-    started: list[Service] = []
-    yield started
-    stop_services(started)
 
 
 @pytest.fixture

@@ -1,17 +1,14 @@
-"""The hostile-run suite's fixtures: each test on the local backend (bubblewrap) and the Docker backend, and the
-services it started stopped afterwards (deployments and canaries: ``_hostile.py``)."""
+"""The hostile-run suite runs each test on the local backend (bubblewrap) and the Docker backend (deployments and
+canaries: ``_hostile.py``; ``services`` is the shared fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
-
-from _service_helpers import Service, stop_services  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))  # _service_helpers, for the tests
 
 
 @pytest.fixture(params=["local", "docker"])
@@ -24,10 +21,3 @@ def backend_name(request: pytest.FixtureRequest) -> str:
         if shutil.which("bwrap") is None:
             pytest.fail("the hostile-run suite needs bubblewrap (apt-get install bubblewrap; .ci/run does)")
     return str(request.param)
-
-
-@pytest.fixture
-def services() -> Iterator[list[Service]]:
-    started: list[Service] = []
-    yield started
-    stop_services(started)

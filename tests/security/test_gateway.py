@@ -17,34 +17,14 @@ import httpx
 import pytest
 
 from _service_helpers import Deployment, Service, wait_for, wait_question, wait_status
-from _hostile import hostile_deployment
+from _hostile import DONE, ENDED, hostile_deployment, worker_rules
 from flower.testing import Rule, ScriptedModel, say, tool
-from sandbox.testing import ACHIEVED, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT, waiting_rules
+from sandbox.testing import BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, waiting_rules
 
 pytestmark = pytest.mark.cli
 
-DONE = "PROBE-DONE"
-ENDED = ("succeeded", "failed", "aborted", "killed", "cancelled")
 KEYS = {name: f"sk-ant-{name}-canary-{uuid.uuid4().hex}" for name in ("acme", "beta")}  # the tenants' real keys
 KEY = KEYS["acme"]
-
-
-def worker_rules(ask: str, script: str, *, lead_first: list[Rule] | None = None) -> list[Rule]:
-    """clarify → goal → (``lead_first``) → the coordinator dispatches a worker whose Bash runs ``script`` → judge."""
-    task = f"WORKER-TASK {ask}"
-    brief = BRIEF.replace("做一个 hello.py", ask)
-    return [
-        # the scripted model reports no tokens unless told (issue 12): the brief's usage is what the wire meters
-        Rule(say(brief, usage={"input_tokens": 1_000, "output_tokens": 100}), system=CLARIFIER, prompt=ask),
-        Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标"),
-        *(lead_first or []),
-        Rule(tool("Agent", {"description": "do it", "prompt": task, "subagent_type": "coder",
-                            "run_in_background": False}), system=LEAD, agent=False, prompt=ask),
-        Rule(tool("Bash", {"command": script, "description": "probe", "timeout": 300000}), agent=True, prompt=task),
-        Rule(say(REPORT), agent=True, prompt=task, result=DONE),
-        Rule(say("完成"), system=LEAD, agent=False, result="写好了"),
-        Rule(say(ACHIEVED), system=JUDGE, prompt="第 1 轮工作结束了"),
-    ]
 
 
 def start(dep: Deployment, services: list[Service], model: ScriptedModel, **env: str) -> Service:

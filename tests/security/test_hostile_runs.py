@@ -14,34 +14,14 @@ import httpx
 import pytest
 
 from _service_helpers import TOKENS, Deployment, Service, git, sse, wait_for, wait_status
-from _hostile import CANARY, hostile_deployment
-from flower.testing import Rule, ScriptedModel, say, tool
-from sandbox.testing import ACHIEVED, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
+from _hostile import CANARY, DONE, ENDED, hostile_deployment, worker_rules
+from flower.testing import Rule, ScriptedModel
 
 pytestmark = pytest.mark.cli
 
-DONE = "ATTACK-DONE"
-ENDED = ("succeeded", "failed", "aborted", "killed", "cancelled")
-
-
-def hostile_rules(ask: str, script: str) -> list[Rule]:
-    """clarify → goal → the coordinator dispatches a worker whose one Bash call is ``script`` → the judge."""
-    task = f"WORKER-TASK {ask}"
-    brief = BRIEF.replace("做一个 hello.py", ask)  # each run's coordinator is told its own ask: rules never cross runs
-    return [
-        Rule(say(brief), system=CLARIFIER, prompt=ask),
-        Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标"),
-        Rule(tool("Agent", {"description": "do it", "prompt": task, "subagent_type": "coder",
-                            "run_in_background": False}), system=LEAD, agent=False, prompt=ask),
-        Rule(tool("Bash", {"command": script, "description": "work", "timeout": 300000}), agent=True, prompt=task),
-        Rule(say(REPORT), agent=True, prompt=task, result=DONE),
-        Rule(say("完成"), system=LEAD, agent=False, result="写好了"),
-        Rule(say(ACHIEVED), system=JUDGE, prompt="第 1 轮工作结束了"),
-    ]
-
 
 def benign_rules(ask: str) -> list[Rule]:
-    return hostile_rules(ask, f"echo hello > hello.txt; echo {DONE}")
+    return worker_rules(ask, f"echo hello > hello.txt; echo {DONE}")
 
 
 def start(dep: Deployment, services: list[Service], model: ScriptedModel) -> Service:
@@ -118,7 +98,7 @@ timeout 25 grep -rIl --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr --ex
 cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c {pattern}
 echo {DONE}"""
     before_acme, before_beta = snapshot(acme, "flower/"), snapshot(beta, "flower/")
-    with ScriptedModel(hostile_rules("git 之乱", script) + benign_rules("beta 的活")) as model:
+    with ScriptedModel(worker_rules("git 之乱", script) + benign_rules("beta 的活")) as model:
         service = start(dep, services, model)
         a, b = submit(service, "acme", "git 之乱"), submit(service, "beta", "beta 的活")
         ra = wait_status(service.client("acme"), a, ENDED, timeout=240)
@@ -170,7 +150,7 @@ timeout 5 tail -f /dev/null
 kill -9 -1  # every process of the run, its own entrypoint included: nobody writes exit.json
 timeout 30 tail -f /dev/null"""
     before_beta = snapshot(beta, "flower/")
-    with ScriptedModel(hostile_rules("陷阱", script) + benign_rules("beta 的活")) as model:
+    with ScriptedModel(worker_rules("陷阱", script) + benign_rules("beta 的活")) as model:
         service = start(dep, services, model)
         creds_before = beta_creds.read_bytes()
         a, b = submit(service, "acme", "陷阱"), submit(service, "beta", "beta 的活")
@@ -215,7 +195,7 @@ echo procs=$(ls -d /proc/[0-9]* | wc -l)
 kill $(ls /proc | grep -E '^[0-9]+$' | while read p; do grep -qx sleep /proc/$p/comm 2>/dev/null && echo $p; done) 2>/dev/null
 head -c 20G /dev/zero | tail; echo "alloc rc=$?"
 echo {DONE}"""
-    with ScriptedModel(hostile_rules("吃资源", script) + benign_rules("beta 的活")) as model:
+    with ScriptedModel(worker_rules("吃资源", script) + benign_rules("beta 的活")) as model:
         service = start(dep, services, model)
         a, b = submit(service, "acme", "吃资源"), submit(service, "beta", "beta 的活")
         held = wait_for(lambda: limits_of(backend_name, a), 120, what="acme's sandbox and its limits")

@@ -7,20 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from _service_helpers import Deployment, Service, stop_services
+from _service_helpers import Deployment, Service
 
 
 @pytest.fixture
 def deployment(tmp_path: Path) -> Deployment:
     return Deployment(tmp_path)
 
-
-@pytest.fixture
-def services() -> Iterator[list[Service]]:
-    """Services started by a test are stopped after it, and every run sandbox they left is ended."""
-    started: list[Service] = []
-    yield started
-    stop_services(started)
 
 
 @pytest.fixture
