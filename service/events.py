@@ -112,18 +112,20 @@ async def replay(folder: Path, after: int, queue: asyncio.Queue[Any], over: Call
     sent = after
     offset, read = 0, 0  # how far this stream has read the file: bytes, events
 
-    async def from_file() -> list[Numbered]:
+    async def from_file() -> AsyncIterator[Numbered]:
+        """A chunk (``MAX_CHUNK``) at a time: a run that wrote 256 MB of events costs a stream 1 MB, not all."""
         nonlocal offset, read
-        out: list[Numbered] = []
         while True:
             evs, new_offset, read = await asyncio.to_thread(read_new, folder, offset, read)
-            out += [Numbered(n, e) for n, e in evs if n > sent]
+            for n, e in evs:
+                if n > sent:
+                    yield Numbered(n, e)
             if new_offset == offset:
-                return out
+                return
             offset = new_offset
 
     while True:
-        for item in await from_file():
+        async for item in from_file():
             yield item
             sent = item.seq
         if over() is not None:
@@ -146,7 +148,7 @@ async def replay(folder: Path, after: int, queue: asyncio.Queue[Any], over: Call
             sent = seq
         if got is END:  # the run ended, or the service is stopping: the rest is in the file
             break
-    for item in await from_file():
+    async for item in from_file():
         yield item
         sent = item.seq
     yield Ended(over() or "unknown", sent)

@@ -162,11 +162,14 @@ def _loads(data: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+TEXT_HEAD = 8000  # of a tool result: our guards' texts and spill pointers come first, the rest is never read
+
+
 def _text(content: object) -> str:
     if isinstance(content, str):
-        return content
+        return content[:TEXT_HEAD]
     if isinstance(content, list):
-        return "\n".join(str(b.get("text", "")) for b in content[:100] if isinstance(b, dict))
+        return "\n".join(str(b.get("text", ""))[:TEXT_HEAD] for b in content[:100] if isinstance(b, dict))[:TEXT_HEAD]
     return ""
 
 
