@@ -1,6 +1,8 @@
 """``python -m sandbox.entrypoint SPEC_FILE``: what runs inside a run's container (and the local backend).
 
-1. Reads the spec; the layout is where the spec file sits (``<root>/<run_id>/spec.json``).
+1. Reads the spec; the layout is where the spec file sits (``<root>/<folder>/mailbox/spec.json``). A warm
+   sandbox (``FLOWER_WARM=1``, started ahead by ``sandbox.pool``) imports everything a run needs first, then
+   waits for the spec to appear: nothing of the run — spec, token, tenant — exists for it before the claim.
 2. Credentials come from the file ``$FLOWER_ENV`` names, through flower's ``load_dotenv``; HOME and the
    working folder are the run's own, so no host file is read (and the CLI runs with setting_sources=[]).
    They are the run's own gateway token, not the tenant's key; with ``FLOWER_GATEWAY_SOCKET`` set (a sandbox
@@ -162,7 +164,8 @@ def _one_line(text: Any, limit: int = 1000) -> str:
 def _layout(spec_file: Path, spec: RunSpec) -> RunLayout:
     name = spec.repo_name
     if not name:  # a spec written by hand: the one folder beside it that is a git worktree
-        found = [p.name for p in spec_file.parent.iterdir() if (p / ".git").exists() and not p.name.startswith(".")]
+        folder = spec_file.parent.parent
+        found = [p.name for p in folder.iterdir() if (p / ".git").exists() and not p.name.startswith(".")]
         if len(found) != 1:
             raise _Stop(f"cannot tell which folder beside {spec_file} is the run's worktree ({found or 'none'}): "
                         "write the spec with sandbox.spec.write_spec")
@@ -313,12 +316,47 @@ class _Run:
         return EXIT_CODES["failed"]
 
 
+WAIT_EVERY_S = 0.01  # how often a warm sandbox looks for its spec: a stat, 100 times a second
+
+
+def _warm_up(spec_file: Path) -> None:
+    """A warm sandbox: import what every run imports (most of a cold start), then wait for the claim. The
+    spec is written last by the service, whole (temp + rename), and may be unreadable for an instant while it
+    is handed to the run's uid."""
+    import claude_agent_sdk  # noqa: F401 - the bulk of the import time
+    import flower.core.audit  # noqa: F401
+    import flower.core.channel  # noqa: F401
+    import flower.core.credentials  # noqa: F401
+    import flower.core.runtime  # noqa: F401
+    import flower.workflow  # noqa: F401
+
+    from . import bridge  # noqa: F401
+
+    while True:
+        try:
+            with open(spec_file, "rb"):
+                return
+        except OSError:
+            time.sleep(WAIT_EVERY_S)
+
+
+def _claimed(spec: RunSpec) -> None:
+    """A warm sandbox's environment was made before its run existed: the run's marks and env are set now."""
+    os.environ.update({"FLOWER_RUN_ID": spec.run_id, "FLOWER_TENANT": spec.tenant, **spec.env})
+    os.environ.pop("FLOWER_WARM", None)
+
+
 def run(spec_file: str | Path) -> int:
     """Run the spec in ``spec_file``; returns the exit code (exit.json is written in every case)."""
     spec_file = Path(spec_file).expanduser().resolve()
-    exit_file = spec_file.parent / "outbox" / "exit.json"
+    exit_file = spec_file.parent.parent / "outbox" / "exit.json"
+    warm = os.environ.get("FLOWER_WARM") == "1"
+    if warm:
+        _warm_up(spec_file)
     try:
         spec = read_spec(spec_file)
+        if warm:
+            _claimed(spec)
         layout = _layout(spec_file, spec)
     except (SpecError, _Stop) as e:
         write_exit(exit_file, "failed", error=str(e), exit_code=CONFIG_ERROR)
@@ -348,7 +386,7 @@ def run(spec_file: str | Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1 or args[0] in ("-h", "--help"):
-        print("usage: python -m sandbox.entrypoint SPEC_FILE   (the run's spec.json; see sandbox/spec.py)",
+        print("usage: python -m sandbox.entrypoint SPEC_FILE   (the run's mailbox/spec.json; see sandbox/spec.py)",
               file=sys.stderr)
         return CONFIG_ERROR
     return run(args[0])

@@ -1,7 +1,8 @@
 """RunLayout: where every file of one run lives, from one rule.
 
 ```
-<root>/<run_id>/                 dir, 0700, the service's: the run never sees this folder itself
+<root>/<folder>/                 dir, 0700, the service's: the run never sees this folder itself
+                                 (<folder> is the run id, or the warm slot the run claimed: sandbox/pool.py)
     <repo_name>/                 workspace — the run's own git checkout (branch flower/<run_id>)   run-writable
     .flower-<repo_name>/         workbench — outside the worktree (flower's isolate rule)           run-writable
     run/                         run_dir — sessions.db, manifest.json, lineage.json                 run-writable
@@ -11,12 +12,16 @@
         exit.json                how it ended
         questions/<id>.json      open questions
         work.bundle              the run's commits since its base (a git bundle), the last checkpoint
-    mailbox/                     what the service hands the run: answers/, inbox/, interrupt.json  read-only inside
-    flower.env                   the run's gateway token and settings, 0600; removed at the end   read-only inside
+    mailbox/                     what the service hands the run                                    read-only inside
+        spec.json                what to run (see spec.py); a warm sandbox waits for it to appear
+        flower.env               the run's gateway token and settings, 0600; removed at the end
+        answers/, inbox/, interrupt.json
     gateway/gateway.sock         the model gateway, this run's only way out (service/gateway.py)  read-only inside
-    spec.json                    what to run (see spec.py)                                         read-only inside
     output.log                   the local backend's stdout/stderr of the run
 ```
+
+Everything the service hands over lives in the one read-only folder ``mailbox/``, so a sandbox started
+before its run exists (a warm one) sees the spec and the env file the moment they are written.
 
 The split is the trust boundary: whatever is run-writable is read by the service as hostile data
 (``sandbox.runfiles``), and the service writes only into the mailbox, which the run cannot change.
@@ -61,15 +66,21 @@ def _check_repo_name(name: object) -> str:
 
 @dataclass(frozen=True)
 class RunLayout:
-    """Every path of run ``run_id`` under ``root``; ``ensure()`` creates the folders (not the worktree)."""
+    """Every path of run ``run_id`` under ``root``; ``ensure()`` creates the folders (not the worktree).
+
+    ``folder`` names the run's folder when it is not the run id: a run that claimed a warm sandbox lives in
+    the folder the sandbox was started on (its mounts cannot move)."""
 
     root: Path
     run_id: str
     repo_name: str
+    folder: str = ""
 
     def __post_init__(self) -> None:
         check_run_id(self.run_id)
         _check_repo_name(self.repo_name)
+        if self.folder:
+            check_run_id(self.folder)
         root = Path(self.root).expanduser().resolve()
         object.__setattr__(self, "root", root)
         if self.dir.parent != root:  # belt and braces: the regexes already forbid '/' and '..'
@@ -77,7 +88,7 @@ class RunLayout:
 
     @property
     def dir(self) -> Path:
-        return self.root / self.run_id
+        return self.root / (self.folder or self.run_id)
 
     @property
     def workspace(self) -> Path:
@@ -123,11 +134,11 @@ class RunLayout:
 
     @property
     def env_file(self) -> Path:
-        return self.dir / "flower.env"
+        return self.mailbox / "flower.env"
 
     @property
     def spec_file(self) -> Path:
-        return self.dir / "spec.json"
+        return self.mailbox / "spec.json"
 
     @property
     def events(self) -> Path:
@@ -161,7 +172,7 @@ class RunLayout:
         return self
 
     def hand_over(self, uid: int, gid: int) -> None:
-        """Give the run's uid what it writes (recursively) and what it must read (mailbox, spec, env file).
+        """Give the run's uid what it writes (recursively) and what it must read (the mailbox: spec, env file).
 
         Only for a service running as root whose runs use another uid; the read-only mounts keep the run
         from changing what it merely owns."""
@@ -172,15 +183,15 @@ class RunLayout:
             for dirpath, dirnames, filenames in os.walk(top):
                 for name in dirnames + filenames:
                     os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
-        for f in (self.spec_file, self.env_file):
-            if f.exists():
-                os.chown(f, uid, gid, follow_symlinks=False)
 
     @classmethod
     def of_spec_file(cls, spec_file: str | Path, run_id: str, repo_name: str) -> "RunLayout":
-        """The layout a spec file sits in (``<root>/<run_id>/spec.json``)."""
+        """The layout a spec file sits in (``<root>/<folder>/mailbox/spec.json``)."""
         path = Path(spec_file).expanduser().resolve()
-        layout = cls(path.parent.parent, run_id, repo_name)
+        folder = path.parent.parent
+        layout = cls(folder.parent, run_id, repo_name)
+        if folder.name != run_id and valid_run_id(folder.name):  # a warm slot's folder
+            layout = cls(folder.parent, run_id, repo_name, folder.name)
         if layout.spec_file != path:
             raise ValueError(f"{path} is not where run {run_id!r} keeps its spec ({layout.spec_file}): "
                              "a spec file must sit in its run's folder")

@@ -23,7 +23,7 @@ from flower.workflow.starter import starter_flow
 from .envfile import EnvFileError, check_env
 from .layout import RunLayout, check_run_id
 
-__all__ = ["RunSpec", "SpecError", "write_spec", "read_spec", "check_options", "allowed_options"]
+__all__ = ["RunSpec", "Egress", "SpecError", "write_spec", "read_spec", "check_options", "allowed_options"]
 
 # Decided by the sandbox from the run's layout: a client setting them is an error, not a preference.
 SET_BY_SANDBOX = {
@@ -120,6 +120,9 @@ def check_env_extras(env: dict[str, str]) -> None:
             raise SpecError(f"env key {key} is set by the sandbox and cannot be given in the spec")
 
 
+Egress = Literal["closed", "open"]
+
+
 class RunSpec(msgspec.Struct):
     """One run: who asks (``tenant``), what (``ask``), how (``options``), non-secret ``env`` extras.
 
@@ -139,7 +142,7 @@ class RunSpec(msgspec.Struct):
     repo_name: str = ""
     base: str = ""
     objects: str = ""
-    egress: Literal["closed", "open"] = "closed"
+    egress: Egress = "closed"
 
     def __post_init__(self) -> None:
         try:

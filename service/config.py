@@ -37,6 +37,9 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     network_mode: str | None = None
     max_running: Annotated[int, msgspec.Meta(ge=1)] = 4
     """Runs executing at once across all tenants; each tenant's quota applies on top."""
+    warm: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0
+    """Sandboxes kept started ahead for each tenant's repository, runner imported and waiting with nothing of any
+    run in it (``sandbox.pool``): a run claims one and skips most of its start. docker and local backends."""
     poll_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 0.25
     """How often the scheduler looks at queued runs, events and exits."""
     host: str = "127.0.0.1"
@@ -146,6 +149,9 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
     if cfg.backend == "kubernetes" and not cfg.image:
         raise ConfigError("backend 'kubernetes' needs an `image` the cluster can pull: push the Dockerfile's "
                           "`sandbox` target and name it")
+    if cfg.backend == "kubernetes" and cfg.warm:
+        raise ConfigError("`warm` is for the docker and local backends: on Kubernetes keep warm capacity in the "
+                          "cluster instead (see helm/README.md, 'Warm starts')")
     if cfg.backend == "kubernetes" and not (cfg.gateway_url and cfg.gateway_port is not None):
         raise ConfigError("backend 'kubernetes' needs `gateway_port` (where the service serves the model gateway) "
                           "and `gateway_url` (how run pods reach it, e.g. http://flower:8081)")

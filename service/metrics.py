@@ -52,6 +52,8 @@ class Metrics:
         self.starts = Counter("flower_run_starts", "Runs whose sandbox was started.", ["tenant"], registry=r)
         self.failures = Counter("flower_run_failures", "Runs that did not succeed, by reason.",
                                 ["tenant", "reason"], registry=r)
+        self.warm = Counter("flower_warm_claims", "Run starts with a warm pool configured: a waiting sandbox "
+                            "claimed (hit) or none left (miss, a cold start).", ["outcome"], registry=r)
         self.queue_wait = Histogram("flower_run_queue_wait_seconds", "From submit to the start of the sandbox.",
                                     ["tenant"], buckets=_WAIT_BUCKETS, registry=r)
         self.duration = Histogram("flower_run_duration_seconds", "From the start of the sandbox to the run's end.",

@@ -69,7 +69,7 @@ _VERSION = 2
 _ADDED = {"disk_bytes": "INTEGER", "deleted": "REAL",
           "input_tokens": "INTEGER NOT NULL DEFAULT 0", "output_tokens": "INTEGER NOT NULL DEFAULT 0",
           "cache_write_tokens": "INTEGER NOT NULL DEFAULT 0", "cache_read_tokens": "INTEGER NOT NULL DEFAULT 0",
-          "claimed_cost_usd": "REAL NOT NULL DEFAULT 0", "token_sha256": "TEXT"}
+          "claimed_cost_usd": "REAL NOT NULL DEFAULT 0", "token_sha256": "TEXT", "folder": "TEXT"}
 
 
 class Run(msgspec.Struct, kw_only=True):
@@ -101,6 +101,8 @@ class Run(msgspec.Struct, kw_only=True):
     """What the run itself reported; ``cost_usd`` is what the gateway measured on the wire."""
     token_sha256: str | None = None
     """The hash of the run's gateway token while it is live."""
+    folder: str | None = None
+    """The name of the run's folder when it is not the run id: the warm slot it claimed (``sandbox.pool``)."""
     disk_bytes: int | None = None
     """What the run's folder took on disk when last measured (bounded by ``max_run_disk_mb``)."""
     deleted: float | None = None
@@ -198,6 +200,11 @@ class Registry:
             args = [*st, tenant]
         with self._lock:
             return int(self._db.execute(sql, args).fetchone()[0])
+
+    def folders(self) -> set[str]:
+        """The folder names runs took from warm slots (their folders are theirs, not the pool's)."""
+        with self._lock:
+            return {r[0] for r in self._db.execute("SELECT folder FROM runs WHERE folder IS NOT NULL")}
 
     def counts(self) -> dict[tuple[str, str], int]:
         """(tenant, status) → number of runs."""

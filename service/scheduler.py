@@ -42,9 +42,12 @@ from pathlib import Path
 from collections.abc import Callable
 from typing import Any
 
-from sandbox.backends.base import read_exit
+import msgspec
+
+from sandbox.backends.base import WarmBackend, read_exit
 from sandbox.entrypoint import STATUSES as EXIT_STATUSES
 from sandbox.layout import RunLayout
+from sandbox.pool import Shape, Slot, WarmPool
 from sandbox.spec import RunSpec, write_spec
 
 from .backoff import Backoff, RepeatLog
@@ -105,6 +108,7 @@ def _claimed_cost(value: Any, default: float) -> float:
 
 DISK_EVERY_S = 10.0  # how often a running run's folder is measured
 SWEEP_EVERY_S = 300.0  # how often ended runs older than retain_days are looked for
+WARM_CHECK_S = 30.0  # how often the warm pool's waiting sandboxes are checked (and a failed start retried)
 
 
 def _day(t: float | None = None) -> str:
@@ -146,10 +150,17 @@ class Scheduler:
         self.errors = RepeatLog(log)
         self.recovered = False  # re-attached to the backend's live runs (waits while the engine is down)
         self._queue_held = False
+        self.pool: WarmPool | None = None
+        """Sandboxes started ahead (``warm`` > 0 and a backend that can): a run claims one."""
+        if config.warm and isinstance(backend, WarmBackend):
+            self.pool = WarmPool(backend, config.runs_root, config.warm, on_error=self._warm_failed)
+        self._filling: asyncio.Task[int] | None = None
+        self._failing_warm = False
+        self._next_warm_check = 0.0
 
     # -- paths -------------------------------------------------------------------------------
     def layout(self, run: Run) -> RunLayout:
-        return RunLayout(self.config.runs_root, run.id, Path(run.repo).name)
+        return RunLayout(self.config.runs_root, run.id, Path(run.repo).name, folder=run.folder or "")
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self) -> None:
@@ -161,16 +172,24 @@ class Scheduler:
             if not is_engine_down(e):
                 raise
             self._engine_down(e)
+        if self.pool is not None and self.health.backend_up:
+            try:
+                await asyncio.to_thread(self._start_pool, self.pool)
+            except Exception as e:  # noqa: BLE001 - no warm sandboxes is a slower start, never a refusal
+                self._failed("warm.start_failed", "warm", e)
+            self._refill()
         self._task = self._loop.create_task(self._run_loop(), name="flower-scheduler")
 
     async def stop(self) -> None:
         """Stop following; the runs themselves keep running (a restarted service re-attaches)."""
-        tasks = [t for t in [self._task, *self._stopping.values()] if t is not None]
+        tasks = [t for t in [self._task, self._filling, *self._stopping.values()] if t is not None]
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._task = None
         self._stopping.clear()
+        if self.pool is not None:  # a waiting sandbox holds memory and nothing else: it goes with us
+            await asyncio.to_thread(self.pool.clear)
         for run_id in list(self._subs):
             self._publish_end(run_id)
 
@@ -223,6 +242,9 @@ class Scheduler:
             else:
                 self.backoff.succeeded(run.id)
                 self.errors.ok(run.id)
+        if self.pool is not None and time.monotonic() >= self._next_warm_check:
+            self._next_warm_check = time.monotonic() + WARM_CHECK_S
+            self._refill()  # a waiting sandbox that died is replaced, a failed start tried again
         if self.config.retain_days and self.clock() >= self._next_sweep:
             self._next_sweep = self.clock() + SWEEP_EVERY_S
             await self.sweep()
@@ -297,7 +319,8 @@ class Scheduler:
                 continue
             if run.status == "starting":  # stopped before its sandbox started: nothing ran, so it goes back in line
                 await asyncio.to_thread(self._discard_workspace, run, keep_branch=False)
-                self.registry.transition(run.id, "queued", frm=["starting"], started=None, branch=None, base=None)
+                self.registry.transition(run.id, "queued", frm=["starting"], started=None, branch=None, base=None,
+                                         folder=None)  # a slot it claimed is swept with the waiting ones
                 log.info("run.requeued", tenant=run.tenant, run=run.id,
                          why="the service stopped while preparing this run")
                 continue
@@ -367,12 +390,18 @@ class Scheduler:
                  handle=str(handle))
 
     def _prepare_and_start(self, run: Run, tenant: Tenant) -> tuple[Any, str]:
-        """Blocking: everything a run needs on disk, then the sandbox. Undoes what it made if a step fails."""
+        """Blocking: everything a run needs on disk, then the sandbox — a warm one when the pool has one of the
+        run's shape (the run takes its folder). Undoes what it made if a step fails."""
         from sandbox.envfile import write_env_file
         from sandbox.worktree import make_workspace, objects_dir
 
-        layout = self.layout(run)
         values = tenant.check_ready()  # the repo or the credentials may have changed since the submit
+        objects = str(objects_dir(run.repo))
+        slot = self._claim(Shape(Path(run.repo).name, objects, tenant.egress))
+        if slot is not None:
+            run = msgspec.structs.replace(run, folder=slot.folder)
+            self.registry.update(run.id, folder=slot.folder)
+        layout = self.layout(run)
         made_dir = not layout.dir.exists()
         workspace = False
         try:
@@ -382,16 +411,69 @@ class Scheduler:
             self.registry.update(run.id, branch=layout.branch, base=base)  # known even if we stop right here
             write_env_file(layout.env_file, self._grant(run, tenant, values, layout))
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
-                           base=base, objects=str(objects_dir(run.repo)), egress=tenant.egress)
+                           base=base, objects=objects, egress=tenant.egress)
+            if slot is not None:
+                return self.backend.claim(slot.handle, layout, spec), base
             write_spec(layout, spec)
             return self.backend.start(layout, spec), base
         except BaseException:
             if workspace:
                 self._discard_workspace(run, keep_branch=False)
                 self.registry.update(run.id, branch=None, base=None)
-            if made_dir:
+            if slot is not None:
+                assert self.pool is not None
+                self.pool.discard(slot)
+                self.registry.update(run.id, folder=None)
+            elif made_dir:
                 shutil.rmtree(layout.dir, ignore_errors=True)
             raise
+
+    # -- the warm pool -------------------------------------------------------------------------
+    def _claim(self, shape: Shape) -> Slot | None:
+        """Blocking: a waiting sandbox of the run's shape, if the pool has one; the pool refills either way."""
+        if self.pool is None:
+            return None
+        slot = self.pool.claim(shape)
+        self.metrics.warm.labels("hit" if slot is not None else "miss").inc()
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._refill)
+        return slot
+
+    def _start_pool(self, pool: WarmPool) -> None:
+        """Blocking: what a previous service left waiting goes; every tenant's shape is wanted."""
+        from sandbox.worktree import objects_dir
+
+        removed = pool.sweep(keep=self.registry.folders().__contains__)
+        if removed:
+            log.info("warm.swept", sandboxes=removed, why="started by an earlier service")
+        for tenant in self.tenants.all():
+            try:
+                pool.want(Shape(Path(tenant.repo).name, str(objects_dir(tenant.repo)), tenant.egress))
+            except Exception as e:  # noqa: BLE001 - a tenant whose repo is not ready gets no warm sandbox
+                log.warning("warm.tenant_skipped", tenant=tenant.name, error=_one_line(e))
+
+    def _refill(self) -> None:
+        """Top the pool up in a worker thread, one fill at a time (a claim during a fill is picked up next)."""
+        if self.pool is None or self._loop is None or (self._filling is not None and not self._filling.done()):
+            return
+        self._filling = self._loop.create_task(asyncio.to_thread(self.pool.fill), name="flower-warm-fill")
+        self._filling.add_done_callback(self._filled)
+
+    def _filled(self, task: asyncio.Task[int]) -> None:
+        if task.cancelled():
+            return
+        failed, self._failing_warm = self._failing_warm, False
+        if task.exception() is not None:
+            self._warm_failed(None, task.exception())
+        elif not failed:
+            self.errors.ok("warm")
+            if self.pool is not None and any(n < self.pool.size for n in self.pool.waiting().values()):
+                self._refill()  # claimed while it filled
+        # after a failure the next try waits for the next claim or the periodic check (WARM_CHECK_S)
+
+    def _warm_failed(self, shape: Shape | None, error: BaseException) -> None:
+        self._failing_warm = True
+        self.errors.error("warm.start_failed", "warm", error, repo=shape.repo_name if shape else None)
 
     # -- the gateway ---------------------------------------------------------------------------
     def _grant(self, run: Run, tenant: Tenant, values: dict[str, str], layout: RunLayout) -> dict[str, str]:

@@ -29,11 +29,12 @@ import json
 import threading
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import msgspec
 
 from flower.core.credentials import TOKEN_KEYS
+from sandbox.spec import Egress
 
 __all__ = ["Tenant", "Tenants", "TenantError", "TenantNotReady", "hash_token"]
 
@@ -50,9 +51,6 @@ class TenantNotReady(ValueError):
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-Egress = Literal["closed", "open"]
 
 
 class Budget(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -3,22 +3,28 @@
 A handle is an opaque string a backend gives back from ``start`` and understands in every other call;
 the service stores it in its registry. ``live()`` is how a restarted service re-attaches: it finds the
 runs still running (by container label, or by the process's marker for the local backend).
+
+A backend that can also start a sandbox before its run exists implements ``WarmBackend`` (``sandbox.pool``):
+``warm`` starts one on a slot folder with nothing of any run in it, ``claim`` hands it a run (the spec, written
+last, is what it waits for), ``slots`` lists the ones still waiting.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from ..layout import RunLayout
-from ..spec import RunSpec
+from ..layout import RunLayout, valid_run_id
+from ..spec import Egress, RunSpec
 
-__all__ = ["Backend", "BackendError", "STATES", "stopped_exit", "check_spec", "check_prepared", "run_env",
-           "ENV_IN_CONTAINER", "RUN_MARK"]
+__all__ = ["Backend", "WarmBackend", "BackendError", "STATES", "stopped_exit", "check_spec", "check_prepared",
+           "run_env", "warm_env", "claim_slot", "claimed_run", "ENV_IN_CONTAINER", "RUN_MARK", "WARM_MARK"]
 
 STATES = ("running", "exited", "missing")
 ENV_IN_CONTAINER = "/run/flower/flower.env"  # where a container backend mounts the env file (FLOWER_ENV)
 RUN_MARK = "FLOWER_RUN_ID"  # in every run's environment; the local backend re-finds its runs by it
+WARM_MARK = "FLOWER_WARM"  # in a warm sandbox's environment: its run is named by the spec it is handed
 
 
 class BackendError(RuntimeError):
@@ -59,6 +65,43 @@ def run_env(layout: RunLayout, spec: RunSpec, env_file: str) -> dict[str, str]:
             RUN_MARK: layout.run_id, "FLOWER_TENANT": spec.tenant, **spec.env}
 
 
+def warm_env(layout: RunLayout) -> dict[str, str]:
+    """A warm sandbox's environment: no tenant, no run, no credential (the entrypoint sets the run's at claim)."""
+    return {"FLOWER_ENV": str(layout.env_file), "HOME": str(layout.home), "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1", RUN_MARK: layout.dir.name, WARM_MARK: "1"}
+
+
+def claim_slot(layout: RunLayout, spec: RunSpec, owner: tuple[int, int] | None) -> None:
+    """Hand a waiting sandbox its run: the checks of ``check_prepared``, the run's files given to its uid, and
+    the spec written last (whole, then chowned: the sandbox starts the run the moment it can read it)."""
+    from ..spec import write_spec
+
+    if spec.run_id != layout.run_id:
+        raise BackendError(f"spec is for run {spec.run_id!r}, layout for {layout.run_id!r}")
+    if layout.spec_file.exists():
+        raise BackendError(f"the slot {layout.dir} was already claimed: a warm sandbox serves one run only")
+    if not layout.env_file.is_file():
+        raise BackendError(f"{layout.env_file} does not exist: write the env file before the claim")
+    if not (layout.workspace / ".git").is_dir():
+        raise BackendError(f"the run's workspace {layout.workspace} must be a checkout made by "
+                           "sandbox.worktree.make_workspace before the claim")
+    if owner is not None:
+        layout.hand_over(*owner)
+    path = write_spec(layout, spec)
+    if owner is not None:
+        os.chown(path, *owner)
+
+
+def claimed_run(folder: Path) -> str | None:
+    """The run a warm sandbox on ``folder`` was handed (the spec in its mailbox, which only the service
+    writes), or None while it waits."""
+    from ..runfiles import read_json
+
+    data = read_json(folder, "mailbox/spec.json")
+    run_id = data.get("run_id") if isinstance(data, dict) else None
+    return run_id if valid_run_id(run_id) else None
+
+
 @runtime_checkable
 class Backend(Protocol):
     def start(self, layout: RunLayout, spec: RunSpec, *, network: str | None = None) -> str:
@@ -78,7 +121,7 @@ class Backend(Protocol):
         ...
 
     def live(self) -> dict[str, str]:
-        """``{run_id: handle}`` of every run of this backend still running."""
+        """``{run_id: handle}`` of every run of this backend still running (claimed warm sandboxes included)."""
         ...
 
     def remove(self, handle: str) -> None:
@@ -107,3 +150,21 @@ def read_exit(folder: Path) -> dict | None:
 
     data = read_json(folder, "outbox/exit.json")
     return data if isinstance(data, dict) else None
+
+
+@runtime_checkable
+class WarmBackend(Backend, Protocol):
+    """A backend that can start sandboxes ahead of their runs (``sandbox.pool``)."""
+
+    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> str:
+        """Start a sandbox on the slot folder ``layout`` (made by the pool, no spec, no env file in it): the
+        runner imported and waiting. Same mounts, limits and network as a run of that shape."""
+        ...
+
+    def claim(self, handle: str, layout: RunLayout, spec: RunSpec) -> str:
+        """Hand the waiting sandbox ``handle`` the run ``layout`` (its folder is the slot's); returns the handle."""
+        ...
+
+    def slots(self) -> dict[Path, str]:
+        """``{slot folder: handle}`` of the warm sandboxes still waiting."""
+        ...

@@ -5,9 +5,9 @@ mean the same thing on both sides — and nothing else of the run folder or of t
 
 * read-write, each mounted on its own: the checkout (workspace), the workbench ``.flower-<repo>``, ``run/``,
   ``home/`` (HOME) and ``outbox/`` (events, exit, questions, the work bundle) — ``RunLayout.writable``;
-* read-only: ``mailbox/`` (what the service writes), the spec, the env file at ``/run/flower/flower.env``
-  (``FLOWER_ENV``), the team's object store the checkout borrows (``spec.objects``), and ``gateway/`` with
-  the model gateway's socket, the run's one way out.
+* read-only: ``mailbox/`` (what the service writes: the spec, the env file ``FLOWER_ENV`` names, answers),
+  the team's object store the checkout borrows (``spec.objects``), and ``gateway/`` with the model
+  gateway's socket, the run's one way out.
 
 Network: a spec with ``egress="closed"`` (the service's default for every tenant) runs with
 ``network_mode: none`` — no interface but its own loopback, where the runner bridges to the gateway's
@@ -19,7 +19,9 @@ size-capped ``/tmp`` tmpfs (``tmp_size``), a read-only root file system, every c
 ``no-new-privileges``, Docker's default seccomp profile (never ``unconfined``), tini as PID 1. A root service
 hands the run's folders to that uid before the start (``RunLayout.hand_over``); a non-root service whose
 uid differs cannot, so its runs use its own uid (see ``run_user``).
-Labels: ``flower.run=<run_id>``, ``flower.tenant=<tenant>``, ``flower.dir=<run folder>`` plus ``labels``.
+Labels: ``flower.run=<run_id>``, ``flower.tenant=<tenant>``, ``flower.dir=<run folder>`` plus ``labels``; a warm
+container (``warm``, for ``sandbox.pool``) has ``flower.warm=<slot folder>`` instead of the first two, and its run
+is the one its mailbox's spec names once claimed.
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from ..layout import RunLayout
-from ..spec import RunSpec
-from .base import ENV_IN_CONTAINER, BackendError, check_prepared, run_env, stopped_exit
+from ..spec import Egress, RunSpec
+from .base import BackendError, check_prepared, claim_slot, claimed_run, run_env, stopped_exit, warm_env
 
 RUN_USER = "10001:10001"
 
-__all__ = ["DockerBackend", "ENV_IN_CONTAINER"]
+__all__ = ["DockerBackend"]
 
 _RUNNING = {"created", "running", "restarting", "paused"}
 
@@ -64,11 +66,32 @@ class DockerBackend:
 
     # -- the protocol ------------------------------------------------------
     def start(self, layout: RunLayout, spec: RunSpec, *, network: str | None = None) -> str:
+        objects = check_prepared(layout, spec)
+        labels = {"flower.run": layout.run_id, "flower.tenant": spec.tenant}
+        return self._run(layout, self.container_name(layout), objects=objects, egress=spec.egress,
+                         env=run_env(layout, spec, str(layout.env_file)), labels=labels, network=network, warm=False)
+
+    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> str:
+        """A container on the slot folder ``layout`` with the runner imported and waiting (``sandbox.pool``)."""
+        return self._run(layout, f"flower-warm-{layout.dir.name}", objects=objects, egress=egress,
+                         env=warm_env(layout), labels={"flower.warm": layout.dir.name}, network=None, warm=True)
+
+    def claim(self, handle: str, layout: RunLayout, spec: RunSpec) -> str:
+        claim_slot(layout, spec, self.mail_owner())
+        return handle
+
+    def slots(self) -> dict[Path, str]:
+        filters = {"label": ["flower.warm", "flower.dir", *(f"{k}={v}" for k, v in self.labels.items())],
+                   "status": "running"}
+        found = {Path(c.labels["flower.dir"]): c.id for c in self.client.containers.list(filters=filters)}
+        return {folder: handle for folder, handle in found.items() if claimed_run(folder) is None}
+
+    def _run(self, layout: RunLayout, name: str, *, objects: Path | None, egress: Egress, env: dict[str, str],
+             labels: dict[str, str], network: str | None, warm: bool) -> str:
+        """One container; a ``warm`` one is handed its folders (and starts in them) only at its claim."""
         import docker
         from docker.types import Mount
 
-        objects = check_prepared(layout, spec)
-        name = self.container_name(layout)
         try:
             old = self.client.containers.get(name)
             old.reload()
@@ -79,25 +102,18 @@ class DockerBackend:
             pass
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
-        user = self.run_user()
         owner = self.mail_owner()
-        if owner is not None:
+        if owner is not None and not warm:
             layout.hand_over(*owner)
         mounts = [Mount(str(d), str(d), type="bind") for d in layout.writable]
-        mounts += [
-            Mount(str(layout.mailbox), str(layout.mailbox), type="bind", read_only=True),
-            Mount(str(layout.spec_file), str(layout.spec_file), type="bind", read_only=True),
-            Mount(ENV_IN_CONTAINER, str(layout.env_file), type="bind", read_only=True),
-        ]
+        mounts.append(Mount(str(layout.mailbox), str(layout.mailbox), type="bind", read_only=True))
         if objects is not None:
             mounts.append(Mount(str(objects), str(objects), type="bind", read_only=True))
         if layout.gateway.is_dir():
             mounts.append(Mount(str(layout.gateway), str(layout.gateway), type="bind", read_only=True))
-        env = run_env(layout, spec, ENV_IN_CONTAINER)
-        labels = {**self.labels, "flower.run": layout.run_id, "flower.tenant": spec.tenant,
-                  "flower.dir": str(layout.dir)}
+        labels = {**self.labels, **labels, "flower.dir": str(layout.dir)}
         kw: dict[str, Any] = {}
-        if spec.egress == "closed":  # not even loopback to the host: the model is behind the gateway's socket
+        if egress == "closed":  # not even loopback to the host: the model is behind the gateway's socket
             kw["network_mode"] = "none"
         elif network is not None:
             kw["network"] = network
@@ -112,7 +128,8 @@ class DockerBackend:
         try:
             c = self.client.containers.run(
                 self.image, [str(layout.spec_file)], name=name, detach=True, labels=labels, environment=env,
-                working_dir=str(layout.workspace), mounts=mounts, init=True, cap_drop=["ALL"], user=user,
+                working_dir="/" if warm else str(layout.workspace), mounts=mounts, init=True,
+                cap_drop=["ALL"], user=self.run_user(),
                 security_opt=["no-new-privileges"], read_only=self.read_only,
                 tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmp_size},mode=1777"}, **kw)
         except docker.errors.ImageNotFound:
@@ -145,8 +162,13 @@ class DockerBackend:
             stopped_exit(Path(folder), timeout)
 
     def live(self) -> dict[str, str]:
-        filters = {"label": ["flower.run", *(f"{k}={v}" for k, v in self.labels.items())], "status": "running"}
-        return {c.labels["flower.run"]: c.id for c in self.client.containers.list(filters=filters)}
+        filters = {"label": ["flower.dir", *(f"{k}={v}" for k, v in self.labels.items())], "status": "running"}
+        out: dict[str, str] = {}
+        for c in self.client.containers.list(filters=filters):
+            run_id = c.labels.get("flower.run") or claimed_run(Path(c.labels["flower.dir"]))
+            if run_id:
+                out[run_id] = c.id
+        return out
 
     def remove(self, handle: str) -> None:
         import docker

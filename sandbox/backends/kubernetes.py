@@ -6,7 +6,7 @@ same claim, so paths mean the same thing in the service and in the run (as with 
 
 * read-write, each at its own path: the run's checkout, workbench, ``run/``, ``home/`` and ``outbox/``
   (``RunLayout.writable``, as ``subPath``s of the claim) — never the run folder itself;
-* read-only: ``mailbox/``, the spec file, and the team's object store the checkout borrows
+* read-only: ``mailbox/`` (the spec in it), and the team's object store the checkout borrows
   (``spec.objects``, ``subPath: <its path under data_dir>``): the tenants' repositories must therefore live
   on the claim too (e.g. ``<data_dir>/repos/<tenant>``);
 * the env file from a per-run Secret (created here, owned by the Job so Kubernetes deletes it with the Job,
@@ -107,8 +107,7 @@ def job_manifest(layout: RunLayout, spec: RunSpec, *, image: str, namespace: str
     run_path = _under(layout.dir, Path(data_dir), "the run folder")
     mounts: list[dict[str, Any]] = [
         {"name": "data", "mountPath": str(d), "subPath": f"{run_path}/{d.name}"} for d in layout.writable]
-    for path in (layout.mailbox, layout.spec_file):
-        mounts.append({"name": "data", "mountPath": str(path), "subPath": f"{run_path}/{path.name}", "readOnly": True})
+    mounts.append({"name": "data", "mountPath": str(layout.mailbox), "subPath": f"{run_path}/mailbox", "readOnly": True})
     if objects is not None:
         mounts.append({"name": "data", "mountPath": str(Path(objects)), "readOnly": True,
                        "subPath": _under(Path(objects), Path(data_dir), "the repository's object store")})

@@ -3,7 +3,7 @@
 With ``isolation="bwrap"`` (the default) the run gets its own user, pid, ipc and uts namespaces, no
 capabilities, a read-only view of only what it needs to execute — ``/usr``, a few files of ``/etc``, the
 Python it runs and flower's own code — and, read-write, only its own folders (``RunLayout.writable``); its
-mailbox, spec, env file and the team's object store are read-only. No other tenant's path exists inside,
+mailbox (spec, env file, answers) and the team's object store are read-only. No other tenant's path exists inside,
 and ``/proc`` shows only the run's own processes. ``isolation="none"`` is a plain subprocess with a clean
 environment (development only: it sees everything the service's uid sees).
 
@@ -31,8 +31,9 @@ from pathlib import Path
 from typing import Literal
 
 from ..layout import RunLayout
-from ..spec import RunSpec
-from .base import RUN_MARK, BackendError, check_prepared, check_spec, read_exit, run_env, stopped_exit
+from ..spec import Egress, RunSpec
+from .base import (RUN_MARK, WARM_MARK, BackendError, check_prepared, check_spec, claim_slot, claimed_run, read_exit,
+                   run_env, stopped_exit, warm_env)
 
 __all__ = ["LocalBackend", "bwrap_available", "Isolation"]
 
@@ -164,8 +165,7 @@ def bwrap_argv(layout: RunLayout, objects: Path | None, command: list[str], *, b
         argv += ["--ro-bind", str(d), str(d)]
     for d in layout.writable:
         argv += ["--bind", str(d), str(d)]
-    for f in (layout.mailbox, layout.spec_file, layout.env_file):
-        argv += ["--ro-bind", str(f), str(f)]
+    argv += ["--ro-bind", str(layout.mailbox), str(layout.mailbox)]
     if layout.gateway.is_dir():
         argv += ["--ro-bind", str(layout.gateway), str(layout.gateway)]
     if objects is not None:
@@ -238,25 +238,40 @@ class LocalBackend:
         if network is not None:
             raise BackendError("the local backend cannot put a run on a named network: "
                                "use the Docker backend for that, or pass network=None")
+        if self.isolation == "bwrap":
+            objects = check_prepared(layout, spec)
+        else:
+            check_spec(layout, spec)
+            objects = None
+        running = self.live().get(layout.run_id)
+        if running:
+            raise BackendError(f"run {layout.run_id} is already running ({running})")
+        return self._spawn(layout, objects, spec.egress, run_env(layout, spec, str(layout.env_file)))
+
+    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> str:
+        """A sandbox on the slot folder ``layout`` with the runner imported and waiting (``sandbox.pool``)."""
+        return self._spawn(layout, objects, egress, warm_env(layout))
+
+    def claim(self, handle: str, layout: RunLayout, spec: RunSpec) -> str:
+        claim_slot(layout, spec, None)  # bubblewrap maps the service's uid to the run's: nothing to hand over
+        return handle
+
+    def slots(self) -> dict[Path, str]:
+        return {folder: handle for folder, handle in self._scan(warm=True).items() if claimed_run(folder) is None}
+
+    def _spawn(self, layout: RunLayout, objects: Path | None, egress: Egress, env: dict[str, str]) -> str:
         command = [self.python, "-m", "sandbox.entrypoint", str(layout.spec_file)]
         if self.isolation == "bwrap":
             bwrap = shutil.which("bwrap")
             if bwrap is None:
                 raise BackendError("bubblewrap is not installed (`apt-get install bubblewrap`): without it a local "
                                    "run is not isolated; install it, or set isolation='none' for development")
-            objects = check_prepared(layout, spec)
-            command = bwrap_argv(layout, objects, command, bwrap=bwrap,
-                                 share_net=self.share_net and spec.egress == "open")
-        else:
-            check_spec(layout, spec)
-        running = self.live().get(layout.run_id)
-        if running:
-            raise BackendError(f"run {layout.run_id} is already running ({running})")
+            command = bwrap_argv(layout, objects, command, bwrap=bwrap, share_net=self.share_net and egress == "open")
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
-        env = {"PATH": self.path, **run_env(layout, spec, str(layout.env_file))}
+        env = {"PATH": self.path, **env}
         _sweep()
-        joins = _cgroups(layout.run_id, self.mem_limit, self.pids_limit)
+        joins = _cgroups(layout.dir.name, self.mem_limit, self.pids_limit)
         if joins:
             command = ["/bin/sh", "-c", _JOIN, "sh", *command]
             env["FLOWER_CGROUPS"] = ":".join(str(p) for p in joins)
@@ -306,6 +321,18 @@ class LocalBackend:
 
     def live(self) -> dict[str, str]:
         out: dict[str, str] = {}
+        for folder, handle in self._scan(warm=False).items():
+            out[folder.name] = handle
+        for folder, handle in self._scan(warm=True).items():
+            run_id = claimed_run(folder)
+            if run_id:
+                out[run_id] = handle
+        return out
+
+    def _scan(self, *, warm: bool) -> dict[Path, str]:
+        """``{run folder: handle}`` of the sandboxes this backend started that are still running: the runs
+        (``warm=False``) or the warm sandboxes, claimed or not."""
+        out: dict[Path, str] = {}
         for proc in list(self._procs.values()):
             proc.poll()  # reap our own children
         own_ns = os.readlink("/proc/self/ns/pid")
@@ -323,15 +350,16 @@ class LocalBackend:
                 env = dict(item.split(b"=", 1) for item in raw if b"=" in item)
             except OSError:
                 continue
-            run_id = env.get(RUN_MARK.encode())
             pid = int(entry.name)
             st = _stat(pid)
-            if not run_id or st is None or st[0] == "Z":
+            if not env.get(RUN_MARK.encode()) or st is None or st[0] == "Z":
                 continue
-            folder = Path(os.fsdecode(cmd[at + 1])).parent
+            if (env.get(WARM_MARK.encode()) == b"1") != warm:
+                continue
+            folder = Path(os.fsdecode(cmd[at + 1])).parent.parent  # <folder>/mailbox/spec.json
             if self.root is not None and folder.parent != self.root:
                 continue
-            out[run_id.decode()] = f"local:{pid}:{st[1]}:{folder}"
+            out[folder] = f"local:{pid}:{st[1]}:{folder}"
         return out
 
     def remove(self, handle: str) -> None:

@@ -73,9 +73,10 @@ def test_the_service_hosts_credential_files_are_never_read(layout: RunLayout, tm
 
 def test_a_bad_spec_fails_in_one_line(tmp_path: Path) -> None:
     run = tmp_path / "runs" / "r1"
-    run.mkdir(parents=True)
-    (run / "spec.json").write_text(json.dumps({"run_id": "r1", "tenant": "t", "ask": "x", "options": {"x": 1}}))
-    out = _run(run / "spec.json", {})
+    (run / "mailbox").mkdir(parents=True)
+    (run / "mailbox" / "spec.json").write_text(json.dumps({"run_id": "r1", "tenant": "t", "ask": "x",
+                                                           "options": {"x": 1}}))
+    out = _run(run / "mailbox" / "spec.json", {})
     assert out.returncode == 2 and "Traceback" not in out.stderr and "unknown option 'x'" in out.stderr
     assert json.loads((run / "outbox" / "exit.json").read_text())["status"] == "failed"
 

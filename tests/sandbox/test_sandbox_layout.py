@@ -16,7 +16,7 @@ def test_every_path_of_a_run(tmp_path: Path) -> None:
     assert lay.dir == d and lay.workspace == d / "team" and lay.workbench == d / ".flower-team"
     assert (lay.run_dir, lay.mailbox, lay.home) == (d / "run", d / "mailbox", d / "home")
     assert (lay.env_file, lay.spec_file, lay.events, lay.exit_file, lay.questions, lay.bundle) == (
-        d / "flower.env", d / "spec.json", d / "outbox/events.jsonl", d / "outbox/exit.json",
+        d / "mailbox/flower.env", d / "mailbox/spec.json", d / "outbox/events.jsonl", d / "outbox/exit.json",
         d / "outbox/questions", d / "outbox/work.bundle")
     assert lay.writable == (lay.workspace, lay.workbench, lay.run_dir, lay.home, lay.outbox), \
         "the mailbox, spec and env file are never the run's to write"
@@ -57,3 +57,9 @@ def test_of_spec_file_needs_the_spec_in_its_run_folder(tmp_path: Path) -> None:
     assert RunLayout.of_spec_file(lay.spec_file, "r1", "repo") == lay
     with pytest.raises(ValueError, match="must sit in its run's folder"):
         RunLayout.of_spec_file(tmp_path / "elsewhere" / "spec.json", "r1", "repo")
+    # a run that claimed a warm slot keeps the slot's folder; its branch is still named by the run
+    slot = RunLayout(tmp_path, "r2", "repo", folder="warm-0123")
+    assert slot.dir == tmp_path.resolve() / "warm-0123" and slot.branch == "flower/r2"
+    assert RunLayout.of_spec_file(slot.spec_file, "r2", "repo") == slot
+    with pytest.raises(ValueError, match="run id"):
+        RunLayout(tmp_path, "r2", "repo", folder="../x")

@@ -1,0 +1,165 @@
+"""WarmPool: sandboxes started ahead of their runs, so a run's start skips Python's start and the imports.
+
+A *slot* is a run folder (``warm-<hex>``) with nothing of any run in it — no spec, no env file, no token, no
+checkout (an empty folder where it will be) — and a sandbox the backend started on it (``WarmBackend.warm``):
+the same mounts, limits and network as a run of that shape, the runner imported and waiting for a spec in its
+mailbox. ``claim`` hands out a waiting slot; the caller makes the run's checkout and env file in the slot's
+folder and calls ``backend.claim``, which writes the spec last: the sandbox starts the run at once. The run
+keeps the slot's folder (``RunLayout(folder=...)``): a sandbox's mounts cannot move.
+
+Slots are kept per *shape*, what a sandbox is started with and cannot change afterwards: the repository's name
+(the checkout's mount point), its object store (mounted read-only) and the egress (the network). A claimed
+sandbox is its run's for good — it ends with the run — and ``fill`` starts another.
+"""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .backends.base import WarmBackend
+from .layout import RunLayout
+from .spec import Egress
+
+__all__ = ["WarmPool", "Shape", "Slot", "SLOT_PREFIX"]
+
+SLOT_PREFIX = "warm-"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a waiting sandbox is started with: a run of another shape cannot use it."""
+
+    repo_name: str
+    objects: str  # the object store mounted read-only; "" for none
+    egress: Egress
+
+
+@dataclass(frozen=True)
+class Slot:
+    folder: str
+    handle: str
+    shape: Shape
+
+    def layout(self, root: Path, run_id: str) -> RunLayout:
+        """The layout of the run that claimed this slot."""
+        return RunLayout(root, run_id, self.shape.repo_name, folder=self.folder)
+
+
+class WarmPool:
+    """Keeps ``size`` waiting sandboxes of every shape it was asked for (``want``) under ``root``.
+
+    Thread-safe: ``fill`` (slow: it starts sandboxes) runs in a worker thread while runs claim slots.
+    ``on_error(shape, error)`` hears of a sandbox that could not be started; the shape is tried again at the
+    next ``fill``.
+    """
+
+    def __init__(self, backend: WarmBackend, root: str | Path, size: int, *,
+                 on_error: Callable[[Shape, BaseException], None] | None = None) -> None:
+        if not isinstance(backend, WarmBackend):
+            raise TypeError(f"{type(backend).__name__} cannot start sandboxes ahead of their runs")
+        self.backend, self.root, self.size = backend, Path(root).resolve(), size
+        self.on_error = on_error
+        self._lock = threading.Lock()
+        self._filling = threading.Lock()
+        self._slots: dict[Shape, list[Slot]] = {}
+
+    def want(self, shape: Shape) -> None:
+        with self._lock:
+            self._slots.setdefault(shape, [])
+
+    def waiting(self) -> dict[Shape, int]:
+        with self._lock:
+            return {shape: len(slots) for shape, slots in self._slots.items()}
+
+    def claim(self, shape: Shape) -> Slot | None:
+        """A waiting sandbox of ``shape``, now the caller's (None when there is none: start the run cold).
+        The shape is wanted from now on."""
+        while True:
+            with self._lock:
+                slots = self._slots.setdefault(shape, [])
+                if not slots:
+                    return None
+                slot = slots.pop(0)
+            if self.backend.state(slot.handle) == "running":
+                return slot
+            self.discard(slot)  # it died while waiting (killed, out of memory, the engine restarted)
+
+    def fill(self) -> int:
+        """Blocking: top every wanted shape up to ``size`` (a waiting sandbox that died is replaced); how many
+        sandboxes were started. One fill at a time."""
+        started = 0
+        with self._filling:
+            self._prune()
+            for shape in list(self.waiting()):
+                while self.waiting().get(shape, 0) < self.size:
+                    try:
+                        slot = self._start(shape)
+                    except Exception as e:  # noqa: BLE001 - a failed start is reported, the pool goes on
+                        if self.on_error is not None:
+                            self.on_error(shape, e)
+                        break
+                    with self._lock:
+                        self._slots.setdefault(shape, []).append(slot)
+                    started += 1
+        return started
+
+    def _prune(self) -> None:
+        with self._lock:
+            slots = [s for group in self._slots.values() for s in group]
+        for slot in slots:
+            if self.backend.state(slot.handle) != "running":
+                with self._lock:
+                    group = self._slots.get(slot.shape, [])
+                    if slot not in group:
+                        continue  # claimed meanwhile
+                    group.remove(slot)
+                self.discard(slot)
+
+    def discard(self, slot: Slot) -> None:
+        """The slot's sandbox and folder go (a slot not claimed, or one whose claim failed half-way)."""
+        try:
+            self.backend.remove(slot.handle)
+        finally:
+            shutil.rmtree(self.root / slot.folder, ignore_errors=True)
+
+    def clear(self) -> None:
+        """Discard every waiting slot (the service stops: a waiting sandbox holds memory and nothing else)."""
+        with self._lock:
+            slots = [s for group in self._slots.values() for s in group]
+            for group in self._slots.values():
+                group.clear()
+        for slot in slots:
+            self.discard(slot)
+
+    def sweep(self, keep: Callable[[str], bool]) -> int:
+        """At start: remove the waiting sandboxes a previous service left (their image or settings may be old)
+        and the slot folders nobody claimed — every ``warm-*`` folder but those ``keep(folder)`` (a run owns)."""
+        removed = 0
+        held = {s.folder for group in self._slots.values() for s in group}
+        for folder, handle in self.backend.slots().items():
+            if folder.parent == self.root and folder.name not in held:
+                self.backend.remove(handle)
+                removed += 1
+        if self.root.is_dir():
+            for d in self.root.glob(f"{SLOT_PREFIX}*"):
+                if d.name not in held and not keep(d.name):
+                    shutil.rmtree(d, ignore_errors=True)
+        return removed
+
+    def _start(self, shape: Shape) -> Slot:
+        folder = SLOT_PREFIX + secrets.token_hex(8)
+        layout = RunLayout(self.root, folder, shape.repo_name).ensure()
+        try:
+            layout.workspace.mkdir(mode=0o700)  # empty: the claim makes the run's checkout in it
+            layout.gateway.mkdir(mode=0o755)  # empty: the claim opens the run's gateway socket in it
+            handle = self.backend.warm(layout, objects=Path(shape.objects) if shape.objects else None,
+                                       egress=shape.egress)
+        except BaseException:
+            shutil.rmtree(layout.dir, ignore_errors=True)
+            raise
+        return Slot(folder, handle, shape)

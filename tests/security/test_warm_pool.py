@@ -1,0 +1,103 @@
+"""The warm pool through the real service (local bubblewrap and Docker): a sandbox started ahead holds nothing of
+any run — no spec, no env file, no token, no socket, no key — a submitted run claims it (the sandbox existed
+before the run did) and gets its gateway token then, and the pool starts another."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import httpx
+
+from _hostile import DONE, ENDED, hostile_deployment, worker_rules
+from _service_helpers import Service, wait_for, wait_status
+from flower.testing import ScriptedModel
+from sandbox.backends import DockerBackend, LocalBackend
+
+import pytest
+
+pytestmark = pytest.mark.cli
+
+KEY = "sk-ant-acme-warm-canary-5c0ffee5c0ffee5c0ffee"  # the tenant's real key: only the gateway may hold it
+
+
+def waiting(runs: Path, backend_name: str) -> dict[Path, str]:
+    """The warm sandboxes of this deployment still waiting: ``{slot folder: handle}``."""
+    backend = LocalBackend(root=runs) if backend_name == "local" else DockerBackend("unused")
+    return {folder: h for folder, h in backend.slots().items() if folder.parent == runs}
+
+
+def ready(runs: Path, backend_name: str, *, gone: Path | None = None) -> dict[Path, str] | None:
+    """The waiting sandboxes once there is one per tenant (and ``gone`` is not among them)."""
+    w = waiting(runs, backend_name)
+    return w if len(w) == 2 and gone not in w else None
+
+
+def environ_of(backend_name: str, folder: Path, handle: str) -> list[str]:
+    """Every environment variable the waiting sandbox's processes were started with."""
+    if backend_name == "docker":
+        out = subprocess.run(["docker", "inspect", handle], capture_output=True, text=True, check=True).stdout
+        return list(json.loads(out)[0]["Config"]["Env"])
+    found: list[str] = []
+    for entry in Path("/proc").iterdir():
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"FLOWER_RUN_ID={folder.name}".encode() in env:
+            found += [e.decode(errors="replace") for e in env if e]
+    return found
+
+
+def test_a_warm_sandbox_holds_nothing_until_a_run_claims_it_and_the_pool_refills(
+        tmp_path: Path, services: list[Service], backend_name: str) -> None:
+    dep = hostile_deployment(tmp_path / "dep", backend_name)
+    dep.config.write_text(dep.config.read_text() + "warm = 1\n")
+    runs = (dep.data / "runs").resolve()
+    script = f"""set +e
+PAT=$(echo {KEY[::-1]} | rev)
+echo "SLOT $(basename "$(dirname "$PWD")")"
+echo "ENV $(env | grep -c "$PAT")"
+echo "FILES $(timeout 60 grep -rIl --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev -e "$PAT" / 2>/dev/null | wc -l)"
+echo "TOKEN $(env | grep -c '^ANTHROPIC_API_KEY=flower-run-')"
+echo {DONE}"""
+    with ScriptedModel(worker_rules("热启动", script)) as model:
+        values = {**model.env, "ANTHROPIC_API_KEY": KEY}
+        values.pop("CLAUDE_CONFIG_DIR")
+        for path in dep.creds.values():
+            path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+        service = Service(dep).start(timeout=120)
+        services.append(service)
+
+        # one waiting sandbox per tenant repository, holding nothing of any run
+        slots = wait_for(lambda: ready(runs, backend_name), timeout=120, what="a warm sandbox for each tenant")
+        for folder, handle in slots.items():
+            files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir())
+            assert files in ([], ["output.log"]), files  # no spec, no env file, no gateway socket
+            assert not any(KEY in p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file())
+            env = environ_of(backend_name, folder, handle)
+            assert "FLOWER_WARM=1" in env, env
+            assert not [e for e in env if KEY in e or "flower-run-" in e or e.startswith(("ANTHROPIC", "FLOWER_TENANT"))]
+        acme_repo = dep.repos["acme"].name
+        acme_slot = next(f for f in slots if (f / acme_repo).is_dir())
+
+        r = service.client("acme").post("/v1/runs", json={"ask": "热启动", "options": {"rounds": 1, "timeout_s": 30}})
+        assert r.status_code == 201, r.text
+        run_id = r.json()["id"]
+        run = wait_status(service.client("acme"), run_id, ENDED, timeout=300)
+        out = max((x["text"] for req in model.conversation for x in req.results if DONE in x["text"]), key=len)
+        refilled = wait_for(lambda: ready(runs, backend_name, gone=acme_slot), timeout=120, what="the pool refilled")
+        metrics = httpx.get(f"{service.url}/metrics").text
+        started = next(x for x in service.lines() if x.get("event") == "run.started" and x.get("run") == run_id)
+
+    assert run["status"] == "succeeded", (run, out[-2000:])
+    assert f"SLOT {acme_slot.name}" in out, out  # the run worked in the sandbox that waited before it existed
+    assert started["handle"] == slots[acme_slot]
+    assert "ENV 0" in out and "FILES 0" in out and "TOKEN 1" in out, out  # its token came with the claim
+    assert run["usage"]["input_tokens"] > 0  # through the gateway, metered
+    assert acme_slot not in refilled and len(refilled) == 2  # a claimed sandbox is never handed out again
+    assert 'flower_warm_claims_total{outcome="hit"} 1.0' in metrics, metrics
+    service.stop()
+    assert waiting(runs, backend_name) == {}, "a stopped service leaves no sandbox waiting"
+    assert not any(p.name.startswith("warm-") and not (p / "outbox" / "exit.json").exists() for p in runs.iterdir())
