@@ -30,6 +30,7 @@ import asyncio
 import json
 import math
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -316,7 +317,8 @@ class _Run:
         return EXIT_CODES["failed"]
 
 
-WAIT_EVERY_S = 0.01  # how often a warm sandbox looks for its spec: a stat, 100 times a second
+WAIT_EVERY_S = 1.0  # a warm sandbox looks for its spec this often even without word from inotify
+IN_CREATE, IN_MOVED_TO, IN_ATTRIB = 0x100, 0x80, 0x4
 
 
 def _warm_up(spec_file: Path) -> None:
@@ -332,12 +334,37 @@ def _warm_up(spec_file: Path) -> None:
 
     from . import bridge  # noqa: F401
 
+    watch = _inotify(spec_file.parent)
     while True:
         try:
             with open(spec_file, "rb"):
-                return
+                break
         except OSError:
-            time.sleep(WAIT_EVERY_S)
+            pass
+        if watch is None:
+            time.sleep(0.01)  # no inotify here: a stat every 10 ms (about 2 % of a core)
+            continue
+        if select.select([watch], [], [], WAIT_EVERY_S)[0]:
+            os.read(watch, 65536)
+    if watch is not None:
+        os.close(watch)
+
+
+def _inotify(folder: Path) -> int | None:
+    """An inotify fd watching ``folder`` for new, renamed-in and re-owned files; None where there is none."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = libc.inotify_init1(os.O_CLOEXEC | os.O_NONBLOCK)
+    except (OSError, AttributeError):
+        return None
+    if fd < 0:
+        return None
+    if libc.inotify_add_watch(fd, os.fsencode(folder), IN_CREATE | IN_MOVED_TO | IN_ATTRIB) < 0:
+        os.close(fd)
+        return None
+    return int(fd)
 
 
 def _claimed(spec: RunSpec) -> None:

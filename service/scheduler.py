@@ -371,7 +371,7 @@ class Scheduler:
     async def _launch(self, run: Run, tenant: Tenant) -> None:
         log.info("run.starting", tenant=run.tenant, run=run.id)
         try:
-            handle, base = await asyncio.to_thread(self._prepare_and_start, run, tenant)
+            handle, base, folder = await asyncio.to_thread(self._prepare_and_start, run, tenant)
         except Exception as e:  # noqa: BLE001 - every failure fails this run, never the scheduler
             if is_engine_down(e) or is_disk_full(e):  # the machine's fault, not the run's: it waits its turn again
                 self.registry.transition(run.id, "queued", frm=["starting"], started=None)
@@ -387,11 +387,12 @@ class Scheduler:
         if not self.registry.transition(run.id, "running", frm=["starting"], handle=str(handle)):
             log.warning("run.vanished_while_starting", tenant=run.tenant, run=run.id)
         log.info("run.started", tenant=run.tenant, run=run.id, branch=self.layout(run).branch, base=base,
-                 handle=str(handle))
+                 handle=str(handle), warm=folder)
 
-    def _prepare_and_start(self, run: Run, tenant: Tenant) -> tuple[Any, str]:
+    def _prepare_and_start(self, run: Run, tenant: Tenant) -> tuple[Any, str, str | None]:
         """Blocking: everything a run needs on disk, then the sandbox — a warm one when the pool has one of the
-        run's shape (the run takes its folder). Undoes what it made if a step fails."""
+        run's shape (the run takes its folder). Returns (handle, base, the slot's folder or None). Undoes what it
+        made if a step fails."""
         from sandbox.envfile import write_env_file
         from sandbox.worktree import make_workspace, objects_dir
 
@@ -413,9 +414,9 @@ class Scheduler:
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
                            base=base, objects=objects, egress=tenant.egress)
             if slot is not None:
-                return self.backend.claim(slot.handle, layout, spec), base
+                return self.backend.claim(slot.handle, layout, spec), base, slot.folder
             write_spec(layout, spec)
-            return self.backend.start(layout, spec), base
+            return self.backend.start(layout, spec), base, None
         except BaseException:
             if workspace:
                 self._discard_workspace(run, keep_branch=False)

@@ -105,6 +105,8 @@ class DockerBackend:
         owner = self.mail_owner()
         if owner is not None and not warm:
             layout.hand_over(*owner)
+        elif owner is not None:  # only the (empty) mailbox, so the waiting runner can watch it for its spec
+            os.chown(layout.mailbox, *owner)
         mounts = [Mount(str(d), str(d), type="bind") for d in layout.writable]
         mounts.append(Mount(str(layout.mailbox), str(layout.mailbox), type="bind", read_only=True))
         if objects is not None:

@@ -5,14 +5,17 @@ before the run did) and gets its gateway token then, and the pool starts another
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
 
 from _hostile import DONE, ENDED, hostile_deployment, worker_rules
-from _service_helpers import Service, wait_for, wait_status
-from flower.testing import ScriptedModel
+from _service_helpers import Service, wait_for, wait_question, wait_status
+from flower.testing import Rule, ScriptedModel, say, tool
+from sandbox.testing import ANSWER, ASK, BRIEF, CLARIFIER
 from sandbox.backends import DockerBackend, LocalBackend
 
 import pytest
@@ -28,10 +31,10 @@ def waiting(runs: Path, backend_name: str) -> dict[Path, str]:
     return {folder: h for folder, h in backend.slots().items() if folder.parent == runs}
 
 
-def ready(runs: Path, backend_name: str, *, gone: Path | None = None) -> dict[Path, str] | None:
-    """The waiting sandboxes once there is one per tenant (and ``gone`` is not among them)."""
+def ready(runs: Path, backend_name: str, *, gone: Iterable[Path] = ()) -> dict[Path, str] | None:
+    """The waiting sandboxes once there is one per tenant and none of the folders ``gone`` is among them."""
     w = waiting(runs, backend_name)
-    return w if len(w) == 2 and gone not in w else None
+    return w if len(w) == 2 and not set(gone) & set(w) else None
 
 
 def environ_of(backend_name: str, folder: Path, handle: str) -> list[str]:
@@ -87,7 +90,7 @@ echo {DONE}"""
         run_id = r.json()["id"]
         run = wait_status(service.client("acme"), run_id, ENDED, timeout=300)
         out = max((x["text"] for req in model.conversation for x in req.results if DONE in x["text"]), key=len)
-        refilled = wait_for(lambda: ready(runs, backend_name, gone=acme_slot), timeout=120, what="the pool refilled")
+        refilled = wait_for(lambda: ready(runs, backend_name, gone=[acme_slot]), timeout=120, what="the pool refilled")
         metrics = httpx.get(f"{service.url}/metrics").text
         started = next(x for x in service.lines() if x.get("event") == "run.started" and x.get("run") == run_id)
 
@@ -101,3 +104,43 @@ echo {DONE}"""
     service.stop()
     assert waiting(runs, backend_name) == {}, "a stopped service leaves no sandbox waiting"
     assert not any(p.name.startswith("warm-") and not (p / "outbox" / "exit.json").exists() for p in runs.iterdir())
+
+
+def test_a_warm_run_outlives_a_crashed_service_and_what_waited_for_it_is_swept(tmp_path: Path,
+                                                                               services: list[Service]) -> None:
+    dep = hostile_deployment(tmp_path / "dep", "local")
+    dep.config.write_text(dep.config.read_text() + "warm = 1\n")
+    runs = (dep.data / "runs").resolve()
+    ask = "重启之后继续"
+    rules = [Rule(tool(ASK, {"question": "用什么语言?", "options": [ANSWER, "Go"]}), system=CLARIFIER, prompt=ask),
+             Rule(say(BRIEF), system=CLARIFIER, prompt=ask, result=ANSWER)]
+    with ScriptedModel(rules) as model:
+        values = {k: v for k, v in model.env.items() if k != "CLAUDE_CONFIG_DIR"}
+        for path in dep.creds.values():
+            path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
+        first = Service(dep, "first").start(timeout=120)
+        services.append(first)
+        slots = wait_for(lambda: ready(runs, "local"), timeout=120, what="a warm sandbox for each tenant")
+        acme_slot = next(f for f in slots if (f / dep.repos["acme"].name).is_dir())
+        acme = first.client("acme")
+        run_id = acme.post("/v1/runs", json={"ask": ask, "options": {"clarify_only": True}}).json()["id"]
+        q = wait_question(acme, run_id)
+        left = wait_for(lambda: ready(runs, "local", gone=[acme_slot]), timeout=120, what="the pool refilled")
+        first.stop(signal.SIGKILL)  # a crash: the waiting sandboxes are left behind
+
+        assert LocalBackend(root=runs).live().keys() == {run_id}, "the claimed sandbox is re-found as its run"
+        second = Service(dep, "second").start(timeout=120)
+        services.append(second)
+        acme = second.client("acme")
+        fresh = wait_for(lambda: ready(runs, "local", gone=left), timeout=120,
+                         what="new warm sandboxes in place of the old ones")
+        reattached = [x["run"] for x in second.lines(since_start=True) if x.get("event") == "run.reattached"]
+        swept = [x for x in second.lines(since_start=True) if x.get("event") == "warm.swept"]
+        acme.post(f"/v1/runs/{run_id}/answers", json={"question_id": q["id"], "text": "1"})
+        done = wait_status(acme, run_id, ENDED)
+    assert reattached == [run_id]
+    assert swept and swept[0]["sandboxes"] == 2, swept  # beta's and acme's refill, left by the crashed service
+    assert done["status"] == "succeeded", done
+    assert len(fresh) == 2 and not set(fresh) & set(left)
+    assert not [p for p in runs.iterdir() if p.name.startswith("warm-") and p not in fresh
+                and not (p / "outbox" / "exit.json").exists()], "a swept slot's folder goes with it"
