@@ -67,6 +67,7 @@ class WarmPool:
         self._lock = threading.Lock()
         self._filling = threading.Lock()
         self._slots: dict[Shape, list[Slot]] = {}
+        self._closed = False
 
     def want(self, shape: Shape) -> None:
         with self._lock:
@@ -94,6 +95,8 @@ class WarmPool:
         sandboxes were started. One fill at a time."""
         started = 0
         with self._filling:
+            if self._closed:
+                return 0
             self._prune()
             for shape in list(self.waiting()):
                 while self.waiting().get(shape, 0) < self.size:
@@ -127,9 +130,11 @@ class WarmPool:
         finally:
             shutil.rmtree(self.root / slot.folder, ignore_errors=True)
 
-    def clear(self) -> None:
-        """Discard every waiting slot (the service stops: a waiting sandbox holds memory and nothing else)."""
-        with self._lock:
+    def close(self) -> None:
+        """Discard every waiting slot and start no more (the service stops: a waiting sandbox holds memory and
+        nothing else). Waits for a fill in progress, which would otherwise add one after."""
+        self._closed = True
+        with self._filling, self._lock:
             slots = [s for group in self._slots.values() for s in group]
             for group in self._slots.values():
                 group.clear()

@@ -189,7 +189,7 @@ class Scheduler:
         self._task = None
         self._stopping.clear()
         if self.pool is not None:  # a waiting sandbox holds memory and nothing else: it goes with us
-            await asyncio.to_thread(self.pool.clear)
+            await asyncio.to_thread(self.pool.close)
         for run_id in list(self._subs):
             self._publish_end(run_id)
 

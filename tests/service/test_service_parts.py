@@ -58,6 +58,8 @@ def test_config_from_json_named_by_the_environment(tmp_path: Path):
     ('data_dir = "d"\ntenants = "tenants.toml"\n', {"FLOWER_SERVICE_PORT": "eighty"}, "port"),
     ('data_dir = "d" tenants', {}, "not valid TOML"),
     ('data_dir = "d"\ntenants = "tenants.toml"\nbackend = "kubernetes"\n', {}, "image"),
+    ('data_dir = "d"\ntenants = "tenants.toml"\nbackend = "kubernetes"\nimage = "i"\nwarm = 1\n', {}, "helm/README.md"),
+    ('data_dir = "d"\ntenants = "tenants.toml"\nwarm = -1\n', {}, "warm"),
 ])
 def test_bad_config_is_one_clear_error(tmp_path: Path, body: str, env: dict[str, str], fragment: str):
     _tenants_file(tmp_path)

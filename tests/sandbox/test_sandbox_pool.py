@@ -1,0 +1,72 @@
+"""WarmPool on the local backend (real bubblewrap sandboxes): a dead waiting sandbox is never handed out, a slot
+serves one run only, and a claim that fails half-way leaves nothing behind. The whole way — a run through the
+real CLI in a claimed sandbox, through the service — is tests/security/test_warm_pool.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox.backends import LocalBackend
+from sandbox.backends.base import BackendError
+from sandbox.envfile import write_env_file
+from sandbox.pool import Shape, WarmPool
+from sandbox.spec import RunSpec
+from sandbox.worktree import make_workspace, objects_dir
+
+
+@pytest.fixture
+def pool(tmp_path: Path, git_workspace: Path):
+    runs = tmp_path / "runs"
+    backend = LocalBackend(root=runs)
+    p = WarmPool(backend, runs, 1, on_error=lambda shape, e: pytest.fail(f"a warm sandbox did not start: {e}"))
+    yield p
+    p.close()
+    for handle in [*backend.live().values(), *backend.slots().values()]:
+        backend.remove(handle)
+
+
+def shape_of(repo: Path) -> Shape:
+    return Shape(repo.name, str(objects_dir(repo)), "closed")
+
+
+def test_a_dead_waiting_sandbox_is_replaced_and_never_handed_out(pool: WarmPool, git_workspace: Path) -> None:
+    shape = shape_of(git_workspace)
+    assert pool.claim(shape) is None  # nothing waits yet: the run starts cold, and the shape is wanted now
+    assert pool.fill() == 1 and pool.waiting() == {shape: 1}
+    (folder, handle), = pool.backend.slots().items()
+    assert folder.parent == pool.root and folder.name.startswith("warm-")
+    os.kill(int(handle.split(":")[1]), signal.SIGKILL)  # it dies while it waits (OOM, someone's kill)
+    deadline = time.monotonic() + 10
+    while pool.backend.state(handle) == "running" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool.claim(shape) is None, "a dead sandbox is discarded, not claimed"
+    assert not folder.exists(), "its folder goes with it"
+    assert pool.fill() == 1
+    assert set(pool.backend.slots()) != {folder}
+
+
+def test_a_slot_serves_one_run_and_a_failed_claim_leaves_nothing(pool: WarmPool, git_workspace: Path) -> None:
+    shape = shape_of(git_workspace)
+    pool.want(shape)
+    pool.fill()
+    slot = pool.claim(shape)
+    assert slot is not None and pool.waiting() == {shape: 0}
+    layout = slot.layout(pool.root, "run-1")
+    assert layout.dir == pool.root / slot.folder and layout.branch == "flower/run-1"
+    spec = RunSpec("run-1", "team", "x", egress="closed")
+    with pytest.raises(BackendError, match="env file"):  # refused before anything is handed over
+        pool.backend.claim(slot.handle, layout, spec)
+    assert not layout.spec_file.exists()
+    make_workspace(git_workspace, layout.workspace, layout.branch)
+    write_env_file(layout.env_file, {"ANTHROPIC_API_KEY": "flower-run-test"})
+    assert pool.backend.claim(slot.handle, layout, spec) == slot.handle
+    assert pool.backend.live() == {"run-1": slot.handle}, "a claimed sandbox is its run's"
+    with pytest.raises(BackendError, match="already claimed"):
+        pool.backend.claim(slot.handle, slot.layout(pool.root, "run-2"), RunSpec("run-2", "team", "y"))
+    pool.discard(slot)  # what the service does when a claim fails half-way
+    assert not layout.dir.exists() and pool.backend.live() == {} and pool.backend.slots() == {}
