@@ -161,7 +161,8 @@ def main(n: int, backend: str) -> None:
             (root / "home").mkdir()
             warm_runs = deployments["warm"].data / "runs"
             for i in range(n):  # alternating, so a busy machine slows every side alike
-                floors["bare CLI: claude -p → first request"].append(bare_cli(model, stamps, f"bare{i}", root / "home"))
+                bare = bare_cli(model, stamps, f"bare{i}", root / "home")
+                floors["bare CLI: claude -p → first request"].append(bare)
                 floors["python -c pass"].append(spawn("pass"))
                 floors["python: the entrypoint's imports"].append(spawn(IMPORTS))
                 for kind, service in started.items():

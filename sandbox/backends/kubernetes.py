@@ -107,7 +107,8 @@ def job_manifest(layout: RunLayout, spec: RunSpec, *, image: str, namespace: str
     run_path = _under(layout.dir, Path(data_dir), "the run folder")
     mounts: list[dict[str, Any]] = [
         {"name": "data", "mountPath": str(d), "subPath": f"{run_path}/{d.name}"} for d in layout.writable]
-    mounts.append({"name": "data", "mountPath": str(layout.mailbox), "subPath": f"{run_path}/mailbox", "readOnly": True})
+    mounts.append({"name": "data", "mountPath": str(layout.mailbox), "subPath": f"{run_path}/mailbox",
+                   "readOnly": True})
     if objects is not None:
         mounts.append({"name": "data", "mountPath": str(Path(objects)), "readOnly": True,
                        "subPath": _under(Path(objects), Path(data_dir), "the repository's object store")})

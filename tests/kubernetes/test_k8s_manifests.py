@@ -63,7 +63,7 @@ def test_the_job_of_a_run_is_valid_and_says_what_the_design_says(prepared, data_
         assert m[str(d)] == {"name": "data", "mountPath": str(d), "subPath": f"{run_sub}/{d.name}"}
     objects = str(data_dir / "repos" / "acme" / ".git" / "objects")
     assert m[objects] == {"name": "data", "mountPath": objects, "subPath": "repos/acme/.git/objects", "readOnly": True}
-    assert m[str(layout.spec_file)]["subPath"] == f"{run_sub}/spec.json" and m[str(layout.spec_file)]["readOnly"]
+    assert str(layout.spec_file) not in m, "the spec is in the mailbox, mounted once"
     assert m[str(layout.mailbox)]["subPath"] == f"{run_sub}/mailbox" and m[str(layout.mailbox)]["readOnly"]
     assert m["/run/flower"]["name"] == "env" and str(layout.env_file) not in m
     assert pod["volumes"][-1] == {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}

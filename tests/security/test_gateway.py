@@ -134,7 +134,7 @@ def _uds(folder: Path) -> tuple[httpx.HTTPTransport, int]:
 
 
 def _token(dep: Deployment, run_id: str) -> str:
-    line = next(x for x in (dep.data / "runs" / run_id / "flower.env").read_text().splitlines()
+    line = next(x for x in (dep.data / "runs" / run_id / "mailbox" / "flower.env").read_text().splitlines()
                 if x.startswith("ANTHROPIC_API_KEY="))
     return line.split("=", 1)[1].strip("'")
 

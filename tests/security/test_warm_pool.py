@@ -81,11 +81,13 @@ echo {DONE}"""
             assert not any(KEY in p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file())
             env = environ_of(backend_name, folder, handle)
             assert "FLOWER_WARM=1" in env, env
-            assert not [e for e in env if KEY in e or "flower-run-" in e or e.startswith(("ANTHROPIC", "FLOWER_TENANT"))]
+            held = [e for e in env if KEY in e or "flower-run-" in e or e.startswith(("ANTHROPIC", "FLOWER_TENANT"))]
+            assert held == [], held
         acme_repo = dep.repos["acme"].name
         acme_slot = next(f for f in slots if (f / acme_repo).is_dir())
 
-        r = service.client("acme").post("/v1/runs", json={"ask": "热启动", "options": {"rounds": 1, "timeout_s": 30}})
+        r = service.client("acme").post("/v1/runs", json={"ask": "热启动",
+                                                          "options": {"rounds": 1, "timeout_s": 30}})
         assert r.status_code == 201, r.text
         run_id = r.json()["id"]
         run = wait_status(service.client("acme"), run_id, ENDED, timeout=300)
