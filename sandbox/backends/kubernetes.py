@@ -10,8 +10,9 @@ same claim, so paths mean the same thing in the service and in the run (as with 
   (``spec.objects``, ``subPath: <its path under data_dir>``): the tenants' repositories must therefore live
   on the claim too (e.g. ``<data_dir>/repos/<tenant>``);
 * the env file from a per-run Secret (created here, owned by the Job so Kubernetes deletes it with the Job,
-  ``immutable``) at ``/run/flower/flower.env`` (``FLOWER_ENV``) and over its own path, mode 0400
-  (0440 in practice: the pod's ``fsGroup`` is added so the non-root run can read it);
+  ``immutable``) at ``/run/flower/flower.env`` (``FLOWER_ENV``), mode 0400 (0440 in practice: the pod's
+  ``fsGroup`` is added so the non-root run can read it); the service's own copy, ``mailbox/flower.env`` (0600),
+  holds the same run token and nothing more;
 * ``/tmp`` an ``emptyDir``; the root file system read-only; every capability dropped; no privilege escalation;
   ``RuntimeDefault`` seccomp; no service-account token (a run never talks to the Kubernetes API).
 
