@@ -109,6 +109,8 @@ def _claimed_cost(value: Any, default: float) -> float:
 DISK_EVERY_S = 10.0  # how often a running run's folder is measured
 SWEEP_EVERY_S = 300.0  # how often ended runs older than retain_days are looked for
 WARM_CHECK_S = 30.0  # how often the warm pool's waiting sandboxes are checked (and a failed start retried)
+REFILL_AFTER_S = 3.0  # a claim refills the pool this much later: a new sandbox's imports (a second of CPU) would
+# otherwise compete with the claimed run's CLI start, which is over by then
 
 
 def _day(t: float | None = None) -> str:
@@ -437,7 +439,7 @@ class Scheduler:
         slot = self.pool.claim(shape)
         self.metrics.warm.labels("hit" if slot is not None else "miss").inc()
         assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._refill)
+        self._loop.call_soon_threadsafe(self._loop.call_later, REFILL_AFTER_S, self._refill)
         return slot
 
     def _start_pool(self, pool: WarmPool) -> None:
