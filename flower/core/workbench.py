@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from .files import write_atomic
@@ -72,9 +73,10 @@ class Workbench:
             self.home = Path(self.home).resolve()
 
     # -- where things are --------------------------------------------------
-    @property
+    @cached_property
     def root(self) -> Path:
-        """`home` if given (then `dirname` is ignored), else `workspace/dirname`."""
+        """`home` if given (then `dirname` is ignored), else `workspace/dirname`. Cached, as the paths below:
+        every Write into the workbench asks for them (pathlib joins cost microseconds each)."""
         return self.home if self.home is not None else self.workspace / self.dirname
 
     @property
@@ -82,19 +84,19 @@ class Workbench:
         """True when the root is outside the workspace (isolation mode): paths must be absolute."""
         return not self.root.resolve().is_relative_to(self.workspace)
 
-    @property
+    @cached_property
     def scripts(self) -> Path:
         return self.root / "scripts"
 
-    @property
+    @cached_property
     def artifacts(self) -> Path:
         return self.root / "artifacts"
 
-    @property
+    @cached_property
     def notes(self) -> Path:
         return self.root / "notes"
 
-    @property
+    @cached_property
     def index_path(self) -> Path:
         return self.root / "INDEX.md"
 
@@ -108,19 +110,20 @@ class Workbench:
     # -- disk ----------------------------------------------------------------
     def ensure(self) -> "Workbench":
         for d in (self.scripts, self.artifacts, self.notes):
-            d.mkdir(parents=True, exist_ok=True)
+            if not os.path.isdir(d):  # one stat, where mkdir(exist_ok) costs a failed syscall and a stat
+                d.mkdir(parents=True, exist_ok=True)
         return self
 
-    def scan(self, d: Path) -> list[tuple[str, str, int]]:
+    def scan(self, d: str | os.PathLike[str]) -> list[tuple[str, str, int]]:
         """(shown path, description, bytes) of every file under `d`, dotfiles skipped.
 
         Every Write into the workbench rescans it (``index_guard``), so a file's description
         is read once per (size, mtime), and the walk is ``os.scandir``, not pathlib.
         """
-        if not d.is_dir():
+        if not os.path.isdir(d):
             return []
         found: list[tuple[str, os.stat_result]] = []
-        stack = [str(d)]
+        stack = [os.fspath(d)]
         while stack:
             try:
                 with os.scandir(stack.pop()) as it:
@@ -135,12 +138,13 @@ class Workbench:
                 continue
         out = []
         cache = self._descriptions
+        inside = str(self.workspace).rstrip(os.sep) + os.sep  # show(), on strings: scandir's paths are normal
         for path, st in sorted(found, key=lambda f: f[0].split(os.sep)):  # pathlib's order, part by part
             key = (path, st.st_size, st.st_mtime_ns)
             desc = cache.get(key)
             if desc is None:
                 desc = cache[key] = _describe(Path(path))
-            out.append((self.show(Path(path)), desc, st.st_size))
+            out.append((path[len(inside):] if path.startswith(inside) else path, desc, st.st_size))
         if len(cache) > 4 * max(len(found), 256):  # rewritten files leave old keys behind
             live = {(p, st.st_size, st.st_mtime_ns) for p, st in found}
             for k in [k for k in cache if k not in live]:
@@ -150,7 +154,7 @@ class Workbench:
     def _listing(self, limit: int | None) -> list[str]:
         lines: list[str] = []
         for name, title in _SECTIONS:
-            entries = self.scan(self.root / name)
+            entries = self.scan(os.path.join(self.root, name))
             lines.append(f"{name}/({title}):" if entries else f"{name}/({title}):无")
             shown = entries if limit is None else entries[:limit]
             for path, desc, size in shown:
