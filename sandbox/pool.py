@@ -73,6 +73,14 @@ class WarmPool:
         with self._lock:
             self._slots.setdefault(shape, [])
 
+    def retain(self, shapes: set[Shape]) -> None:
+        """Want exactly ``shapes`` from now on: the waiting sandboxes of every other shape are discarded."""
+        with self._lock:
+            gone = [s for shape, group in self._slots.items() if shape not in shapes for s in group]
+            self._slots = {shape: self._slots.get(shape, []) for shape in shapes}
+        for slot in gone:
+            self.discard(slot)
+
     def waiting(self) -> dict[Shape, int]:
         with self._lock:
             return {shape: len(slots) for shape, slots in self._slots.items()}

@@ -443,23 +443,33 @@ class Scheduler:
         return slot
 
     def _start_pool(self, pool: WarmPool) -> None:
-        """Blocking: what a previous service left waiting goes; every tenant's shape is wanted."""
-        from sandbox.worktree import objects_dir
-
+        """Blocking: what a previous service left waiting goes (the first fill wants every tenant's shape)."""
         removed = pool.sweep(keep=self.registry.folders().__contains__)
         if removed:
             log.info("warm.swept", sandboxes=removed, why="started by an earlier service")
+
+    def _fill(self, pool: WarmPool) -> int:
+        """Blocking: the pool keeps the shapes of the tenants there are now (the tenants file is re-read when it
+        changes: a new tenant gets waiting sandboxes, a removed one's go), then tops them up."""
+        from sandbox.worktree import objects_dir
+
+        shapes: set[Shape] = set()
         for tenant in self.tenants.all():
+            key = f"warm:{tenant.name}"
             try:
-                pool.want(Shape(Path(tenant.repo).name, str(objects_dir(tenant.repo)), tenant.egress))
+                shapes.add(Shape(Path(tenant.repo).name, str(objects_dir(tenant.repo)), tenant.egress))
             except Exception as e:  # noqa: BLE001 - a tenant whose repo is not ready gets no warm sandbox
-                log.warning("warm.tenant_skipped", tenant=tenant.name, error=_one_line(e))
+                self.errors.error("warm.tenant_skipped", key, e, tenant=tenant.name)
+            else:
+                self.errors.ok(key)
+        pool.retain(shapes)
+        return pool.fill()
 
     def _refill(self) -> None:
         """Top the pool up in a worker thread, one fill at a time (a claim during a fill is picked up next)."""
         if self.pool is None or self._loop is None or (self._filling is not None and not self._filling.done()):
             return
-        self._filling = self._loop.create_task(asyncio.to_thread(self.pool.fill), name="flower-warm-fill")
+        self._filling = self._loop.create_task(asyncio.to_thread(self._fill, self.pool), name="flower-warm-fill")
         self._filling.add_done_callback(self._filled)
 
     def _filled(self, task: asyncio.Task[int]) -> None:

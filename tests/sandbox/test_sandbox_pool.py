@@ -1,5 +1,6 @@
-"""WarmPool on the local backend (real bubblewrap sandboxes): a dead waiting sandbox is never handed out, a slot
-serves one run only, and a claim that fails half-way leaves nothing behind. The whole way — a run through the
+"""WarmPool on the local backend (real bubblewrap sandboxes): a dead waiting sandbox is never handed out, a shape
+no tenant has any more loses its waiting sandboxes, a slot serves one run only, and a claim that fails half-way
+leaves nothing behind. The whole way — a run through the
 real CLI in a claimed sandbox, through the service — is tests/security/test_warm_pool.py."""
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def shape_of(repo: Path) -> Shape:
     return Shape(repo.name, str(objects_dir(repo)), "closed")
 
 
-def test_a_dead_waiting_sandbox_is_replaced_and_never_handed_out(pool: WarmPool, git_workspace: Path) -> None:
+def test_a_dead_waiting_sandbox_is_replaced_never_handed_out_and_a_gone_shape_emptied(pool: WarmPool, git_workspace: Path) -> None:
     shape = shape_of(git_workspace)
     assert pool.claim(shape) is None  # nothing waits yet: the run starts cold, and the shape is wanted now
     assert pool.fill() == 1 and pool.waiting() == {shape: 1}
@@ -47,7 +48,10 @@ def test_a_dead_waiting_sandbox_is_replaced_and_never_handed_out(pool: WarmPool,
     assert pool.claim(shape) is None, "a dead sandbox is discarded, not claimed"
     assert not folder.exists(), "its folder goes with it"
     assert pool.fill() == 1
-    assert set(pool.backend.slots()) != {folder}
+    (fresh, _), = pool.backend.slots().items()
+    assert fresh != folder
+    pool.retain(set())  # its tenant left the tenants file: what waited for it goes
+    assert pool.backend.slots() == {} and not fresh.exists() and pool.fill() == 0
 
 
 def test_a_slot_serves_one_run_and_a_failed_claim_leaves_nothing(pool: WarmPool, git_workspace: Path) -> None:
