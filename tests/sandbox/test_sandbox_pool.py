@@ -35,7 +35,7 @@ def shape_of(repo: Path) -> Shape:
     return Shape(repo.name, str(objects_dir(repo)), "closed")
 
 
-def test_a_dead_waiting_sandbox_is_replaced_never_handed_out_and_a_gone_shape_emptied(pool: WarmPool, git_workspace: Path) -> None:
+def test_a_dead_waiting_sandbox_is_replaced_and_a_gone_shape_emptied(pool: WarmPool, git_workspace: Path) -> None:
     shape = shape_of(git_workspace)
     assert pool.claim(shape) is None  # nothing waits yet: the run starts cold, and the shape is wanted now
     assert pool.fill() == 1 and pool.waiting() == {shape: 1}
