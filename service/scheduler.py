@@ -723,9 +723,10 @@ class Scheduler:
         log.info("run.finished", tenant=run.tenant, run=run.id, status=status,
                  cost_usd=round(row.cost_usd, 6) if row else None, claimed_cost_usd=round(claimed, 6),
                  commit=commit, files=len(stat["files"]) if stat else None, error=error)
-        if handle is not None:
+        leftover = handle or run.handle  # a run that went missing may have left processes (local: in its cgroup)
+        if leftover is not None:
             try:
-                await asyncio.to_thread(self.backend.remove, handle)
+                await asyncio.to_thread(self.backend.remove, leftover)
             except Exception as e:  # noqa: BLE001
                 log.warning("run.remove_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
         self.handles.pop(run.id, None)
