@@ -16,7 +16,8 @@ from typing import Any
 from flower.core.channel import HumanChannel, MailboxAnswers
 from flower.testing import Rule, ScriptedModel, say, tool
 
-__all__ = ["starter_rules", "waiting_rules", "credentials", "Person", "answer", "prepare", "read_events", "wait_asking",
+__all__ = ["marked_pids",
+           "starter_rules", "waiting_rules", "credentials", "Person", "answer", "prepare", "read_events", "wait_asking",
            "GIT_CHECKED", "ASK", "CLARIFIER", "JUDGE", "LEAD", "BRIEF", "GOAL", "ACHIEVED", "REPORT", "QUESTION",
            "ANSWER"]
 
@@ -88,6 +89,22 @@ def credentials(model: ScriptedModel) -> dict[str, str]:
     The model's CLAUDE_CONFIG_DIR is left out: a run keeps its CLI state under its own HOME.
     """
     return {k: v for k, v in model.env.items() if k != "CLAUDE_CONFIG_DIR"}
+
+
+def marked_pids(run_id: str) -> list[int]:
+    """Every process on this machine carrying the run's marker ``FLOWER_RUN_ID`` (its entrypoint, CLI, tools; a
+    warm sandbox's carry its slot folder's name)."""
+    import os
+
+    found = []
+    for name in os.listdir("/proc"):
+        try:
+            env = Path(f"/proc/{name}/environ").read_bytes().split(b"\0") if name.isdigit() else []
+        except OSError:
+            continue
+        if f"FLOWER_RUN_ID={run_id}".encode() in env:
+            found.append(int(name))
+    return found
 
 
 def read_events(layout: Any) -> list[dict[str, Any]]:

@@ -157,7 +157,6 @@ class Scheduler:
         if config.warm and isinstance(backend, WarmBackend):
             self.pool = WarmPool(backend, config.runs_root, config.warm, on_error=self._warm_failed)
         self._filling: asyncio.Task[int] | None = None
-        self._failing_warm = False
         self._next_warm_check = 0.0
 
     # -- paths -------------------------------------------------------------------------------
@@ -475,17 +474,18 @@ class Scheduler:
     def _filled(self, task: asyncio.Task[int]) -> None:
         if task.cancelled():
             return
-        failed, self._failing_warm = self._failing_warm, False
-        if task.exception() is not None:
-            self._warm_failed(None, task.exception())
-        elif not failed:
+        error = task.exception()
+        if error is not None:
+            self._warm_failed(None, error)
+            return
+        full = self.pool is None or all(n >= self.pool.size for n in self.pool.waiting().values())
+        if task.result() and not full:
+            self._refill()  # claimed while it filled
+        elif full:
             self.errors.ok("warm")
-            if self.pool is not None and any(n < self.pool.size for n in self.pool.waiting().values()):
-                self._refill()  # claimed while it filled
-        # after a failure the next try waits for the next claim or the periodic check (WARM_CHECK_S)
+        # a fill that started nothing and left the pool short failed: the periodic check (WARM_CHECK_S) retries
 
     def _warm_failed(self, shape: Shape | None, error: BaseException) -> None:
-        self._failing_warm = True
         self.errors.error("warm.start_failed", "warm", error, repo=shape.repo_name if shape else None)
 
     # -- the gateway ---------------------------------------------------------------------------

@@ -13,7 +13,8 @@ from flower.core.channel import MailboxAnswers
 from flower.testing import ScriptedModel
 from sandbox.backends import Backend, LocalBackend
 from sandbox.layout import RunLayout
-from sandbox.testing import QUESTION, Person, prepare, read_events, starter_rules, wait_asking, waiting_rules
+from sandbox.testing import (QUESTION, Person, marked_pids, prepare, read_events, starter_rules, wait_asking,
+                             waiting_rules)
 from sandbox.worktree import diff, import_bundle
 
 pytestmark = pytest.mark.cli
@@ -21,19 +22,6 @@ pytestmark = pytest.mark.cli
 
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
-
-
-def pids_of(run_id: str) -> list[int]:
-    """Every process on this machine carrying the run's marker (the entrypoint, the CLI, its tools)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if f"FLOWER_RUN_ID={run_id}".encode() in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-            except OSError:
-                pass
-    return found
 
 
 @pytest.fixture
@@ -98,9 +86,9 @@ def test_a_scripted_run_end_to_end(git_workspace: Path, runs: Path) -> None:
 
 def _gone(run_id: str) -> bool:
     deadline = time.monotonic() + 5
-    while pids_of(run_id) and time.monotonic() < deadline:
+    while marked_pids(run_id) and time.monotonic() < deadline:
         time.sleep(0.05)
-    return pids_of(run_id) == []
+    return marked_pids(run_id) == []
 
 
 def test_live_re_attach_and_stop_means_killed(git_workspace: Path, runs: Path,
@@ -150,7 +138,7 @@ def test_a_sigterm_from_anyone_ends_the_whole_run(git_workspace: Path, runs: Pat
         backend = LocalBackend(root=runs)
         handle = backend.start(layout, spec)
         wait_asking(backend, handle, layout)
-        assert len(pids_of("local-term")) >= 2, "the entrypoint and its CLI"
+        assert len(marked_pids("local-term")) >= 2, "the entrypoint and its CLI"
         from sandbox.backends.local import _entrypoint_of
 
         entry = _entrypoint_of(int(handle.split(":")[1]))

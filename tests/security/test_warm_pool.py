@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -15,14 +16,14 @@ import httpx
 from _hostile import DONE, ENDED, hostile_deployment, worker_rules
 from _service_helpers import Service, wait_for, wait_question, wait_status
 from flower.testing import Rule, ScriptedModel, say, tool
-from sandbox.testing import ANSWER, ASK, BRIEF, CLARIFIER
+from sandbox.testing import ANSWER, ASK, BRIEF, CLARIFIER, marked_pids
 from sandbox.backends import DockerBackend, LocalBackend
 
 import pytest
 
 pytestmark = pytest.mark.cli
 
-KEY = "sk-ant-acme-warm-canary-5c0ffee5c0ffee5c0ffee"  # the tenant's real key: only the gateway may hold it
+KEY = f"sk-ant-acme-warm-canary-{uuid.uuid4().hex}"  # stands for the tenant's real key: only the gateway holds it
 
 
 def waiting(runs: Path, backend_name: str) -> dict[Path, str]:
@@ -43,13 +44,11 @@ def environ_of(backend_name: str, folder: Path, handle: str) -> list[str]:
         out = subprocess.run(["docker", "inspect", handle], capture_output=True, text=True, check=True).stdout
         return list(json.loads(out)[0]["Config"]["Env"])
     found: list[str] = []
-    for entry in Path("/proc").iterdir():
+    for pid in marked_pids(folder.name):
         try:
-            env = (entry / "environ").read_bytes().split(b"\0")
+            found += [e.decode(errors="replace") for e in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if e]
         except OSError:
             continue
-        if f"FLOWER_RUN_ID={folder.name}".encode() in env:
-            found += [e.decode(errors="replace") for e in env if e]
     return found
 
 

@@ -22,7 +22,7 @@ from _service_helpers import (
     wait_status,
 )
 from flower.testing import Rule, ScriptedModel, say, tool
-from sandbox.testing import ACHIEVED, ASK, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
+from sandbox.testing import ACHIEVED, ASK, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT, marked_pids
 
 pytestmark = pytest.mark.cli
 
@@ -242,19 +242,6 @@ def test_a_run_that_cannot_start_fails_with_the_reason_and_leaves_nothing(deploy
     assert sse(acme, second)[-1] == {"event": "end", "data": {"status": "failed", "events": 0}}
 
 
-def marked(run_id: str) -> list[int]:
-    """Processes of this machine whose environment names ``run_id`` (a run's entrypoint, its CLI, its tools)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            env = (entry / "environ").read_bytes().split(b"\0") if entry.name.isdigit() else []
-        except OSError:
-            continue
-        if f"FLOWER_RUN_ID={run_id}".encode() in env:
-            found.append(int(entry.name))
-    return found
-
-
 # -- 4. restart -----------------------------------------------------------------------------------------
 def test_a_restarted_service_reattaches_to_a_live_run_and_fails_a_vanished_one(
         deployment: Deployment, services: list[Service]):
@@ -289,7 +276,7 @@ def test_a_restarted_service_reattaches_to_a_live_run_and_fails_a_vanished_one(
         assert "no longer has this run's sandbox" in vanished["error"]
         # what the killed sandbox still ran (its processes sit in its own pid namespace, out of live()'s sight)
         # goes with it: the service removes a missing run through the handle it stored
-        wait_for(lambda: not marked(gone), 20, what="the vanished run's leftover processes to end")
+        wait_for(lambda: not marked_pids(gone), 20, what="the vanished run's leftover processes to end")
 
         assert [x["id"] for x in acme.get(f"/v1/runs/{keep}/questions").json()["questions"]] == [q["id"]]
         acme.post(f"/v1/runs/{keep}/answers", json={"question_id": q["id"], "text": "1"})
