@@ -9,6 +9,7 @@ subclasses reshape *copies* at ``load()``.
 from __future__ import annotations
 
 import gc
+import secrets
 import os
 import sqlite3
 import threading
@@ -44,7 +45,8 @@ CREATE TABLE IF NOT EXISTS meta (
     project_key TEXT NOT NULL,
     session_id  TEXT NOT NULL,
     subpath     TEXT NOT NULL,
-    mtime       INTEGER NOT NULL
+    mtime       INTEGER NOT NULL,
+    stamp       INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS meta_by_session ON meta(project_key, session_id);
 CREATE TABLE IF NOT EXISTS entries (
@@ -69,14 +71,17 @@ _decode = msgspec.json.Decoder().decode
 
 @dataclass
 class _Seen:
-    """One key as ``append`` last left it: uuids stored, summary (main key), and the mtime it wrote.
+    """One key as ``append`` last left it: uuids stored, summary (main key), the mtime and stamp it wrote.
 
     No unique index on uuid: random uuids land on random index pages, and writing those
-    pages back cost a third of an append. The set is exact while ``mtime`` is the stored one.
+    pages back cost a third of an append. The set is exact while ``stamp`` is the stored one:
+    a random write stamp, not the clock, which repeats after a delete and a re-append within
+    one millisecond (SQLite reuses the row id too) and would make a stale set look current.
     """
 
     key_id: int
     mtime: int
+    stamp: int
     uuids: set[str]
     summary: SessionSummaryEntry | None
 
@@ -141,7 +146,7 @@ class SqliteSessionStore(SessionStore):
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
         self._last_mtime = 0
-        self._seen: dict[str, _Seen] = {}  # store_key -> what append() trusts while the key's mtime is its own
+        self._seen: dict[str, _Seen] = {}  # store_key -> what append() trusts while the key's stamp is its own
 
     # -- connection -----------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -157,6 +162,8 @@ class SqliteSessionStore(SessionStore):
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.executescript(_SCHEMA)
+        if "stamp" not in {r[1] for r in conn.execute("PRAGMA table_info(meta)")}:  # a file made before stamps
+            conn.execute("ALTER TABLE meta ADD COLUMN stamp INTEGER NOT NULL DEFAULT 0")
         self._conn, self._pid = conn, os.getpid()
         return conn
 
@@ -196,8 +203,8 @@ class SqliteSessionStore(SessionStore):
         the main transcript (no subpath) is folded into the summary sidecar.
 
         The uuids already stored and the summary are kept in memory per key and trusted
-        while the key's stored mtime is the one this store last wrote (every append moves
-        it, whichever process writes): no uuid index to update, no summary to re-read.
+        while the key's stored write stamp is the one this store last wrote (every append
+        draws a new one, whichever process writes): no uuid index to update, no summary to re-read.
         """
         if not entries:
             return
@@ -208,18 +215,18 @@ class SqliteSessionStore(SessionStore):
         def write(conn: sqlite3.Connection) -> None:
             blobs = [_encode(e) for e in entries]  # before the transaction, so the file stays locked briefly
             with _immediate(conn):
-                row = conn.execute("SELECT id, mtime FROM meta WHERE key = ?", (k,)).fetchone()
+                row = conn.execute("SELECT id, mtime, stamp FROM meta WHERE key = ?", (k,)).fetchone()
                 if row is None:
                     key_id = conn.execute(
                         "INSERT INTO meta(key, project_key, session_id, subpath, mtime) VALUES (?, ?, ?, ?, 0)",
                         (k, pk, sid, sub),
                     ).lastrowid
                     assert key_id is not None
-                    seen = _Seen(key_id, 0, set(), None)
+                    seen = _Seen(key_id, 0, 0, set(), None)
                 else:
-                    seen = self._seen.get(k) or _Seen(row[0], -1, set(), None)
-                    if (seen.key_id, seen.mtime) != row:  # first write here, or another process wrote since
-                        seen = self._reread(conn, row[0], row[1], pk, sid, sub)
+                    seen = self._seen.get(k) or _Seen(row[0], -1, -1, set(), None)
+                    if (seen.key_id, seen.stamp) != (row[0], row[2]):  # first write here, or another wrote since
+                        seen = self._reread(conn, row[0], row[1], row[2], pk, sid, sub)
                 self._seen.pop(k, None)  # until the commit: a failed write must not leave it trusted
                 stored = seen.uuids
                 fresh: list[SessionStoreEntry] = []
@@ -236,8 +243,8 @@ class SqliteSessionStore(SessionStore):
                     return
                 conn.executemany("INSERT OR IGNORE INTO entries(key_id, uuid, data) VALUES (?, ?, ?)", rows)
                 floor = max(seen.mtime, seen.summary["mtime"] if seen.summary else 0)
-                mtime = self._next_mtime(floor)
-                conn.execute("UPDATE meta SET mtime = ? WHERE id = ?", (mtime, seen.key_id))
+                mtime, stamp = self._next_mtime(floor), secrets.randbits(62) + 1
+                conn.execute("UPDATE meta SET mtime = ?, stamp = ? WHERE id = ?", (mtime, stamp, seen.key_id))
                 if not sub:
                     folded = fold_summary(seen.summary, key, fresh)
                     folded["mtime"] = mtime
@@ -246,12 +253,14 @@ class SqliteSessionStore(SessionStore):
                         (pk, sid, mtime, _encode(folded["data"])),
                     )
                     seen.summary = folded
-            seen.mtime = mtime
+            seen.mtime, seen.stamp = mtime, stamp
             self._seen[k] = seen
 
         await self._run(write)
 
-    def _reread(self, conn: sqlite3.Connection, key_id: int, mtime: int, pk: str, sid: str, sub: str) -> _Seen:
+    def _reread(
+        self, conn: sqlite3.Connection, key_id: int, mtime: int, stamp: int, pk: str, sid: str, sub: str
+    ) -> _Seen:
         """What ``append`` keeps of a key, read from the file: its uuids and (main key) its summary."""
         uuids = {r[0] for r in conn.execute(
             "SELECT uuid FROM entries WHERE key_id = ? AND uuid IS NOT NULL", (key_id,))}
@@ -262,7 +271,7 @@ class SqliteSessionStore(SessionStore):
             ).fetchone()
             if srow:
                 summary = {"session_id": sid, "mtime": srow[0], "data": _decode(srow[1])}
-        return _Seen(key_id, mtime, uuids, summary)
+        return _Seen(key_id, mtime, stamp, uuids, summary)
 
     # -- synchronous lookups (no event loop needed; cheap) ---------------------
     def projects(self) -> list[str]:

@@ -7,6 +7,8 @@ import multiprocessing as mp
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from flower.store import SqliteSessionStore
 
 KEY = {"project_key": "p", "session_id": "s"}
@@ -158,8 +160,13 @@ def test_sync_lookups_need_no_event_loop(tmp_path: Path) -> None:
     store.close()
 
 
-async def test_two_stores_on_one_file_skip_each_others_uuids(tmp_path: Path) -> None:
-    """Each store trusts its memory of a key's uuids only while the key's mtime is the one it wrote."""
+async def test_two_stores_on_one_file_skip_each_others_uuids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each store trusts its memory of a key's uuids only while the key's write stamp is the one it wrote.
+
+    The clock stands still, as it does when a delete and a re-append land in one millisecond: a store that
+    trusted the mtime saw its own value come back (SQLite reuses the row id too) and dropped a new entry.
+    """
+    monkeypatch.setattr("flower.store.sqlite.time.time", lambda: 1_800_000_000.0)
     a, b = SqliteSessionStore(tmp_path / "s.db"), SqliteSessionStore(tmp_path / "s.db")
     await a.append(KEY, [{"type": "user", "uuid": "1"}])  # type: ignore[arg-type, list-item]
     await b.append(KEY, [{"type": "user", "uuid": "1"}, {"type": "user", "uuid": "2"}])  # type: ignore[arg-type, list-item]
