@@ -138,17 +138,32 @@ async function refreshRun() {
   try { run = await api("/runs/" + encodeURIComponent(id)); } catch (e) { if (e.status === 404) notice(e.message, true); return; }
   if (id !== state.current) return;
   const was = state.run ? state.run.status : "";
+  if (was && rank(was) > rank(run.status)) run.status = was;  // a poll sent before the events it lags behind
   state.run = run;
   if (was && was !== run.status) refreshRuns();
-  $("run-status").textContent = run.status; $("run-status").className = "badge " + run.status;
   $("run-step").textContent = run.step ? "step " + run.step : "";
   $("run-cost").textContent = money(Math.max(run.cost_usd || 0, state.streamedCost));
   $("run-ask").textContent = run.ask;
-  const live = !ENDED.includes(run.status);
-  ["message-btn", "interrupt-btn"].forEach((b) => { $(b).disabled = !ACTIVE.includes(run.status); });
-  $("cancel-btn").disabled = !live;
-  if (live) refreshQuestions();
+  drawStatus();
+  if (!ENDED.includes(run.status)) refreshQuestions();
   else if (was && !ENDED.includes(was)) { $("questions").replaceChildren(); loadDiff(); }
+}
+
+// A run only moves forward: queued -> starting -> running -> ended. Its events say so before a poll does.
+const rank = (status) => ENDED.includes(status) ? 3 : Math.max(0, ["queued", "starting", "running"].indexOf(status));
+
+function drawStatus() {
+  const status = state.run.status;
+  $("run-status").textContent = status; $("run-status").className = "badge " + status;
+  ["message-btn", "interrupt-btn"].forEach((b) => { $(b).disabled = !ACTIVE.includes(status); });
+  $("cancel-btn").disabled = ENDED.includes(status);
+}
+
+function advanceStatus(status) {
+  if (!state.run || rank(status) <= rank(state.run.status)) return;
+  state.run.status = status;
+  drawStatus();
+  refreshRuns();
 }
 
 // -- the event stream: fetch (so the Bearer header goes along), parsed as SSE, resumed after a drop --
@@ -175,10 +190,17 @@ async function follow(id, signal) {
           buf = buf.slice(nl + (buf[nl] === "\r" ? 2 : 1));
           if (line === "") {
             const data = msg.data.join("\n");
-            if (msg.event === "end") { setStream("ended"); refreshRun(); loadDiff(); return; }
+            if (msg.event === "end") {
+              let end = null;
+              try { end = JSON.parse(data); } catch (e) { end = null; }
+              if (end && typeof end.status === "string" && ENDED.includes(end.status)) {
+                advanceStatus(end.status); $("questions").replaceChildren();
+              }
+              setStream("ended"); refreshRun(); loadDiff(); return;
+            }
             let ev = null;
             try { ev = data.trim() ? JSON.parse(data) : null; } catch (e) { ev = null; }  // keep-alives carry an empty data line
-            if (ev && typeof ev.seq === "number" && ev.seq > last) { last = ev.seq; drops = 0; show(ev); }
+            if (ev && typeof ev.seq === "number" && ev.seq > last) { last = ev.seq; drops = 0; advanceStatus("running"); show(ev); }
             msg = { event: "message", data: [], id: null };
           } else if (!line.startsWith(":")) {
             const i = line.indexOf(":");
