@@ -4,7 +4,8 @@ An event's number (``seq``, 1-based) is its line number among *complete* lines (
 newline): the scheduler tailing from its stored byte offset and an SSE stream replaying from
 the start count alike, so a client's ``?after=N`` means the same thing to both. A half-written last
 line is left for the next read. Lines that are not a JSON object still take their number
-and surface as ``{"kind": "unparsed"}`` so nothing silently shifts.
+and surface as ``unparsed`` events so nothing silently shifts. Lines are decoded into
+``sandbox.records.Event`` (known fields, bounded sizes): nothing a run writes becomes a field of ours.
 
 The file is the run's: it is opened through ``sandbox.runfiles`` (never a symlink, FIFO or device), every
 pass reads at most ``MAX_CHUNK`` bytes, a line longer than ``MAX_LINE`` is cut into ``MAX_LINE`` pieces
@@ -18,16 +19,16 @@ fans out, back to the file whenever the live queue fell behind, and how the run 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sandbox.records import Event, decode_event, unparsed
 from sandbox.runfiles import open_file
 
-__all__ = ["parse_line", "read_new", "replay", "Numbered", "KeepAlive", "Ended", "END", "MAX_CHUNK", "MAX_LINE",
+__all__ = ["read_new", "replay", "Numbered", "KeepAlive", "Ended", "END", "MAX_CHUNK", "MAX_LINE",
            "MAX_FILE", "EVENTS"]
 
 EVENTS = "outbox/events.jsonl"
@@ -36,22 +37,8 @@ MAX_LINE = 1024 * 1024  # a longer line is cut into pieces of this size
 MAX_FILE = 256 * 1024 * 1024  # nothing past this offset is read
 
 
-def parse_line(raw: bytes) -> dict[str, Any] | None:
-    """One line → an event dict; None for a blank line (it still counts)."""
-    text = raw.strip()
-    if not text:
-        return None
-    try:
-        ev = json.loads(text)
-    except (ValueError, RecursionError):
-        ev = None
-    if not isinstance(ev, dict):
-        return {"kind": "unparsed", "text": text[:500].decode("utf-8", "replace")}
-    return ev
-
-
 def read_new(folder: Path, offset: int, seq: int, *, limit: int = MAX_CHUNK
-             ) -> tuple[list[tuple[int, dict[str, Any]]], int, int]:
+             ) -> tuple[list[tuple[int, Event]], int, int]:
     """Complete lines of ``<folder>/outbox/events.jsonl`` after byte ``offset`` (about ``limit`` bytes of them)
     → ([(seq, event)], new offset, new seq). A missing or non-regular file reads as nothing new."""
     if offset >= MAX_FILE:
@@ -67,12 +54,12 @@ def read_new(folder: Path, offset: int, seq: int, *, limit: int = MAX_CHUNK
     if end < 0:
         if len(data) < MAX_LINE:
             return [], offset, seq  # still being written
-        piece = {"kind": "unparsed", "text": f"an event line longer than {MAX_LINE} bytes was cut here"}
+        piece = unparsed(f"an event line longer than {MAX_LINE} bytes was cut here")
         return [(seq + 1, piece)], offset + len(data), seq + 1
-    out: list[tuple[int, dict[str, Any]]] = []
+    out: list[tuple[int, Event]] = []
     for line in data[: end + 1].split(b"\n")[:-1]:
         seq += 1
-        ev = parse_line(line)
+        ev = decode_event(line)
         if ev is not None:
             out.append((seq, ev))
     return out, offset + end + 1, seq
@@ -86,7 +73,7 @@ END = object()  # what a subscriber's queue gets when its run has ended (or the 
 class Numbered:
     """One event line and its number."""
     seq: int
-    event: dict[str, Any]
+    event: Event
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,11 @@ from prometheus_client.registry import Collector
 __all__ = ["Metrics", "FailureReason", "CONTENT_TYPE"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4"  # the text format generate_latest writes; Litestar adds the charset
-FailureReason = Literal["start", "failed", "aborted", "killed", "crashed", "vanished", "disk", "budget"]
+FailureReason = Literal["start", "failed", "aborted", "killed", "crashed", "vanished", "disk", "budget", "poisoned",
+                        "tenant_removed"]
 """Why a run did not succeed: could not start; its step failed; it gave up; it was killed; it exited without
-exit.json; its sandbox disappeared; it used more disk than allowed."""
+exit.json; its sandbox disappeared; it used more disk than allowed; more money; the service could not handle its
+output; its tenant left the tenants file."""
 
 _WAIT_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, float("inf"))
 _DURATION_BUCKETS = (1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 14400, 43200, 86400, float("inf"))

@@ -45,9 +45,9 @@ from typing import Any
 import msgspec
 
 from sandbox.backends.base import WarmBackend, read_exit
-from sandbox.entrypoint import STATUSES as EXIT_STATUSES
 from sandbox.layout import RunLayout
 from sandbox.pool import Shape, Slot, WarmPool
+from sandbox.records import Event, Question, RecordError, decode_audit, decode_question, read_exit_record
 from sandbox.spec import RunSpec, write_spec
 
 from .backoff import Backoff, RepeatLog
@@ -64,7 +64,6 @@ from .wire import Usage
 
 __all__ = ["Scheduler", "END", "diffstat"]
 
-_RESERVED = {"event", "level", "timestamp", "logger", "tenant", "run"}
 _SUB_QUEUE = 10_000
 QUESTION_BYTES = 64 * 1024
 QUESTION_ID = re.compile(r"[\w.-]{1,200}")
@@ -113,6 +112,14 @@ REFILL_AFTER_S = 3.0  # a claim refills the pool this much later: a new sandbox'
 # otherwise compete with the claimed run's CLI start, which is over by then
 
 
+def _ours(error: BaseException) -> bool:
+    """An error of the machine's (engine down, disk full, the registry's database) rather than of one run's
+    output: the run waits for it to pass; any other error ends that run alone."""
+    import sqlite3
+
+    return is_engine_down(error) or is_disk_full(error) or isinstance(error, sqlite3.Error)
+
+
 def _day(t: float | None = None) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(time.time() if t is None else t))
 
@@ -133,6 +140,7 @@ class Scheduler:
         self.gateway = gateway or Gateway(prices=config.prices)
         self.gateway.on_usage = self._metered
         self._overspent: dict[str, str] = {}  # run → the sentence that stopped it
+        self._evicted: dict[str, str] = {}  # run → why: its tenant left the tenants file
         self._claimed: dict[str, Counter[str]] = defaultdict(Counter)  # run → audit kinds the run itself reported
         self._loop: asyncio.AbstractEventLoop | None = None
         self.hold: str | None = None
@@ -228,7 +236,10 @@ class Scheduler:
             return  # its runs cannot be seen: none is failed, none is started, until the engine answers
         if self._queue_open():
             await self._start_queued()  # first: a submit that woke this pass does not wait behind every running run
+        tenants = {t.name for t in self.tenants.all()}
         for run in self.registry.list(statuses=["running"], oldest_first=True):
+            if run.tenant not in tenants and run.id not in self._evicted:
+                await self._evict(run)
             if not self.backoff.ready(run.id):
                 continue
             try:
@@ -236,6 +247,9 @@ class Scheduler:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001
+                if not _ours(e):
+                    await self._poisoned(run, e)
+                    continue
                 self.backoff.failed(run.id)
                 self._failed("scheduler.follow_failed", run.id, e, tenant=run.tenant, run=run.id)
                 if not self.health.backend_up:
@@ -311,32 +325,41 @@ class Scheduler:
         live = await asyncio.to_thread(self.backend.live)
         self.recovered = True
         for run in self.registry.list(statuses=ACTIVE, oldest_first=True):
-            if run.id in live:
-                self.handles[run.id] = live[run.id]
-                await self._regrant(run)
-                if run.status == "starting":  # its branch and base were stored before the backend started it
-                    self.registry.transition(run.id, "running", frm=["starting"], handle=str(live[run.id]))
-                log.info("run.reattached", tenant=run.tenant, run=run.id, events=run.event_seq)
-                continue
-            if run.status == "starting":  # stopped before its sandbox started: nothing ran, so it goes back in line
-                await asyncio.to_thread(self._discard_workspace, run, keep_branch=False)
-                self.registry.transition(run.id, "queued", frm=["starting"], started=None, branch=None, base=None,
-                                         folder=None)  # a slot it claimed is swept with the waiting ones
-                log.info("run.requeued", tenant=run.tenant, run=run.id,
-                         why="the service stopped while preparing this run")
-                continue
-            if read_exit(self.layout(run).dir) is not None:
-                log.info("run.ended_while_away", tenant=run.tenant, run=run.id)
-                await self._finish(run, "exited")
-                continue
-            await self._finish(run, "missing", why=(
-                f"the service restarted and the {self.config.backend} backend no longer has this run's sandbox "
-                "(it ended without writing exit.json); its work so far is committed on its branch, "
-                "submit the ask again to continue"))
+            try:
+                await self._recover_one(run, live)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - one run's files never keep the service from starting
+                if not _ours(e):
+                    await self._poisoned(run, e)
+                    continue
+                raise
         for run_id in set(live) - set(self.handles):
             row = self.registry.get(run_id)
             log.warning("run.orphan_sandbox", run=run_id, status=row.status if row else None,
                         hint="a sandbox labelled as a flower run that this registry does not follow")
+
+    async def _recover_one(self, run: Run, live: dict[str, Any]) -> None:
+        """Re-attach one active run to its sandbox, put it back in line, or finish it."""
+        if run.id in live:
+            self.handles[run.id] = live[run.id]
+            await self._regrant(run)
+            if run.status == "starting":  # its branch and base were stored before the backend started it
+                self.registry.transition(run.id, "running", frm=["starting"], handle=str(live[run.id]))
+            log.info("run.reattached", tenant=run.tenant, run=run.id, events=run.event_seq)
+        elif run.status == "starting":  # stopped before its sandbox started: nothing ran, so it goes back in line
+            await asyncio.to_thread(self._discard_workspace, run, keep_branch=False)
+            self.registry.transition(run.id, "queued", frm=["starting"], started=None, branch=None, base=None,
+                                     folder=None)  # a slot it claimed is swept with the waiting ones
+            log.info("run.requeued", tenant=run.tenant, run=run.id, why="the service stopped while preparing this run")
+        elif read_exit(self.layout(run).dir) is not None:
+            log.info("run.ended_while_away", tenant=run.tenant, run=run.id)
+            await self._finish(run, "exited")
+        else:
+            await self._finish(run, "missing", why=(
+                f"the service restarted and the {self.config.backend} backend no longer has this run's sandbox "
+                "(it ended without writing exit.json); its work so far is committed on its branch, "
+                "submit the ask again to continue"))
 
     # -- starting ----------------------------------------------------------------------------
     async def _start_queued(self) -> None:
@@ -580,8 +603,8 @@ class Scheduler:
             await self._finish(run, "missing")
             return
         await self._check_disk(run)
-        if (run.cancel_requested or run.id in self._over_disk or run.id in self._overspent) \
-                and run.id not in self._stopping:
+        if (run.cancel_requested or run.id in self._over_disk or run.id in self._overspent
+                or run.id in self._evicted) and run.id not in self._stopping:
             self._stopping[run.id] = asyncio.get_running_loop().create_task(self._stop(run, handle))
         state = await asyncio.to_thread(self.backend.state, handle)
         if state == "running":
@@ -622,37 +645,36 @@ class Scheduler:
         cost, step = run.claimed_cost_usd, run.step
         claimed = self._claimed[run.id]
         for n, ev in events:
-            kind = ev.get("kind")
-            if kind == "checkpoint":
+            if ev.kind == "checkpoint":
                 self._checkpoints.add(run.id)
-            elif kind == "tool_call":
+            elif ev.kind == "tool_call":
                 claimed["tool_call"] += 1
-            elif kind == "audit":
+            elif ev.kind == "audit":
                 self._audit(run, ev)
-            elif kind == "step" and ev.get("text"):
-                step = _one_line(ev["text"], 200)
-            elif kind == "result":
-                payload = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
-                cost += _claimed_cost(payload.get("cost_usd"), 0.0)
+            elif ev.kind == "step" and ev.text:
+                step = _one_line(ev.text, 200)
+            elif ev.kind == "result":
+                cost += _claimed_cost(ev.payload.get("cost_usd"), 0.0)
             self._publish(run.id, n, ev)
         self.registry.update(run.id, event_offset=offset, event_seq=seq, claimed_cost_usd=cost, step=step)
         run.event_offset, run.event_seq, run.claimed_cost_usd, run.step = offset, seq, cost, step
         return run
 
-    def _audit(self, run: Run, ev: dict[str, Any]) -> None:
+    def _audit(self, run: Run, ev: Event) -> None:
         """An audit line ({"kind": "audit", "text": <deny|spill|spill_failed|isolate>, "payload": {...}})
-        → one structured log line ``audit.<kind>`` with the tenant, the run and every audit field."""
-        payload = ev.get("payload") if isinstance(ev.get("payload"), dict) else {}
-        action = _one_line(payload.get("audit") or ev.get("text") or "event", 32)
-        fields = {(f"audit_{k}"[:64] if k in _RESERVED else k[:64]): (_one_line(v, 500) if isinstance(v, str) else v)
-                  for k, v in list(payload.items())[:32] if k != "audit" and isinstance(v, (str, int, float, bool))}
-        if ev.get("step"):
-            fields.setdefault("step", ev["step"])
-        if action in ("deny", "spill"):
-            self._claimed[run.id][action] += 1
-        self.metrics.audited(run.tenant, action)
-        level = "warning" if action in ("deny", "spill_failed") else "info"
-        getattr(audit_log, level)(f"audit.{action}", tenant=run.tenant, run=run.id, source="run", **fields)
+        → one structured log line ``audit.<kind>`` with the tenant, the run and the claim's fields — ours by name
+        (``sandbox.records.AuditClaim``): a run's payload keys never become log fields or keywords."""
+        kind, claim = decode_audit(ev)
+        if kind is None:
+            audit_log.warning("audit.unrecognised", tenant=run.tenant, run=run.id, source="run",
+                              claimed_kind=_one_line(ev.text, 64), step=ev.step or None)
+            return
+        if kind in ("deny", "spill"):
+            self._claimed[run.id][kind] += 1
+        self.metrics.audited(run.tenant, kind)
+        level = "warning" if kind in ("deny", "spill_failed") else "info"
+        getattr(audit_log, level)(f"audit.{kind}", tenant=run.tenant, run=run.id, source="run",
+                                  step=ev.step or None, **claim.fields())
 
     # -- finishing ---------------------------------------------------------------------------
     async def _finish(self, run: Run, state: str, *, why: str | None = None) -> None:
@@ -663,28 +685,33 @@ class Scheduler:
                 break
         layout = self.layout(run)
         handle = self.handles.get(run.id)
-        exit_data = read_exit(layout.dir)
+        bad_exit: str | None = None
+        try:
+            exit_data = read_exit_record(layout.dir)
+        except RecordError as e:
+            exit_data, bad_exit = None, str(e)
         claimed = run.claimed_cost_usd
         error: str | None = None
         disk_full = False  # the run died for want of space: its reason says so, whatever it managed to write
         if exit_data is not None:
-            claimed = _claimed_cost(exit_data.get("cost_usd"), claimed) or claimed
+            claimed = _claimed_cost(exit_data.cost_usd, claimed) or claimed
         reason: FailureReason | None = None
         overspent = self._overspent.get(run.id)
         if overspent:
             status, error, reason = "failed", overspent, "budget"
+        elif run.id in self._evicted:
+            status, error, reason = "failed", self._evicted[run.id], "tenant_removed"
         elif run.id in self._over_disk:
             status, error, reason = "failed", self._over_disk[run.id], "disk"
         elif run.cancel_requested:
             status, error = "cancelled", "cancelled on request"
-        elif exit_data is not None and exit_data.get("status") in EXIT_STATUSES:
-            status = str(exit_data["status"])
-            error = _one_line(exit_data["error"], 2000) if exit_data.get("error") else None
+        elif exit_data is not None:
+            status, error = exit_data.status, exit_data.error or None
             if status != "succeeded" and error and is_disk_full(error):
                 self.health.disk_full_seen()
                 disk_full = True
-        elif exit_data is not None:
-            status, error = "failed", f"the run wrote an exit.json with an unknown status {exit_data.get('status')!r}"
+        elif bad_exit is not None:
+            status, error = "failed", bad_exit
         elif state == "missing":
             status, error = "failed", why or "the run's sandbox disappeared without writing exit.json"
             reason = "vanished"
@@ -718,6 +745,7 @@ class Scheduler:
             self.metrics.finished(run.tenant, status, ended - run.started if run.started else None, reason)
         grant = await self.gateway.close(run.id)  # its token ends with it
         self._overspent.pop(run.id, None)
+        self._evicted.pop(run.id, None)
         self._compare_audits(run, grant)
         row = self.registry.get(run.id)
         log.info("run.finished", tenant=run.tenant, run=run.id, status=status,
@@ -736,6 +764,52 @@ class Scheduler:
         self._over_disk.pop(run.id, None)
         self._publish_end(run.id)
         self.wake()  # its slot is free: the next pass starts a queued run at once
+
+    async def _evict(self, run: Run) -> None:
+        """The run's tenant left the tenants file: its token ends now (not one more model call on the tenant's
+        key), and the run is stopped with the reason."""
+        why = (f"tenant {run.tenant} was removed from the tenants file; the service stopped its run and ended its "
+               "model gateway token")
+        self._evicted[run.id] = why
+        await self.gateway.close(run.id)
+        log.warning("run.tenant_removed", tenant=run.tenant, run=run.id, error=why)
+
+    async def _poisoned(self, run: Run, error: BaseException) -> None:
+        """Handling this run's output failed: the run ends alone — failed with the reason named, its quota, token
+        and sandbox released — and the scheduler and every other run go on. Each step on its own: a step that
+        fails too must not keep the others from releasing what the run holds."""
+        why = (f"the service could not handle this run's output ({type(error).__name__}: {_one_line(error, 300)});"
+               " the run was stopped")
+        log.error("run.poisoned", tenant=run.tenant, run=run.id, error=why)
+        await self._end_alone(run, why, "poisoned")
+
+    async def _end_alone(self, run: Run, why: str, reason: FailureReason) -> None:
+        """End a run without reading anything it wrote: row failed, token ended, sandbox and checkout removed."""
+        handle = self.handles.pop(run.id, None) or run.handle
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("row", lambda: self.registry.transition(run.id, "failed", frm=ACTIVE, ended=time.time(), error=why,
+                                                     token_sha256=None)),
+            ("sandbox", lambda: handle is not None and self.backend.remove(handle)),
+            ("env file", lambda: self.layout(run).env_file.unlink(missing_ok=True)),
+            ("checkout", lambda: self._discard_workspace(run, keep_branch=True)),
+        ]
+        for what, step in steps:
+            try:
+                done = await asyncio.to_thread(step)
+            except Exception as e:  # noqa: BLE001
+                log.warning("run.release_failed", tenant=run.tenant, run=run.id, step=what, error=_one_line(e))
+            else:
+                if what == "row" and done:
+                    self.metrics.finished(run.tenant, "failed", time.time() - run.started if run.started else None,
+                                          reason)
+        await self.gateway.close(run.id)
+        for held in (self._overspent, self._evicted, self._stopping, self._imported, self._measured,
+                     self._over_disk, self._claimed):
+            held.pop(run.id, None)  # type: ignore[attr-defined]
+        self._checkpoints.discard(run.id)
+        self.backoff.succeeded(run.id)
+        self._publish_end(run.id)
+        self.wake()
 
     def _compare_audits(self, run: Run, grant: Grant | None) -> None:
         """The wire's counts against the run's own: a run that hid (or invented) a denial shows up here."""
@@ -889,23 +963,19 @@ class Scheduler:
         self._publish_end(run.id)
 
     # -- the mailbox -------------------------------------------------------------------------
-    def questions(self, run: Run) -> list[dict[str, Any]]:
+    def questions(self, run: Run) -> list[Question]:
         """Blocking: the run's open questions, read as hostile data — well-formed ones only, oldest first."""
-        from sandbox.runfiles import list_files, read_json
+        from sandbox.runfiles import list_files, read_file
 
         folder = self.layout(run).dir
         out = []
         for name in list_files(folder, "outbox/questions", suffix=".json", most=100):
-            q = read_json(folder, f"outbox/questions/{name}", limit=QUESTION_BYTES)
-            if not isinstance(q, dict) or q.get("id") != name[:-5] or not QUESTION_ID.fullmatch(name[:-5]):
+            try:
+                q = decode_question(read_file(folder, f"outbox/questions/{name}", limit=QUESTION_BYTES))
+            except OSError:
                 continue
-            options = q.get("options") if isinstance(q.get("options"), list) else []
-            timeout = q.get("timeout_s")
-            out.append({"id": q["id"], "question": str(q.get("question", ""))[:QUESTION_BYTES],
-                        "options": [str(o)[:1000] for o in options[:50]],
-                        "asked_at": str(q.get("asked_at", ""))[:64],
-                        "timeout_s": timeout if isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
-                        else None})
+            if q is not None and q.id == name[:-5] and QUESTION_ID.fullmatch(q.id):
+                out.append(q)
         return out
 
     def mail(self, run: Run, rel: str, doc: dict[str, Any]) -> None:

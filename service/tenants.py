@@ -17,8 +17,13 @@ The credentials stay with the service: a run gets a token of its own for the mod
 
 ``token = "..."`` (plain text) is accepted for local setups and hashed at once; only the
 hash is kept in memory. Tokens are compared in constant time. The file is re-read when it
-changes; an edit that does not parse leaves **no** tenant authorised until it is fixed (a removed
-token must never keep working) and logs why.
+changes; an edit that does not parse leaves the **last good** file in force — its tenants, tokens and
+budgets — and logs why (an emptied tenant list would switch budgets off for live runs, and a typo would
+lock every team out). A tenant removed from a file that parses loses its token at once; the scheduler
+stops its live runs.
+
+Each tenant's repository is its own: a path that goes through a symlink, or one whose resolved path or git
+object store another tenant already names, is refused (a run mounts its tenant's object store).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import threading
 import tomllib
 from pathlib import Path
@@ -157,6 +163,7 @@ def _parse(path: Path) -> list[Tenant]:
     out: list[Tenant] = []
     names: set[str] = set()
     hashes: set[str] = set()
+    repos: dict[str, str] = {}  # resolved repository and object store -> the tenant that named it
     for i, item in enumerate(entries, 1):
         try:
             e = msgspec.convert(item, _TenantEntry)
@@ -172,12 +179,38 @@ def _parse(path: Path) -> list[Tenant]:
         names.add(e.name)
         hashes.add(digest)
         base = path.parent
-        repo = str((base / Path(e.repo).expanduser()).resolve())
+        repo = _own_repo(base / Path(e.repo).expanduser(), e.name, path, repos)
         cred = str((base / Path(e.credentials).expanduser()).resolve())
         out.append(Tenant(name=e.name, token_hash=digest, repo=repo, credentials=cred, quota=e.quota,
                           allowed_options=frozenset(e.allowed_options), egress=e.egress,
                           budget_usd=e.budget_usd))
     return out
+
+
+def _own_repo(given: Path, tenant: str, path: Path, seen: dict[str, str]) -> str:
+    """The tenant's repository, resolved; TenantError when it is reached through a symlink or is (or shares the
+    object store of) another tenant's. A repository that is not there yet is checked when a run needs it."""
+    absolute = Path(os.path.abspath(given))
+    repo = absolute.resolve()
+    if repo != absolute:
+        raise TenantError(f"the repository of tenant {tenant} in {path} ({given}) goes through a symlink (to "
+                          f"{repo}); name the repository's real path")
+    keys = [str(repo)]
+    if (repo / ".git").exists():
+        from sandbox.worktree import objects_dir
+
+        try:
+            keys.append(str(objects_dir(repo)))
+        except Exception:  # noqa: BLE001 - not a usable repository yet: a run's start says so
+            pass
+    for key in keys:
+        other = seen.get(key)
+        if other is not None:
+            what = "repository" if key == str(repo) else f"git object store ({key})"
+            raise TenantError(f"tenants {other} and {tenant} in {path} share a {what}; each tenant needs a "
+                              "repository of its own")
+        seen[key] = tenant
+    return str(repo)
 
 
 class Tenants:
@@ -205,9 +238,9 @@ class Tenants:
                     try:
                         self._tenants = _parse(self.path)
                     except TenantError as e:
-                        self._tenants = []  # revocation fails closed
                         if self._on_error is not None:
-                            self._on_error(f"{e}; no tenant is authorised until the file is fixed")
+                            self._on_error(f"{e}; the last good tenants file stays in force (tenants, tokens and "
+                                           "budgets) until this one is fixed")
                     self._stamp = stamp
         return self._tenants
 

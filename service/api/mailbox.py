@@ -6,6 +6,7 @@ import asyncio
 import secrets
 import time
 
+import msgspec
 from litestar import Controller, get, post
 from litestar.di import Provide
 from litestar.params import JSONBody
@@ -44,14 +45,14 @@ class MailboxController(Controller):
         if run.status not in ACTIVE:
             return QuestionList(questions=[])
         found = await asyncio.to_thread(scheduler.questions, run)
-        return QuestionList(questions=[QuestionOut(**q) for q in found])
+        return QuestionList(questions=[QuestionOut(**msgspec.structs.asdict(q)) for q in found])
 
     @post("/answers", status_code=200, responses=errors(400, 404, 409, 413),
           summary="Answer an open question (its id from GET …/questions or the `ask` event)")
     async def answer(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep,
                      data: JSONBody[AnswerIn]) -> AnswerOut:
         _need_active(run, "answers")
-        if not any(q["id"] == data.question_id for q in await asyncio.to_thread(scheduler.questions, run)):
+        if not any(q.id == data.question_id for q in await asyncio.to_thread(scheduler.questions, run)):
             raise NotFoundException(f"question {data.question_id} is not open on run {run.id} "
                                     "(answered, timed out or never asked); GET its questions to see the open ones")
         await asyncio.to_thread(scheduler.mail, run, f"answers/{data.question_id}.json",

@@ -7,6 +7,8 @@ import re
 from collections.abc import AsyncIterator
 from typing import Annotated
 
+import msgspec
+
 from litestar import get
 from litestar.di import Provide
 from litestar.exceptions import ValidationException
@@ -23,7 +25,6 @@ from .errors import Gone, TooManyRequests, errors
 __all__ = ["events", "KEEPALIVE_S"]
 
 KEEPALIVE_S = 15.0
-_KIND = re.compile(r"[\w.-]{1,64}")
 
 
 def _message(item: Numbered | KeepAlive | Ended) -> ServerSentEventMessage:
@@ -31,10 +32,8 @@ def _message(item: Numbered | KeepAlive | Ended) -> ServerSentEventMessage:
         return ServerSentEventMessage(comment="keep-alive")
     if isinstance(item, Ended):
         return ServerSentEventMessage(data=json.dumps({"status": item.status, "events": item.events}), event="end")
-    data = json.dumps({"seq": item.seq, **item.event}, ensure_ascii=False, default=str)
-    kind = item.event.get("kind")
-    name = kind if isinstance(kind, str) and _KIND.fullmatch(kind) else "event"
-    return ServerSentEventMessage(data=data, event=name, id=item.seq)
+    data = json.dumps({"seq": item.seq, **msgspec.structs.asdict(item.event)}, ensure_ascii=False, default=str)
+    return ServerSentEventMessage(data=data, event=item.event.kind, id=item.seq)  # a kind is [a-z0-9_.-]
 
 
 @get("/runs/{run_id:str}/events", tags=["runs"], media_type="text/event-stream",

@@ -154,7 +154,7 @@ def test_bad_tenants_file_is_one_clear_error(tmp_path: Path, body: str, fragment
     assert fragment in str(e.value)
 
 
-def test_tenants_file_is_reread_on_change_and_a_broken_edit_authorises_nobody(tmp_path: Path):
+def test_tenants_file_is_reread_on_change_and_a_broken_edit_keeps_the_last_good_one(tmp_path: Path):
     p = _write_tenants(tmp_path / "t.toml", '[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\nrepo = "r"\n'
                                             'credentials = "c"\n')
     errors: list[str] = []
@@ -165,11 +165,27 @@ def test_tenants_file_is_reread_on_change_and_a_broken_edit_authorises_nobody(tm
     assert tenants.authenticate("0123456789abcdef") is None and tenants.get("b") is not None
     p.write_text("[[tenant]\n")
     os.utime(p, ns=(2, 2))
-    assert tenants.authenticate("0123456789abcdeX") is None and tenants.all() == [], "revocation fails closed"
-    assert errors and "not valid TOML" in errors[0] and "no tenant is authorised" in errors[0]
-    p.write_text('[[tenant]]\nname = "b"\ntoken = "0123456789abcdeX"\nrepo = "r"\ncredentials = "c"\n')
+    assert tenants.authenticate("0123456789abcdeX").name == "b", "the last good file stays in force"
+    assert [t.name for t in tenants.all()] == ["b"]
+    assert errors and "not valid TOML" in errors[0] and "last good tenants file stays in force" in errors[0]
+    p.write_text('[[tenant]]\nname = "c"\ntoken = "0123456789abcdeY"\nrepo = "r"\ncredentials = "c"\n')
     os.utime(p, ns=(3, 3))
-    assert tenants.authenticate("0123456789abcdeX").name == "b", "and the fixed file is served again"
+    assert tenants.authenticate("0123456789abcdeX") is None, "a tenant removed from a file that parses is gone"
+    assert tenants.authenticate("0123456789abcdeY").name == "c", "and the fixed file is served"
+
+
+def test_a_tenant_repo_that_is_a_symlink_or_another_tenants_is_refused(tmp_path: Path, git_repo):
+    acme = git_repo(tmp_path / "acme")
+    (tmp_path / "link").symlink_to(acme)
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    (twin / ".git").write_text(f"gitdir: {acme / '.git'}\n")  # a work tree of its own over acme's objects
+    a = '[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\nrepo = "acme"\ncredentials = "c"\n'
+    for repo, fragment in [("link", "goes through a symlink"), ("acme", "share a repository"),
+                           ("acme/../acme", "share a repository"), ("twin", "share a git object store")]:
+        body = a + f'[[tenant]]\nname = "b"\ntoken = "0123456789abcdeg"\nrepo = "{repo}"\ncredentials = "c"\n'
+        with pytest.raises(TenantError, match=fragment):
+            Tenants(_write_tenants(tmp_path / "t.toml", body))
 
 
 def test_check_ready_names_what_is_missing(tmp_path: Path, git_repo):
@@ -232,11 +248,11 @@ def _events_file(folder: Path, data: bytes) -> Path:
 def test_events_are_numbered_by_complete_lines_whoever_reads(tmp_path: Path):
     path = _events_file(tmp_path, b'{"kind": "step", "text": "a"}\n\nnot json\n{"kind": "text", "te')
     got, offset, seq = read_new(tmp_path, 0, 0)
-    assert [(n, e["kind"]) for n, e in got] == [(1, "step"), (3, "unparsed")] and seq == 3
+    assert [(n, e.kind) for n, e in got] == [(1, "step"), (3, "unparsed")] and seq == 3
     with open(path, "ab") as f:
         f.write(b'xt": "b"}\n')
     more, offset2, seq2 = read_new(tmp_path, offset, seq)
-    assert [(n, e["text"]) for n, e in more] == [(4, "b")] and seq2 == 4 and offset2 == path.stat().st_size
+    assert [(n, e.text) for n, e in more] == [(4, "b")] and seq2 == 4 and offset2 == path.stat().st_size
     # small reads give the same numbers as one big read
     seen, off, n = [], 0, 0
     while True:
@@ -255,12 +271,12 @@ def test_a_huge_event_line_is_cut_not_stalled_on(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(events, "MAX_LINE", 64)
     path = _events_file(tmp_path, b'{"kind": "text", "text": "' + b"x" * 100 + b'"}\n{"kind": "step", "text": "b"}\n')
     got, offset, seq = events.read_new(tmp_path, 0, 0, limit=64)
-    assert got[0][1]["kind"] == "unparsed" and seq == 1 and offset == 64, "a piece of MAX_LINE bytes, no more"
+    assert got[0][1].kind == "unparsed" and seq == 1 and offset == 64, "a piece of MAX_LINE bytes, no more"
     seen = []
     for _ in range(5):  # every pass moves on
         more, offset, seq = events.read_new(tmp_path, offset, seq, limit=64)
         seen += more
-    assert [e["kind"] for _, e in seen] == ["unparsed", "step"] and offset == path.stat().st_size
+    assert [e.kind for _, e in seen] == ["unparsed", "step"] and offset == path.stat().st_size
 
 
 def test_diffstat_counts_files_and_lines():
