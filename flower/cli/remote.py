@@ -92,13 +92,13 @@ async def _dispatch(args: argparse.Namespace) -> int:
 
 def _remote(server: str, token: str) -> Remote:
     """The client; plain http to another machine is said once, on stderr (the token would be readable)."""
-    from ..remote import Remote, in_the_clear, shown_url
+    from ..remote import Remote, check_server, in_the_clear
 
-    api = Remote(server, token)  # refuses a URL it cannot use, or one with credentials in it
-    if in_the_clear(api.server):
-        echo(f"flower: warning: {shown_url(api.server)} is plain http to another machine, so the tenant token "
-             "crosses the network readable; use https", err=True)
-    return api
+    checked = check_server(server) if server else ""  # a URL it cannot use, or with credentials in it: refused
+    if in_the_clear(checked):
+        echo(f"flower: warning: {checked} is plain http to another machine, so the tenant token crosses the "
+             "network readable; use https", err=True)
+    return Remote(server, token)
 
 
 async def _login(server: str, token: str) -> int:
