@@ -124,3 +124,20 @@ def test_no_command_writes_to_a_stream_except_through_the_terminal():
     assert len(sources) > 15
     found = [x for path in sources if path.name != "terminal.py" for x in _bypasses(path)]
     assert found == []
+
+
+def test_the_librarys_own_log_lines_go_through_the_sanitizer_too(capsys: pytest.CaptureFixture[str]):
+    """structlog, unconfigured, prints to stdout itself (values repr'd, the event as it is); a run's command routes
+    it through the Terminal."""
+    import structlog
+
+    from flower.cli.terminal import route_library_logs
+
+    structlog.reset_defaults()
+    try:
+        route_library_logs()
+        structlog.get_logger("flower.channel").warning("note\x1b]0;pwned\x07\x9b2J\u202e", text="bad file")
+    finally:
+        structlog.reset_defaults()
+    out = capsys.readouterr().out
+    assert "note" in out and "bad file" in out and not _obeyed(out.replace("\n", "")), repr(out)
