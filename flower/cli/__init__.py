@@ -19,8 +19,8 @@ round and lets you say something; SIGTERM/SIGHUP put the step in flight into the
 
 Every word said to a person comes from ``messages`` (English, or Chinese when ``FLOWER_LANG``/``LC_ALL``/
 ``LANG`` says ``zh``). The modules, each depending only on those listed before it: ``errors``, ``messages``,
-``terminal`` (text for a terminal), ``args`` (argv), ``screen`` (what is printed), ``console`` (what is typed mid-run),
-``places`` (workspace, run dir), ``credentials``, ``state`` (a folder's run state), ``oracle``,
+``terminal`` (the one writer to a terminal), ``args`` (argv), ``screen`` (what is printed), ``console`` (what is
+typed mid-run), ``places`` (workspace, run dir), ``credentials``, ``state`` (a folder's run state), ``oracle``,
 ``drive`` (a workflow run in front of a person), ``go``, ``demo``, ``commands`` (the rest, and ``main``).
 """
 

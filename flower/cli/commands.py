@@ -24,7 +24,7 @@ from .oracle import ask_once
 from .remote import cmd_remote
 from .screen import EVENTS_FILE, Screen
 from .state import read_state, snapshot
-from .terminal import isatty, one_line, tilde
+from .terminal import OUT, echo, isatty, one_line, tilde
 
 
 def load_target(target: str) -> Any:
@@ -149,20 +149,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     except (RuntimeError, OSError) as e:
         raise Exit(1, t("status.unreadable", error=one_line(e, 300)))
     if args.json:
-        print(json.dumps(_jsonable(state), ensure_ascii=False, indent=2))
+        echo(json.dumps(_jsonable(state), ensure_ascii=True, indent=2))
         return 0
-    print(t("status.head", ws=tilde(ws), rd=tilde(rd)))
+    echo(t("status.head", ws=tilde(ws), rd=tilde(rd)))
     if state.get("waking") and state.get("done"):
         nxt = t("status.done")
     elif state.get("waking"):
         nxt = t("status.continue", n=max(1, int(state.get("woke") or 0)))
     else:
         nxt = t("status.fresh")
-    print(t("status.next", what=nxt))
+    echo(t("status.next", what=nxt))
     for line in snapshot(state):
-        print(f"- {line}" if not line.startswith("  ") else f"  {line}")
+        echo(f"- {line}" if not line.startswith("  ") else f"  {line}")
     if not rd.is_dir():
-        print(t("status.never"))
+        echo(t("status.never"))
     return 0
 
 
@@ -191,7 +191,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
 def cmd_setup(args: argparse.Namespace) -> int:
     from ..core.credentials import TOKEN_KEYS, load_dotenv, user_env_file
 
-    if not (isatty(sys.stdin) and isatty(sys.stdout)):
+    if not (isatty(sys.stdin) and OUT.isatty()):
         raise Exit(1, t("setup.needs_terminal", path=tilde(user_env_file())))
     configured = user_env_file().is_file() or bool(load_dotenv()) or any(os.environ.get(k) for k in TOKEN_KEYS)
     return 0 if credentials.configure(t("creds.again") if configured else t("creds.not_yet")) else 1
@@ -209,9 +209,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         key = check_credentials()
     except RuntimeError as e:
-        print(f"flower: {e}", file=sys.stderr)
+        echo(f"flower: {e}", err=True)
         return 2
-    print("flower: " + t("creds.found", key=key))
+    echo("flower: " + t("creds.found", key=key))
     return 0
 
 
@@ -231,18 +231,18 @@ def main(argv: list[str] | None = None) -> int:
     except Exit as e:
         if e.message:
             try:
-                print(f"flower: {e.message}", file=sys.stderr, flush=True)
+                echo(f"flower: {e.message}", err=True, flush=True)
             except (BrokenPipeError, ValueError):
                 pass
         return e.code
     except KeyboardInterrupt:
-        print("\nflower: " + t("main.cancelled"), file=sys.stderr)
+        echo("\nflower: " + t("main.cancelled"), err=True)
         return 130
     except Exception as e:  # noqa: BLE001 - a user sees one line; -v shows where it came from
         if getattr(args, "verbose", False):
             import traceback
 
-            traceback.print_exc()
-        print("flower: " + t("main.crashed", kind=type(e).__name__, error=one_line(e, 400)), file=sys.stderr)
+            echo(traceback.format_exc().rstrip("\n"), err=True)
+        echo("flower: " + t("main.crashed", kind=type(e).__name__, error=one_line(e, 400)), err=True)
         return 1
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from .errors import Exit
 from .messages import t
 from .screen import Screen
-from .terminal import isatty, tilde
+from .terminal import OUT, ask, echo, isatty, tilde
 
 
 NO_CREDS = "creds.missing"
@@ -32,9 +32,9 @@ def require(args: argparse.Namespace, screen: Screen | None = None) -> None:
         check_credentials()
     except CredentialsError as e:
         if getattr(args, "verbose", False):
-            print(f"flower: {e}", file=sys.stderr)
+            echo(f"flower: {e}", err=True)
         # configure() returns True only once the token it wrote is in the environment
-        if not (isatty(sys.stdin) and isatty(sys.stdout)) or not configure(t("creds.not_yet")):
+        if not (isatty(sys.stdin) and OUT.isatty()) or not configure(t("creds.not_yet")):
             raise Exit(1, t(NO_CREDS))
     if getattr(args, "verbose", False) and screen is not None:
         for key in SETTINGS_KEYS:
@@ -72,22 +72,22 @@ def configure(reason: str) -> bool:
     from ..core.credentials import user_env_file
 
     path = user_env_file()
-    print(t("creds.title") + "=" * 40)
-    print(reason)
-    print(t("creds.where", path=tilde(path)))
+    echo(t("creds.title") + "=" * 40)
+    echo(reason)
+    echo(t("creds.where", path=tilde(path)))
     try:
-        token = input(t("creds.ask_token"))
+        token = ask(t("creds.ask_token"))
         if not token.strip():
-            print(t("creds.no_token"), file=sys.stderr)
+            echo(t("creds.no_token"), err=True)
             return False
-        base = input(t("creds.ask_base"))
-        model = input(t("creds.ask_model"))
+        base = ask(t("creds.ask_base"))
+        model = ask(t("creds.ask_model"))
     except (EOFError, KeyboardInterrupt):
-        print(t("creds.cancelled"), file=sys.stderr)
+        echo(t("creds.cancelled"), err=True)
         return False
     values = setup_values(token, base, model)
     write_env(values, path)
     for key, value in values.items():
         os.environ[key] = value
-    print(t("creds.saved", path=tilde(path)))
+    echo(t("creds.saved", path=tilde(path)))
     return True

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import Exit
 from .messages import t
 from .screen import Screen
-from .terminal import clean, isatty
+from .terminal import clean, echo, isatty
 
 if TYPE_CHECKING:
     from ..testing import Rule
@@ -82,7 +82,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     finally:
         screen.close()
     if code == 0:
-        print(t("demo.done", s=time.monotonic() - started), flush=True)
+        echo(t("demo.done", s=time.monotonic() - started), flush=True)
     return code
 
 

@@ -14,7 +14,7 @@ from .errors import Exit
 from .messages import t
 from .oracle import aside
 from .screen import Screen
-from .terminal import isatty, one_line
+from .terminal import isatty, one_line, route_library_logs
 
 if TYPE_CHECKING:
     from ..core.runtime import Runtime
@@ -24,6 +24,7 @@ def shown_runtime(screen: Screen, **kw: Any) -> Runtime:
     """A Runtime whose every ``run`` (steps, rounds, verdicts) is announced and summed up on the screen."""
     from ..core.runtime import Runtime
 
+    route_library_logs()
     runtime = Runtime(**kw)
     runtime.on_attempt.append(screen.attempt)
     runtime.on_result.append(lambda r: screen.attempt_done(r, runtime.total_cost()))

@@ -18,7 +18,7 @@ from .oracle import ask_once
 from .screen import EVENTS_FILE, Screen
 from .places import exclude_from_git
 from .state import clear_done, mark_done, read_state
-from .terminal import isatty, one_line, tilde, tokens_k
+from .terminal import ask, echo, isatty, one_line, tilde, tokens_k
 
 
 EMPTY_ASK, FRESH_PROMPT, WAKE_PROMPT, DONE_PROMPT = "go.empty_ask", "go.fresh_prompt", "go.wake_prompt", "go.done_prompt"
@@ -42,11 +42,11 @@ def _read_ask(state: dict[str, Any], new: bool) -> tuple[str, bool]:
         return text.strip(), new
     while True:
         waking = bool(state.get("waking")) and not new
-        print(t(DONE_PROMPT if waking and done else WAKE_PROMPT if waking else FRESH_PROMPT), flush=True)
+        echo(t(DONE_PROMPT if waking and done else WAKE_PROMPT if waking else FRESH_PROMPT), flush=True)
         try:
-            text = input("> ").strip()
+            text = ask("> ").strip()
         except (EOFError, KeyboardInterrupt):
-            print()
+            echo()
             raise Exit(1, t("main.cancelled")) from None
         if text == "/new" or (waking and done and not text):
             new = True

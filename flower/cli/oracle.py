@@ -13,7 +13,7 @@ from .errors import Exit
 from .messages import t
 from .screen import EVENT_TEXT_MAX, EVENTS_FILE, ORACLE_WINDOW, Screen, event_line
 from .state import read_state, snapshot
-from .terminal import clean, one_line, tilde
+from .terminal import clean, one_line, route_library_logs, tilde
 
 
 def _tail_events(run_dir: Path, n: int = ORACLE_WINDOW) -> list[str]:
@@ -58,6 +58,7 @@ async def aside(question: str, screen: Screen, *, workspace: Path, run_dir: Path
     from ..core.workbench import Workbench
     from ..workflow import starter_paths
 
+    route_library_logs()
     try:
         paths = starter_paths(workspace, run_dir=run_dir, isolate=isolate)
         try:

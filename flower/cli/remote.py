@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import Exit
-from .terminal import clean, isatty, one_line
+from .terminal import OUT, Style, ask, clean, echo, isatty, one_line
 
 if TYPE_CHECKING:  # the screen and the client are loaded when used, not when argv is parsed
     from ..remote import Remote, RunInfo
@@ -80,28 +80,39 @@ def cmd_remote(args: argparse.Namespace) -> int:
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
-    from ..remote import Remote, load_config
+    from ..remote import load_config
 
     cfg = load_config(args.server, args.token)
     if args.remote_cmd == "login":
         return await _login(cfg.server, cfg.token)
-    async with Remote(cfg.server, cfg.token) as api:
+    async with _remote(cfg.server, cfg.token) as api:
         handler: Callable[["Remote", argparse.Namespace], Awaitable[int]] = _HANDLERS[args.remote_cmd]
         return await handler(api, args)
 
 
+def _remote(server: str, token: str) -> Remote:
+    """The client; plain http to another machine is said once, on stderr (the token would be readable)."""
+    from ..remote import Remote, check_server, in_the_clear
+
+    checked = check_server(server) if server else ""  # a URL it cannot use, or with credentials in it: refused
+    if in_the_clear(checked):
+        echo(f"flower: warning: {checked} is plain http to another machine, so the tenant token crosses the "
+             "network readable; use https", err=True)
+    return Remote(server, token)
+
+
 async def _login(server: str, token: str) -> int:
-    from ..remote import Remote, RemoteConfig, save_config
+    from ..remote import RemoteConfig, save_config
 
     tty = isatty(sys.stdin)
     if not server and tty:
-        server = input("service URL: ").strip()
+        server = ask("service URL: ").strip()
     if not token and tty:
         token = getpass.getpass("tenant token: ").strip()
-    async with Remote(server, token) as api:
+    async with _remote(server, token) as api:
         runs = await api.runs(limit=1)  # proves both: the server answers, the token is a tenant's
-    path = save_config(RemoteConfig(server=server, token=token))
-    print(f"flower: signed in to {server} ({'no runs yet' if not runs else 'runs found'}); saved to {path}")
+    path = save_config(RemoteConfig(server=api.server, token=token))
+    echo(f"flower: signed in to {api.server} ({'no runs yet' if not runs else 'runs found'}); saved to {path}")
     return 0
 
 
@@ -132,7 +143,7 @@ async def _submit(api: Remote, args: argparse.Namespace) -> int:
         raise ValueError("the ask is blank: say what you want done")
     run = await api.submit(ask, _options(args))
     if args.detach:
-        print(run.id)
+        echo(run.id)
         return 0
     from .screen import Screen
 
@@ -179,13 +190,13 @@ async def _list(api: Remote, args: argparse.Namespace) -> int:
     if args.json:
         import msgspec
 
-        print(msgspec.json.encode(runs).decode())
+        echo(_json(msgspec.to_builtins(runs)))
         return 0
     if not runs:
-        print("no runs yet (flower remote submit \"...\")")
+        echo("no runs yet (flower remote submit \"...\")")
         return 0
     for r in runs:
-        print(f"{r.id}  {r.status:<10} ${r.cost_usd:>8.4f}  {(r.step or '-'):<8}  {one_line(r.ask, 60)}")
+        echo(f"{r.id}  {r.status:<10} ${r.cost_usd:>8.4f}  {(r.step or '-'):<8}  {one_line(r.ask, 60)}")
     return 0
 
 
@@ -195,8 +206,7 @@ async def _show(api: Remote, args: argparse.Namespace) -> int:
     run = await api.run(args.run_id)
     questions = await api.questions(run.id) if not run.ended_already else []
     if args.json:
-        print(json.dumps({**msgspec.to_builtins(run), "questions": msgspec.to_builtins(questions)},
-                         ensure_ascii=False, indent=2))
+        echo(_json({**msgspec.to_builtins(run), "questions": msgspec.to_builtins(questions)}, indent=2))
         return 0
     rows = [("run", run.id), ("status", run.status + (" (cancel requested)" if run.cancel_requested else "")),
             ("ask", one_line(run.ask, 200)), ("step", run.step or "-"), ("cost", f"${run.cost_usd:.4f}"),
@@ -206,38 +216,37 @@ async def _show(api: Remote, args: argparse.Namespace) -> int:
     if run.error:
         rows.append(("error", one_line(run.error, 300)))
     for key, value in rows:
-        print(f"{key:>8}  {value}")
+        echo(f"{key:>8}  {value}")
     if run.diffstat and run.diffstat.files:
-        print(f"{'changed':>8}  +{run.diffstat.insertions} -{run.diffstat.deletions}")
+        echo(f"{'changed':>8}  +{run.diffstat.insertions} -{run.diffstat.deletions}")
         for f in run.diffstat.files:
-            print(f"{'':>8}  {clean(f.path)}  +{f.insertions} -{f.deletions}")
+            echo(f"{'':>8}  {clean(f.path)}  +{f.insertions} -{f.deletions}")
     for q in questions:
-        print(f"{'question':>8}  {one_line(q.question, 200)}  [{q.id}]")
+        echo(f"{'question':>8}  {one_line(q.question, 200)}  [{q.id}]")
         for i, opt in enumerate(q.options, 1):
-            print(f"{'':>8}    {i}) {clean(opt)}")
+            echo(f"{'':>8}    {i}) {clean(opt)}")
     return 0
 
 
-_COLOURS = (("diff --git", "\x1b[1m"), ("+++", "\x1b[1m"), ("---", "\x1b[1m"), ("@@", "\x1b[36m"),
-            ("+", "\x1b[32m"), ("-", "\x1b[31m"))
+_COLOURS = (("diff --git", Style.BOLD), ("+++", Style.BOLD), ("---", Style.BOLD), ("@@", Style.CYAN),
+            ("+", Style.GREEN), ("-", Style.RED))
 
 
 async def _diff(api: Remote, args: argparse.Namespace) -> int:
     text = await api.diff(args.run_id)
     if not text.strip():
-        print(f"run {args.run_id} changed nothing (yet)", file=sys.stderr)
+        echo(f"run {args.run_id} changed nothing (yet)", err=True)
         return 0
-    colour = isatty(sys.stdout)
+    colour = OUT.isatty()
     for line in text.splitlines():
         safe = clean(line)
-        code = next((c for head, c in _COLOURS if safe.startswith(head)), "") if colour else ""
-        print(f"{code}{safe}\x1b[0m" if code else safe)
+        OUT.line(safe, style=next((c for head, c in _COLOURS if safe.startswith(head)), None) if colour else None)
     return 0
 
 
 async def _cancel(api: Remote, args: argparse.Namespace) -> int:
     run = await api.cancel(args.run_id)
-    print(f"run {run.id} {run.status}" + ("" if run.ended_already else " (stopping; flower remote show to check)"))
+    echo(f"run {run.id} {run.status}" + ("" if run.ended_already else " (stopping; flower remote show to check)"))
     return 0
 
 
@@ -259,7 +268,7 @@ async def _logs(api: Remote, args: argparse.Namespace) -> int:
             if args.json:
                 import msgspec
 
-                print(msgspec.json.encode(item).decode(), flush=True)
+                echo(_json(msgspec.to_builtins(item)), flush=True)
             else:
                 view.show(item)
             if upto is not None and item.seq >= upto:
@@ -267,6 +276,12 @@ async def _logs(api: Remote, args: argparse.Namespace) -> int:
     finally:
         screen.close()
     return 0
+
+
+def _json(value: object, *, indent: int | None = None) -> str:
+    """JSON for a terminal or a pipe: every character past ASCII escaped, so the data survives whole and the
+    terminal is handed nothing it would obey."""
+    return json.dumps(value, ensure_ascii=True, indent=indent)
 
 
 _HANDLERS: dict[str, Callable[["Remote", argparse.Namespace], Awaitable[int]]] = {

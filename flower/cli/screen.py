@@ -7,7 +7,6 @@ import contextlib
 import json
 import re
 import shutil
-import sys
 import threading
 import time
 import unicodedata
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
 from .messages import t
-from .terminal import clean, isatty, one_line, tilde, tokens_k
+from .terminal import ERR, Terminal, clean, one_line, tilde, tokens_k
 
 if TYPE_CHECKING:
     from ..core.events import Event
@@ -41,13 +40,14 @@ def _cols(text: str) -> int:
 
 
 class Screen:
-    """Every line flower prints goes through ``say``: one lock, and a prompt kept on the last line."""
+    """Every line flower prints goes through ``say``: one lock, a prompt kept on the last line, and a ``Terminal``
+    that cleans whatever is written (a run's text, a tool name, the prompt's typed line)."""
 
     def __init__(self, *, verbose: bool = False, out: TextIO | None = None, events_path: Path | None = None,
                  brief_path: Path | None = None) -> None:
         self.verbose = verbose
-        self.out = out or sys.stdout
-        self.tty = isatty(self.out)
+        self.out = Terminal(out)
+        self.tty = self.out.isatty()
         self.width = max(40, min(shutil.get_terminal_size((100, 24)).columns, 110))
         self.brief_path = brief_path
         self.prompt: Callable[[], str | None] = lambda: None
@@ -77,9 +77,7 @@ class Screen:
         """Print a line above the prompt: erase the prompt, print, draw the prompt again."""
         with self._drawing():
             self._erase()
-            stream = sys.stderr if err else self.out
-            stream.write(text + "\n")
-            stream.flush()
+            (ERR if err else self.out).line(text, flush=True)
             self._draw_prompt()
 
     def refresh(self) -> None:
@@ -104,15 +102,14 @@ class Screen:
 
     def _erase(self) -> None:
         if self._prompt_shown:
-            up = self._prompt_rows
-            self.out.write("\r" + (f"\x1b[{up}A" if up else "") + "\x1b[J")
+            self.out.erase(self._prompt_rows)
             self.out.flush()
             self._prompt_shown = False
 
     def _draw_prompt(self) -> None:
         if not self.tty:
             return
-        parts = [p for p in (self._spinner(), self.prompt()) if p]
+        parts = [clean(p) for p in (self._spinner(), self.prompt()) if p]  # cleaned first: the rows are counted
         if parts:
             columns = shutil.get_terminal_size((100, 24)).columns or 100
             # rows below the first: one per extra line, plus the ones a long line wraps onto

@@ -6,7 +6,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
-import threading
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,15 +14,18 @@ from pathlib import Path
 def write_atomic(path: str | Path, data: str | bytes, *, private: bool = False, durable: bool = False) -> Path:
     """Write through a temp file beside `path`, then rename: readers and crashes never see half a file.
 
-    The temp name is unique per process and thread, because hooks of one tool call run
-    concurrently. `private` makes the file 0600 (answers a person typed); otherwise the umask
-    decides. `durable` fsyncs before the rename, for state whose loss costs a whole run.
+    The temp name is random and created exclusively, never through a symlink: hooks of one tool
+    call run concurrently, and a temp file left behind (or planted, say a 0644 one or a link to
+    elsewhere) is never reused. `private` makes the file 0600 (answers a person typed, tokens);
+    otherwise the umask decides. `durable` fsyncs before the rename, for state whose loss costs a
+    whole run. The rename replaces a symlink at `path` itself, never what it points to.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o666)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o600 if private else 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)

@@ -13,6 +13,7 @@ import msgspec
 from httpx_sse import ServerSentEvent, aconnect_sse
 
 from .types import Question, RunInfo, StreamEnd, StreamEvent
+from .url import check_server
 
 RECONNECTS = 20
 """Drops in a row an event stream survives (each is resumed with Last-Event-ID) before the client gives up."""
@@ -35,7 +36,10 @@ class Remote:
             raise RemoteError(0, "no service URL: pass --server, set FLOWER_SERVER, or run `flower remote login`")
         if not token:
             raise RemoteError(0, "no tenant token: pass --token, set FLOWER_TOKEN, or run `flower remote login`")
-        self.server = server.rstrip("/")
+        try:
+            self.server = check_server(server)
+        except ValueError as e:
+            raise RemoteError(0, str(e)) from None
         self._http = httpx.AsyncClient(base_url=self.server, timeout=timeout, transport=transport,
                                        headers={"Authorization": f"Bearer {token}"})
 

@@ -43,12 +43,14 @@ def load_config(server: str | None = None, token: str | None = None, *, path: Pa
 
 
 def save_config(config: RemoteConfig, *, path: Path | None = None) -> Path:
-    """Written owner-only (it holds a token), through a temp file so a crash leaves the old one."""
+    """Written 0600 (it holds a token) in a folder made 0700, through a fresh temp file renamed into place:
+    a crash leaves the old file, and a temp file or a symlink found there is never reused or followed."""
+    from ..core.files import write_atomic
+
     path = path or config_path()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with open(fd, "w", encoding="utf-8") as f:
-        f.write(f"server = {json.dumps(config.server)}\ntoken = {json.dumps(config.token)}\n")
-    os.replace(tmp, path)
-    return path
+    if not path.parent.is_dir():
+        path.parent.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700)
+        path.parent.chmod(0o700)  # the mode is not left to the umask
+    return write_atomic(path, f"server = {json.dumps(config.server)}\ntoken = {json.dumps(config.token)}\n",
+                        private=True, durable=True)

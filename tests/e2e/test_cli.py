@@ -396,3 +396,27 @@ def test_run_and_once(tmp_path):
     steps = [r["step"] for r in json.loads((ws / "runs" / "manifest.json").read_text())]
     assert steps == ["看一眼", "ad-hoc"]
 
+
+
+# -- terminal injection: what the model chooses reaches the terminal as plain text ------------------------------------
+HOSTILE_TOOL = "Bash\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;pwned\x07\x9b2J\u202e"
+HOSTILE_TEXT = "look\x1b]52;c;cm0gLXJmIH4=\x07 here\x9d0;title\x07 \x1b[2J\u202etxt.exe\rover\x08\x08\x07"
+
+
+def terminal_controls(raw: bytes) -> list[str]:
+    """What a terminal would obey or hide in these bytes: ESC, C1 controls, bidi overrides and isolates."""
+    return [c for c in raw.decode("utf-8") if c == "\x1b" or "\x80" <= c <= "\x9f" or "\u202a" <= c <= "\u202e"
+            or "\u2066" <= c <= "\u2069"]
+
+
+def test_a_model_chosen_tool_name_and_text_reach_the_screen_without_their_escapes(tmp_path):
+    home, ws = _folders(tmp_path)
+    rules = [Rule(tool(HOSTILE_TOOL, {"command": "echo \x1b]0;t\x07"}), say(HOSTILE_TEXT), prompt="HOSTILE-ONCE")]
+    with ScriptedModel(rules) as model:
+        p = subprocess.run([sys.executable, "-m", "flower.cli", "once", "HOSTILE-ONCE 说一句", "-v"], cwd=ws,
+                           env=_env(model, home), stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert model.unmatched == []
+    assert terminal_controls(p.stdout) == [] and terminal_controls(p.stderr) == [], p.stdout
+    out = p.stdout.decode()
+    assert "* Bash echo" in out and "look here txt.exe" in out, out  # shown, only the controls gone

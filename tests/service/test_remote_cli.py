@@ -14,9 +14,10 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from _service_helpers import TOKENS, Deployment, Service, git, run_status, serve
+from _service_helpers import TOKENS, Deployment, Service, git, run_status, serve, wait_status
 from _hello import ASK_TEXT, hello_rules, interrupt_rules
-from flower.testing import ScriptedModel
+from flower.testing import Rule, ScriptedModel, say, tool
+from sandbox.testing import ASK, BRIEF, CLARIFIER
 
 pytestmark = pytest.mark.cli
 
@@ -138,3 +139,49 @@ def test_ctrl_c_at_the_terminal_interrupts_the_run_on_the_service(deployment: De
     events = [json.loads(line) for line in flower(env, "logs", run_id, "--json").stdout.splitlines()]
     assert any(e["kind"] == "prompt" and "interrupted" in e["text"] for e in events), events
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+
+# -- terminal injection: a run's ask, text, questions and tool names reach the client's terminal as plain text ---------
+HOSTILE = "\x1b]52;c;cm0gLXJmIH4=\x07\x1b]0;pwned\x07\x1b[2J\x9b2J\x9d0;t\x07\u202etxt.exe\u2066\rX\x08\x07"
+
+
+def terminal_controls(raw: bytes) -> list[str]:
+    """What a terminal would obey or hide in these bytes: ESC, C1 controls, bidi overrides and isolates."""
+    return [c for c in raw.decode("utf-8") if c == "\x1b" or "\x80" <= c <= "\x9f" or "\u202a" <= c <= "\u202e"
+            or "\u2066" <= c <= "\u2069"]
+
+
+def test_logs_list_and_show_print_a_hostile_runs_text_without_its_escapes(deployment: Deployment,
+                                                                          services: list[Service], tmp_path: Path):
+    """The ask, the clarifier's question and options, a tool name it chose and its text all carry escapes; the
+    bytes each command writes (drawn or --json) carry none, and the words are still there."""
+    rules = [Rule(tool(ASK, {"question": "HOSTILE-Q" + HOSTILE, "options": ["HOSTILE-OPT" + HOSTILE]}),
+                  tool("HOSTILE-TOOL" + HOSTILE, {"command": HOSTILE}), say("HOSTILE-TEXT" + HOSTILE + "\n" + BRIEF),
+                  system=CLARIFIER, prompt="HOSTILE-ASK")]
+    home = tmp_path / "home"
+    home.mkdir()
+    with ScriptedModel(rules) as model:
+        service = serve(deployment, services, model)
+        api = service.client("acme")
+        r = api.post("/v1/runs", json={"ask": "HOSTILE-ASK" + HOSTILE, "options": {"clarify_only": True,
+                                                                                  "timeout_s": 0}})
+        assert r.status_code == 201, r.text
+        run_id = r.json()["id"]
+        assert wait_status(api, run_id, ("succeeded", "failed"))["status"] == "succeeded"
+        env = {**client_env(home), "FLOWER_SERVER": service.url, "FLOWER_TOKEN": TOKENS["acme"]}
+        seen = {}
+        for args in (("logs", run_id), ("logs", run_id, "--json"), ("list",), ("list", "--json"),
+                     ("show", run_id), ("show", run_id, "--json")):
+            p = subprocess.run([*FLOWER, "-v", "remote", *args], env=env, capture_output=True, timeout=120)
+            assert p.returncode == 0, (args, p.stderr)
+            assert terminal_controls(p.stdout) == [] and terminal_controls(p.stderr) == [], (args, p.stdout)
+            seen[args[0] + (" --json" if "--json" in args else "")] = p.stdout.decode()
+    assert model.unmatched == [], [(r.system[:40], r.prompt[:80]) for r in model.unmatched]
+    words = {"logs": ["HOSTILE-Q", "HOSTILE-OPT", "* HOSTILE-TOOL", "HOSTILE-TEXT"], "list": ["HOSTILE-ASK"],
+             "show": ["HOSTILE-ASK"]}
+    for command, expected in words.items():
+        assert all(w in seen[command] for w in expected), (command, seen[command])
+    # the --json lines keep the run's data whole: the controls are escaped, not lost
+    events = [json.loads(line) for line in seen["logs --json"].splitlines()]
+    assert any(HOSTILE in e["text"] for e in events if e["kind"] == "text"), events
+    assert json.loads(seen["show --json"])["ask"] == "HOSTILE-ASK" + HOSTILE
