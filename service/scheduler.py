@@ -53,12 +53,13 @@ from sandbox.spec import RunSpec, write_spec
 from .backoff import Backoff, RepeatLog
 from .config import ServiceConfig
 from .events import END, read_new
-from .gateway import SOCKET_NAME, Gateway, Grant, new_token, run_credentials, upstream_of
+from .gateway import SOCKET_NAME, Gateway, Grant, new_token, upstream_of
 from .health import Health, disk_full_reason, is_disk_full, is_engine_down
 from .logging import get_logger
 from .metrics import FailureReason, Metrics
 from .registry import ACTIVE, Registry, Run
 from .retention import folder_bytes, remove_run_files
+from .runenv import left_out, run_environment
 from .tenants import Tenant, TenantNotReady, Tenants
 from .wire import Usage
 
@@ -141,6 +142,7 @@ class Scheduler:
         self.gateway.on_usage = self._metered
         self._overspent: dict[str, str] = {}  # run → the sentence that stopped it
         self._evicted: dict[str, str] = {}  # run → why: its tenant left the tenants file
+        self._kept_back: dict[str, list[str]] = {}  # tenant → names of its credentials file no run gets (logged)
         self._claimed: dict[str, Counter[str]] = defaultdict(Counter)  # run → audit kinds the run itself reported
         self._loop: asyncio.AbstractEventLoop | None = None
         self.hold: str | None = None
@@ -520,9 +522,14 @@ class Scheduler:
         self.registry.update(run.id, token_sha256=digest)
         kubernetes = self.config.backend == "kubernetes"
         self._on_loop(self.gateway.open(grant, None if kubernetes else layout.gateway))
+        kept_back = left_out(values)
+        if kept_back and self._kept_back.get(run.tenant) != kept_back:
+            self._kept_back[run.tenant] = kept_back
+            log.info("tenant.env_left_out", tenant=run.tenant, names=kept_back,
+                     why="not on the run environment's allow-list (service/runenv.py): no run gets them")
         if kubernetes:
-            return run_credentials(values, token, url=self.config.gateway_url)
-        return run_credentials(values, token, socket_path=layout.gateway / SOCKET_NAME)
+            return run_environment(values, token, url=self.config.gateway_url)
+        return run_environment(values, token, socket_path=layout.gateway / SOCKET_NAME)
 
     def _on_loop(self, coro: Any) -> Any:
         assert self._loop is not None, "the scheduler is not started"
