@@ -87,5 +87,27 @@ def _row(service: Service, run_id: str) -> dict:
     db = service.deployment.data / "registry.sqlite3"
     with sqlite3.connect(db) as conn:
         conn.row_factory = sqlite3.Row
-        row = conn.execute("SELECT status, error FROM runs WHERE id = ?", (run_id,)).fetchone()
+        row = conn.execute("SELECT status, error, repo FROM runs WHERE id = ?", (run_id,)).fetchone()
     return dict(row)
+
+
+def test_a_tenant_repo_that_is_a_symlink_to_another_tenants_is_refused_at_start_and_on_reload(
+        tmp_path: Path, services: list[Service]) -> None:
+    dep = hostile_deployment(tmp_path / "dep", "local")
+    link = dep.root / "repos" / "beta-link"
+    link.symlink_to(dep.repos["acme"])
+    dep.write_tenants(beta={"repo": str(link)})
+    with pytest.raises(AssertionError, match="goes through a symlink") as refused:
+        Service(dep).start(timeout=60)
+    assert "name the repository's real path" in str(refused.value)
+
+    dep.write_tenants()
+    service = Service(dep, "fixed").start(timeout=60)
+    services.append(service)
+    dep.write_tenants(beta={"repo": str(dep.repos["acme"])})  # the same repository, named plainly
+    reload = wait_for(lambda: [x for x in service.lines() if x.get("event") == "tenants.reload_failed"], timeout=30,
+                      what="the shared repository to be refused")
+    assert "share a repository" in reload[0]["error"] and "last good tenants file stays in force" in reload[0]["error"]
+    r = service.client("beta").post("/v1/runs", json={"ask": "x", "options": {"clarify_only": True}})
+    assert r.status_code == 201, r.text
+    assert _row(service, r.json()["id"])["repo"] == str(dep.repos["beta"]), "beta's run is on its own repository"
