@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .client import Remote, RemoteError
 from .config import CONFIG_FILE, RemoteConfig, config_path, load_config, save_config
-from .types import Question, RunInfo, StreamEnd, StreamEvent, TERMINAL
+from .types import DiffFiles, Question, RunInfo, StreamEnd, StreamEvent, TERMINAL
 
-__all__ = ["CONFIG_FILE", "Question", "Remote", "RemoteConfig", "RemoteError", "RunInfo", "StreamEnd", "StreamEvent",
+__all__ = ["CONFIG_FILE", "DiffFiles", "Question", "Remote", "RemoteConfig", "RemoteError", "RunInfo", "StreamEnd", "StreamEvent",
            "TERMINAL", "config_path", "load_config", "save_config"]
