@@ -274,13 +274,13 @@ def diff_files(repo: str | Path, branch: str, *, base: str, limit: int = MAX_DIF
     truncated = False
     with tempfile.TemporaryFile() as err, subprocess.Popen(
             _argv(repo, "diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", mb, tip, "--"),
-            stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=_git_env()) as proc:
+            stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=_git_env(), bufsize=0) as proc:
         assert proc.stdout is not None
         timer = threading.Timer(GIT_TIMEOUT_S, proc.kill)
         timer.start()
         try:
             pending, read = b"", 0
-            while chunk := proc.stdout.read1(_CHUNK):
+            while chunk := proc.stdout.read(_CHUNK):  # unbuffered: what git has written so far
                 read += len(chunk)
                 *records, pending = (pending + chunk).split(b"\0")
                 for record in records:

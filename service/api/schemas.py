@@ -14,8 +14,8 @@ import msgspec
 from ..registry import Run
 
 __all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
-           "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget", "ErrorOut",
-           "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "MAX_ASK", "MAX_TEXT", "QID_RE"]
+           "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget",
+           "ErrorOut", "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "MAX_ASK", "MAX_TEXT", "QID_RE"]
 
 MAX_ASK = 100_000
 MAX_TEXT = 20_000

@@ -144,7 +144,8 @@ def test_a_run_is_submitted_its_question_answered_in_the_page_and_its_diff_shown
 
 
 def listed(driver: Any) -> list[str]:
-    return list(driver.execute_script("return [...document.querySelectorAll('#diff-files li')].map((li) => li.textContent)"))
+    return list(driver.execute_script(
+        "return [...document.querySelectorAll('#diff-files li')].map((li) => li.textContent)"))
 
 
 def test_a_large_diff_is_listed_by_file_and_a_large_file_fetched_only_on_a_click(
