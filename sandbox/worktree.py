@@ -6,7 +6,11 @@ repository (whose ``.git`` file, config and hooks the run could rewrite): it get
 ``flower/<run>`` at the base commit), commits inside its sandbox, and hands its commits back as a git
 bundle (``sandbox.checkpoint``). The service copies that bundle out of the run's reach, verifies it and
 fetches it into the team's repository with a trusted git dir and fsck on (``import_bundle``); diffs are
-computed there, from trusted objects only (``diff``).
+computed there, from trusted objects only (``diff_files``, ``diff_stream``, ``diff``).
+
+A small bundle can hold a huge diff (git compresses a repetitive file a thousandfold), so the service never
+holds a diff whole: ``diff_files`` lists the changed files from ``--numstat`` (bounded), and ``diff_stream``
+measures the diff against a cap before the first byte goes out, then hands it on in chunks.
 
 Every git command here runs with system and global config off, hooks and fsmonitor off, no external diff
 or textconv drivers, and no terminal prompts.
@@ -14,16 +18,23 @@ or textconv drivers, and no terminal prompts.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
+import tempfile
+import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import IO
 
 import git
+import msgspec
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
-__all__ = ["make_workspace", "remove_workspace", "import_bundle", "diff", "objects_dir", "delete_branch",
-           "NotAGitRepo", "BranchExists", "WorktreeError", "GIT_ENV", "SAFE_CONFIG"]
+__all__ = ["make_workspace", "remove_workspace", "import_bundle", "diff", "diff_files", "diff_stream", "objects_dir",
+           "delete_branch", "FileStat", "Changes", "NotAGitRepo", "BranchExists", "WorktreeError", "DiffTooLarge",
+           "GIT_ENV", "SAFE_CONFIG", "MAX_DIFF_FILES"]
 
 SAFE_CONFIG = ["core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false",
                "transfer.fsckObjects=true", "fetch.fsckObjects=true", "receive.fsckObjects=true",
@@ -32,10 +43,41 @@ GIT_ENV = {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TER
            "GIT_ATTR_NOSYSTEM": "1"}
 _DIFF = ("--binary", "--no-ext-diff", "--no-textconv")
 GIT_TIMEOUT_S = 300  # a bundle that makes git work longer than this is refused
+MAX_DIFF_FILES = 10_000  # files ``diff_files`` lists; past it the list says it was cut
+_NUMSTAT_BYTES = 4 << 20  # and what it reads of git's --numstat at most
+_HEAD = 1 << 20  # a diff this small is measured and sent in one read of git; a larger one is read twice
+_CHUNK = 64 << 10
 
 
 class WorktreeError(RuntimeError):
     """A git operation that git refused, or a run's work that does not hold up; the message says why."""
+
+
+class DiffTooLarge(WorktreeError):
+    """The diff is larger than the cap it was asked under; nothing of it was sent."""
+
+
+class FileStat(msgspec.Struct, frozen=True):
+    """One changed file as ``git diff --numstat`` counts it: lines added and deleted (0 and 0 for a binary
+    file). ``path`` is for people (UTF-8, undecodable bytes replaced); ``name`` is the path git knows."""
+    path: str
+    insertions: int
+    deletions: int
+    binary: bool
+    name: bytes
+
+
+class Changes(msgspec.Struct, frozen=True):
+    """What a run's branch changed: the commit measured and the merge base it is diffed against (both fixed,
+    so a later read of the same pair gives the same bytes), the files (the first ``MAX_DIFF_FILES``),
+    and whether there were more."""
+    commit: str
+    merge_base: str
+    files: list[FileStat]
+    truncated: bool
+
+    def find(self, path: str) -> FileStat | None:
+        return next((f for f in self.files if f.path == path), None)
 
 
 class NotAGitRepo(ValueError):
@@ -186,7 +228,8 @@ def import_bundle(repo: str | Path, bundle: str | Path, branch: str, *, base: st
 
 
 def diff(repo: str | Path, branch: str, *, base: str) -> str:
-    """What the run changed on ``branch`` since ``base`` (binary-safe), from the team's repository only."""
+    """What the run changed on ``branch`` since ``base`` (binary-safe), from the team's repository only, as one
+    string: for tests and the library's own small repositories. The service streams it (``diff_stream``)."""
     repo = Path(repo).expanduser().resolve()
     r = _open(repo)
     try:
@@ -197,3 +240,134 @@ def diff(repo: str | Path, branch: str, *, base: str) -> str:
             raise _fail(f"git could not diff {base!r}...{branch!r} in {repo}", e) from None
     finally:
         r.close()
+
+
+def _argv(repo: Path, *args: str | bytes) -> list[str | bytes]:
+    """git in the team's repository, as ``_open`` runs it; pathspecs are literal (a file named ``*`` is that file)."""
+    return ["git", *[a for c in SAFE_CONFIG for a in ("-c", c)], "--literal-pathspecs", "-C", str(repo), *args]
+
+
+def _git_env() -> dict[str, str]:
+    return {**os.environ, **GIT_ENV}
+
+
+def _why(err: IO[bytes], code: int | None) -> str:
+    err.seek(0)
+    text = err.read(2000).decode("utf-8", "replace").strip()
+    return text or f"git exited with code {code}"
+
+
+def diff_files(repo: str | Path, branch: str, *, base: str, limit: int = MAX_DIFF_FILES) -> Changes:
+    """The files ``branch`` changed since its merge base with ``base`` (``git diff --numstat``, no rename
+    pairing: a moved file is a deletion and an addition), read as git writes them: at most ``limit`` files and
+    a few MB of git's output are held, never the diff itself."""
+    repo = Path(repo).expanduser().resolve()
+    r = _open(repo)
+    try:
+        mb = r.git.merge_base(base, branch).strip()
+        tip = r.git.rev_parse("--verify", f"{branch}^{{commit}}").strip()
+    except GitCommandError as e:
+        raise _fail(f"git could not diff {base!r}...{branch!r} in {repo}", e) from None
+    finally:
+        r.close()
+    files: list[FileStat] = []
+    truncated = False
+    with tempfile.TemporaryFile() as err, subprocess.Popen(
+            _argv(repo, "diff", "--numstat", "-z", "--no-renames", "--no-ext-diff", "--no-textconv", mb, tip, "--"),
+            stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, env=_git_env(), bufsize=0) as proc:
+        assert proc.stdout is not None
+        timer = threading.Timer(GIT_TIMEOUT_S, proc.kill)
+        timer.start()
+        try:
+            pending, read = b"", 0
+            while chunk := proc.stdout.read(_CHUNK):  # unbuffered: what git has written so far
+                read += len(chunk)
+                *records, pending = (pending + chunk).split(b"\0")
+                for record in records:
+                    files.append(_file_stat(record))
+                if len(files) > limit or read > _NUMSTAT_BYTES:
+                    truncated = True
+                    proc.kill()
+                    break
+            code = proc.wait()
+        finally:
+            timer.cancel()
+        if not truncated and code != 0:
+            raise WorktreeError(f"git could not list the files changed on {branch!r}: {_why(err, code)}")
+    return Changes(commit=tip, merge_base=mb, files=files[:limit], truncated=truncated)
+
+
+def _file_stat(record: bytes) -> FileStat:
+    added, deleted, name = record.split(b"\t", 2)
+    binary = added == b"-"
+    return FileStat(path=name.decode("utf-8", "replace"), insertions=0 if binary else int(added),
+                    deletions=0 if binary else int(deleted), binary=binary, name=name)
+
+
+async def diff_stream(repo: str | Path, changes: Changes, *, cap: int, name: bytes | None = None
+                      ) -> AsyncIterator[bytes]:
+    """The diff of ``changes`` (one file's, given its ``name``), from the team's repository only, in chunks.
+
+    It is measured first: DiffTooLarge when it is over ``cap`` bytes, before anything is sent (git is stopped
+    as soon as it has written ``cap`` bytes; the service holds at most a MB of it). A diff that fits in one
+    read is sent from that read; a larger one is read again from git, chunk by chunk, as the client takes it
+    (the same two fixed commits give the same bytes). Should git fail after that first byte, the stream ends
+    with a last line ``flower-diff-error: <why>``.
+    """
+    repo = Path(repo).expanduser().resolve()
+    argv = _argv(repo, "diff", *_DIFF, changes.merge_base, changes.commit, "--", *([name] if name else []))
+    head: list[bytes] = []
+    size = 0
+    with tempfile.TemporaryFile() as err:
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=err,
+                                                    stdin=asyncio.subprocess.DEVNULL, env=_git_env())
+        assert proc.stdout is not None
+        try:
+            async with asyncio.timeout(GIT_TIMEOUT_S):
+                while chunk := await proc.stdout.read(_CHUNK):
+                    size += len(chunk)
+                    if size > cap:
+                        raise DiffTooLarge(f"the diff is larger than {cap} bytes")
+                    if size <= _HEAD:
+                        head.append(chunk)
+                code = await proc.wait()
+        except TimeoutError:
+            raise WorktreeError(f"git took longer than {GIT_TIMEOUT_S} s to diff the run's work") from None
+        finally:
+            await _end(proc)
+        if code != 0:
+            raise WorktreeError(f"git could not diff the run's work: {_why(err, code)}")
+    if size <= _HEAD:
+        return _sent(head)
+    return _streamed(argv, cap)
+
+
+async def _sent(chunks: list[bytes]) -> AsyncIterator[bytes]:
+    for chunk in chunks:
+        yield chunk
+
+
+async def _streamed(argv: list[str | bytes], cap: int) -> AsyncIterator[bytes]:
+    with tempfile.TemporaryFile() as err:
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=err,
+                                                    stdin=asyncio.subprocess.DEVNULL, env=_git_env())
+        assert proc.stdout is not None
+        sent = 0
+        try:
+            while chunk := await proc.stdout.read(_CHUNK):
+                sent += len(chunk)
+                if sent > cap:  # it measured under the cap a moment ago: git is not giving the same bytes
+                    yield b"\nflower-diff-error: the diff grew past its cap while it was sent\n"
+                    return
+                yield chunk
+            code = await proc.wait()
+            if code != 0:
+                yield f"\nflower-diff-error: {' '.join(_why(err, code).split())}\n".encode()
+        finally:
+            await _end(proc)
+
+
+async def _end(proc: asyncio.subprocess.Process) -> None:
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()

@@ -84,6 +84,9 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # -- the API ----------------------------------------------------------------------------------
     max_streams_per_tenant: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 16
     """Open SSE streams one tenant may hold at once (429 past that)."""
+    max_diff_mb: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 20
+    """The largest diff ``GET /v1/runs/{id}/diff`` sends (whole or one file's); past it a 422 says to fetch the
+    branch. A small bundle can hold a huge diff: the service streams it and never holds more than a MB of it."""
 
     @property
     def data_path(self) -> Path:

@@ -40,7 +40,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -63,6 +63,9 @@ from .runenv import left_out, run_environment
 from .tenants import Tenant, TenantNotReady, Tenants
 from .wire import Usage
 
+if TYPE_CHECKING:
+    from sandbox.worktree import Changes
+
 __all__ = ["Scheduler", "END", "diffstat"]
 
 _SUB_QUEUE = 10_000
@@ -73,23 +76,17 @@ log = get_logger("flower.service.scheduler")
 audit_log = get_logger("flower.audit")
 
 
-def diffstat(text: str) -> dict[str, Any]:
-    """``git diff`` text → {files: [{path, insertions, deletions}], insertions, deletions}."""
-    files: list[dict[str, Any]] = []
-    cur: dict[str, Any] | None = None
-    for line in text.splitlines():
-        if line.startswith("diff --git "):
-            parts = line.split(" b/", 1)
-            cur = {"path": parts[1] if len(parts) == 2 else line[11:], "insertions": 0, "deletions": 0}
-            files.append(cur)
-        elif cur is None or line.startswith(("+++ ", "--- ")):
-            continue
-        elif line.startswith("+"):
-            cur["insertions"] += 1
-        elif line.startswith("-"):
-            cur["deletions"] += 1
-    return {"files": files, "insertions": sum(f["insertions"] for f in files),
-            "deletions": sum(f["deletions"] for f in files)}
+RUN_DIFFSTAT_FILES = 1_000  # files a run's row lists (GET /v1/runs/{id}/diff/files has them all)
+
+
+def diffstat(changes: Changes) -> dict[str, Any]:
+    """What the run changed, as its row keeps it: {files: [{path, insertions, deletions, binary}], insertions,
+    deletions, truncated}, from ``git diff --numstat`` (never the diff itself: it may be huge)."""
+    files = [{"path": f.path, "insertions": f.insertions, "deletions": f.deletions, "binary": f.binary}
+             for f in changes.files[:RUN_DIFFSTAT_FILES]]
+    return {"files": files, "insertions": sum(f.insertions for f in changes.files),
+            "deletions": sum(f.deletions for f in changes.files),
+            "truncated": changes.truncated or len(changes.files) > RUN_DIFFSTAT_FILES}
 
 
 def _one_line(text: Any, limit: int = 400) -> str:
@@ -832,7 +829,7 @@ class Scheduler:
 
     def _collect(self, run: Run, layout: RunLayout) -> tuple[str | None, dict[str, Any] | None, list[str]]:
         """Blocking: take the run's last bundle, measure the diff, remove its credentials and checkout."""
-        from sandbox.worktree import diff
+        from sandbox.worktree import diff_files
 
         notes: list[str] = []
         commit: str | None = None
@@ -843,7 +840,7 @@ class Scheduler:
         stat = None
         if run.base:
             try:
-                stat = diffstat(diff(run.repo, layout.branch, base=run.base))
+                stat = diffstat(diff_files(run.repo, layout.branch, base=run.base))
             except Exception as e:  # noqa: BLE001
                 notes.append(f"reading the diff failed ({type(e).__name__}: {_one_line(e, 200)})")
         layout.env_file.unlink(missing_ok=True)

@@ -57,6 +57,8 @@ def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
     sh.add_argument("--json", action="store_true")
     d = acts.add_parser("diff", help="the run's diff against its base (its last checkpoint while live)")
     d.add_argument("run_id")
+    d.add_argument("--files", action="store_true", help="only the files it changed, with lines added and deleted")
+    d.add_argument("--path", default=None, metavar="FILE", help="only this file's diff (a path --files lists)")
     c = acts.add_parser("cancel", help="stop a run (waits until it has ended)")
     c.add_argument("run_id")
     lg = acts.add_parser("logs", help="the run's events so far, drawn as in the terminal (-f: until it ends)")
@@ -233,14 +235,21 @@ _COLOURS = (("diff --git", Style.BOLD), ("+++", Style.BOLD), ("---", Style.BOLD)
 
 
 async def _diff(api: Remote, args: argparse.Namespace) -> int:
-    text = await api.diff(args.run_id)
-    if not text.strip():
-        echo(f"run {args.run_id} changed nothing (yet)", err=True)
+    """Printed as it streams: a diff is never held whole here either."""
+    if args.files:
+        listed = await api.diff_files(args.run_id)
+        for f in listed.files:
+            OUT.line(f"{'binary' if f.binary else f'+{f.insertions} -{f.deletions}':>16}  {f.path}")
+        if listed.truncated:
+            echo(f"(more files than listed: git fetch <your repository> {listed.branch})", err=True)
         return 0
-    colour = OUT.isatty()
-    for line in text.splitlines():
-        safe = clean(line)
+    colour, empty = OUT.isatty(), True
+    async for line in api.diff_lines(args.run_id, path=args.path):
+        empty = False
+        safe = clean(line.rstrip("\n"))
         OUT.line(safe, style=next((c for head, c in _COLOURS if safe.startswith(head)), None) if colour else None)
+    if empty:
+        echo(f"run {args.run_id} changed nothing (yet)", err=True)
     return 0
 
 

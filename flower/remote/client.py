@@ -12,9 +12,11 @@ import httpx
 import msgspec
 from httpx_sse import ServerSentEvent, aconnect_sse
 
-from .types import Question, RunInfo, StreamEnd, StreamEvent
+from .types import DiffFiles, Question, RunInfo, StreamEnd, StreamEvent
 from .url import check_server
 
+DIFF_ERROR = b"flower-diff-error: "
+"""How a diff the service could not finish after it began ends: its last line starts with this."""
 RECONNECTS = 20
 """Drops in a row an event stream survives (each is resumed with Last-Event-ID) before the client gives up."""
 
@@ -96,8 +98,36 @@ class Remote:
                              timeout=wait + self._http.timeout.read if self._http.timeout.read else None)
         return msgspec.convert(r.json(), RunInfo)
 
-    async def diff(self, run_id: str) -> str:
-        return (await self._call("GET", f"/runs/{run_id}/diff")).text
+    async def diff(self, run_id: str, *, path: str | None = None) -> str:
+        """The whole diff (or one file's) as one string; ``diff_lines`` for one that may be large."""
+        return "".join([line async for line in self.diff_lines(run_id, path=path)])
+
+    async def diff_lines(self, run_id: str, *, path: str | None = None) -> AsyncIterator[str]:
+        """The run's diff (or the one file's), line by line (each with its ``\\n``) as the service streams it.
+        A diff over the service's ``max_diff_mb`` is a RemoteError (422) saying how to fetch the branch
+        instead; one git could not finish is a RemoteError too, after the lines that came."""
+        params = {"path": path} if path is not None else None
+        try:
+            async with self._http.stream("GET", f"/v1/runs/{run_id}/diff", params=params) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    raise RemoteError(r.status_code, _error_text(r))
+                pending = b""
+                async for chunk in r.aiter_bytes():
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for raw in lines:
+                        if raw.startswith(DIFF_ERROR):
+                            raise RemoteError(0, f"the diff of run {run_id} was cut short: "
+                                                 f"{raw[len(DIFF_ERROR):].decode('utf-8', 'replace')}")
+                        yield raw.decode("utf-8", "replace") + "\n"
+                if pending:
+                    yield pending.decode("utf-8", "replace")
+        except httpx.HTTPError as e:
+            raise RemoteError(0, f"cannot read the diff of run {run_id} from {self.server}: {e or type(e).__name__}") \
+                from None
+
+    async def diff_files(self, run_id: str) -> DiffFiles:
+        return msgspec.convert((await self._call("GET", f"/runs/{run_id}/diff/files")).json(), DiffFiles)
 
     async def manifest(self, run_id: str) -> dict[str, Any]:
         data = (await self._call("GET", f"/runs/{run_id}/manifest")).json()

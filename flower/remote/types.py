@@ -14,12 +14,25 @@ class FileChange(msgspec.Struct):
     path: str
     insertions: int = 0
     deletions: int = 0
+    binary: bool = False
 
 
 class Diffstat(msgspec.Struct):
     files: list[FileChange] = []
     insertions: int = 0
     deletions: int = 0
+    truncated: bool = False
+
+
+class DiffFiles(msgspec.Struct):
+    """``GET /v1/runs/{id}/diff/files``: the files the run's branch changed, as of ``commit``."""
+
+    branch: str
+    commit: str
+    files: list[FileChange] = []
+    insertions: int = 0
+    deletions: int = 0
+    truncated: bool = False
 
 
 class RunInfo(msgspec.Struct):

@@ -1,4 +1,4 @@
-"""/v1/runs: submit, list, read, cancel and delete runs; a run's diff and manifest."""
+"""/v1/runs: submit, list, read, cancel and delete runs; a run's diff (streamed, capped), its files and manifest."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import secrets
 import sqlite3
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 from litestar import Controller, Response, delete, get, post
@@ -15,6 +15,7 @@ from litestar.di import Provide
 from litestar.exceptions import NotFoundException, ServiceUnavailableException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import JSONBody, Parameter
+from litestar.response import Stream
 
 from sandbox.layout import RunLayout
 from sandbox.spec import RunSpec
@@ -27,7 +28,11 @@ from ..scheduler import Scheduler
 from ..tenants import Tenant, TenantNotReady
 from .deps import ConfigDep, RegistryDep, RunDep, SchedulerDep, TenantDep, provide_run
 from .errors import Conflict, Gone, InsufficientStorage, Unprocessable, errors
-from .schemas import Budget, ManifestOut, RunList, RunOut, SubmitIn, SubmitOut, UsageOut, run_out
+from .schemas import (Budget, DiffFile, DiffFilesOut, ErrorOut, ManifestOut, RunList, RunOut, SubmitIn, SubmitOut,
+                      UsageOut, run_out)
+
+if TYPE_CHECKING:
+    from sandbox.worktree import Changes
 
 __all__ = ["RunController", "new_run_id", "usage"]
 
@@ -42,6 +47,23 @@ def new_run_id() -> str:
 def _gone(run: RunDep, what: str) -> None:
     if run.deleted is not None:
         raise Gone(f"run {run.id} was deleted, and its {what} with it")
+
+
+async def _changes(run: Run, tenant: Tenant, scheduler: Scheduler) -> tuple[str, Changes]:
+    """The run's branch and what it changed (``git diff --numstat``): 409 before it started, 404 (410 once
+    deleted) when its branch or base is gone."""
+    from sandbox.worktree import diff_files
+
+    if not run.base:
+        raise Conflict(f"run {run.id} never started ({run.status}), so it has no diff")
+    branch = scheduler.layout(run).branch
+    try:
+        return branch, await asyncio.to_thread(diff_files, run.repo, branch, base=run.base)
+    except Exception as e:  # noqa: BLE001
+        _gone(run, "branch")
+        log.warning("run.diff_failed", tenant=tenant.name, run=run.id, error=str(e)[:300])
+        raise NotFoundException(f"the diff of run {run.id} cannot be read: branch {branch} "
+                                "or its base is gone from the repository") from None
 
 
 class RunController(Controller):
@@ -145,25 +167,64 @@ class RunController(Controller):
             await asyncio.sleep(min(0.05, config.poll_s))
         return Response(run_out(current), status_code=200 if current.terminal else 202)
 
-    @get("/{run_id:str}/diff", media_type="text/x-diff", responses=errors(404, 409, 410),
-         summary="git diff of the run's branch against its base")
-    async def diff(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep) -> Response[str]:
+    @get("/{run_id:str}/diff", media_type="text/x-diff", summary="git diff of the run's branch against its base",
+         response_description="the whole diff (or the one file's), streamed",
+         responses={**errors(404, 409, 410), 422: ResponseSpec(ErrorOut, generate_examples=False, description=(
+             "the diff (or the one file's) is larger than the service's `max_diff_mb`: nothing of it was sent; "
+             "the error says how to fetch the branch instead"))})
+    async def diff(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep, config: ConfigDep,
+                   path: Annotated[str | None, Parameter(
+                       max_length=4096, description="only this file's diff: a `path` as GET …/diff/files lists it"
+                   )] = None) -> Stream:
         """From the tenant's repository only: while the run is live, that is its last checkpoint (the runner
-        hands its work back after every step)."""
-        from sandbox.worktree import diff
+        hands its work back after every step). The diff is measured against `max_diff_mb` before its first
+        byte is sent: a 200 is the whole diff, streamed (`X-Flower-Commit` names the commit it is of); a diff
+        over the cap is a 422 and nothing else. Only if git fails after the first byte does the body end with
+        a line starting `flower-diff-error: `. For a large diff, list its files (…/diff/files) and fetch them
+        one at a time with `?path=`."""
+        from sandbox.worktree import DiffTooLarge, diff_stream
 
-        if not run.base:
-            raise Conflict(f"run {run.id} never started ({run.status}), so it has no diff")
-        branch = scheduler.layout(run).branch
+        if path is not None and path.startswith("-"):
+            raise ValidationException(f"path {path[:100]!r} starts with '-': give a path as GET /v1/runs/{run.id}"
+                                      "/diff/files lists it")
+        branch, changes = await _changes(run, tenant, scheduler)
+        name = None
+        if path is not None:
+            found = changes.find(path)
+            if found is None:
+                more = f" (the list stops after {len(changes.files)} files: fetch the branch for the rest)" \
+                    if changes.truncated else ""
+                raise NotFoundException(f"run {run.id} changed no file {path[:200]!r}: GET /v1/runs/{run.id}"
+                                        f"/diff/files lists the files it changed{more}")
+            name = found.name
+        cap = config.max_diff_mb
         try:
-            text = await asyncio.to_thread(diff, run.repo, branch, base=run.base)
+            chunks = await diff_stream(run.repo, changes, cap=cap * 1024 * 1024, name=name)
+        except DiffTooLarge:
+            what = f"the diff of {path!r} in run {run.id}" if path is not None else f"the diff of run {run.id}"
+            one = "" if path is not None else " or ask for one file at a time (?path=, from GET …/diff/files)"
+            raise Unprocessable(f"{what} is larger than the service's max_diff_mb ({cap} MB), so it is not sent: "
+                                f"fetch the branch into a clone of your repository (git fetch <your repository> "
+                                f"{branch}) and diff it there{one}") from None
         except Exception as e:  # noqa: BLE001
-            _gone(run, "branch")
             log.warning("run.diff_failed", tenant=tenant.name, run=run.id, error=str(e)[:300])
-            raise NotFoundException(f"the diff of run {run.id} cannot be read: branch {branch} "
-                                    "or its base is gone from the repository") from None
-        return Response(text, media_type="text/x-diff",
-                        headers={"X-Flower-Branch": branch, "X-Flower-Base": run.base, "X-Flower-Status": run.status})
+            raise NotFoundException(f"the diff of run {run.id} cannot be read: git failed on branch {branch}") \
+                from None
+        return Stream(chunks, media_type="text/x-diff",
+                      headers={"X-Flower-Branch": branch, "X-Flower-Base": run.base or "",
+                               "X-Flower-Commit": changes.commit, "X-Flower-Status": run.status})
+
+    @get("/{run_id:str}/diff/files", responses=errors(404, 409, 410),
+         summary="The files the run changed, with lines added and deleted (git diff --numstat)")
+    async def diff_files(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep) -> DiffFilesOut:
+        """Cheap however large the diff: git counts, the service reads only the counts. The first
+        10,000 files are listed (`truncated` if there were more)."""
+        branch, changes = await _changes(run, tenant, scheduler)
+        files = [DiffFile(path=f.path, insertions=f.insertions, deletions=f.deletions, binary=f.binary)
+                 for f in changes.files]
+        return DiffFilesOut(branch=branch, base=run.base or "", commit=changes.commit, files=files,
+                            insertions=sum(f.insertions for f in files), deletions=sum(f.deletions for f in files),
+                            truncated=changes.truncated)
 
     @get("/{run_id:str}/manifest", responses=errors(404, 410), summary="The run's steps and exit, as it wrote them")
     async def manifest(self, run: RunDep, scheduler: SchedulerDep) -> ManifestOut:

@@ -14,8 +14,8 @@ import msgspec
 from ..registry import Run
 
 __all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
-           "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget", "ErrorOut", "DiffStat", "DiffFile",
-           "Status", "run_out", "MAX_ASK", "MAX_TEXT", "QID_RE"]
+           "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget",
+           "ErrorOut", "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "MAX_ASK", "MAX_TEXT", "QID_RE"]
 
 MAX_ASK = 100_000
 MAX_TEXT = 20_000
@@ -51,15 +51,31 @@ class SubmitOut(msgspec.Struct):
 
 
 class DiffFile(msgspec.Struct):
+    """One changed file: lines added and deleted as ``git diff --numstat`` counts them (0 and 0 when binary)."""
     path: str
     insertions: int
     deletions: int
+    binary: bool = False
 
 
 class DiffStat(msgspec.Struct):
+    """The run's changes when it ended; ``truncated``: more files changed than are listed here."""
     files: list[DiffFile]
     insertions: int
     deletions: int
+    truncated: bool = False
+
+
+class DiffFilesOut(msgspec.Struct):
+    """The files the run's branch changed against its base, as of ``commit`` (its last checkpoint while it is
+    live). ``truncated``: more files changed than are listed (fetch the branch to see them all)."""
+    branch: str
+    base: str
+    commit: str
+    files: list[DiffFile]
+    insertions: int
+    deletions: int
+    truncated: bool
 
 
 class Usage(msgspec.Struct):

@@ -8,7 +8,7 @@ const ACTIVE = ["starting", "running"], ENDED = ["succeeded", "failed", "aborted
 const $ = (id) => document.getElementById(id);
 
 const state = { token: sessionStorage.getItem(TOKEN_KEY) || "", runs: [], current: null, run: null,
-                stream: null, label: "", tools: {}, reports: {}, diffText: null, streamedCost: 0, timers: [] };
+                stream: null, label: "", tools: {}, reports: {}, diffCommit: null, streamedCost: 0, timers: [] };
 
 // -- the API ------------------------------------------------------------------------------------
 class ApiError extends Error { constructor(status, message) { super(message); this.status = status; } }
@@ -119,12 +119,12 @@ function stopRun() {
 
 function selectRun(id) {
   stopRun();
-  state.current = id; state.label = ""; state.tools = {}; state.reports = {}; state.streamedCost = 0; state.diffText = null;
+  state.current = id; state.label = ""; state.tools = {}; state.reports = {}; state.streamedCost = 0; state.diffCommit = null;
   history.replaceState(null, "", "#" + encodeURIComponent(id));
   document.querySelectorAll("#runs li").forEach((li) => li.classList.toggle("selected", li.dataset.id === id));
   $("run").hidden = false;
   $("run-id").textContent = id;
-  $("events").replaceChildren(); $("questions").replaceChildren(); $("diff").replaceChildren();
+  $("events").replaceChildren(); $("questions").replaceChildren(); $("diff").replaceChildren(); $("diff-files").replaceChildren();
   const ctl = new AbortController();
   state.stream = ctl;
   refreshRun().then(() => { refreshQuestions(); loadDiff(); });
@@ -411,19 +411,17 @@ function colourCode(target, code, hashComments) {
   }
 }
 
-async function loadDiff() {
-  const id = state.current, box = $("diff");
-  if (!id || !state.run || !state.run.base) { box.replaceChildren(el("div", "empty", "No diff yet: the run has handed back no work.")); return; }
-  let text;
-  try { text = await api("/runs/" + encodeURIComponent(id) + "/diff", { text: true }); }
-  catch (e) { if (id === state.current) box.replaceChildren(el("div", "empty", e.message)); return; }
-  if (id !== state.current || (text === state.diffText && box.childElementCount)) return;  // unchanged: no redraw
-  state.diffText = text;
-  $("diff-state").textContent = state.run && ENDED.includes(state.run.status) ? "" : "(its last checkpoint)";
-  if (!text.trim()) { box.replaceChildren(el("div", "empty", "No changes (yet).")); return; }
+// A diff this small (changed lines) is fetched whole; past it the page fetches file by file, one at a time:
+// files up to FILE_LINES while SHOWN_LINES last, the others (and binary ones) only when the user opens them.
+const WHOLE_LINES = 2000, FILE_LINES = 500, SHOWN_LINES = 2000, MAX_SECTIONS = 500;
+const runPath = (id) => "/runs/" + encodeURIComponent(id);
+const counts = (f) => f.binary ? "binary" : "+" + f.insertions + " -" + f.deletions;
+
+function diffRows(text) {
   const rows = [];
   let hash = true;
-  for (const raw of text.split("\n")) {
+  for (const raw of text.replace(/\n$/, "").split("\n")) {
+    if (raw.startsWith("flower-diff-error: ")) { rows.push(el("div", "bad", raw)); continue; }
     if (raw.startsWith("diff --git")) { hash = !/\.(js|ts|jsx|tsx|go|c|h|cc|cpp|java|rs|kt|swift|cs|css)$/.test(raw); rows.push(el("div", "file", raw)); continue; }
     if (/^(index |--- |\+\+\+ |new file|deleted file|similarity|rename |old mode|new mode|Binary)/.test(raw)) { rows.push(el("div", "file", raw)); continue; }
     if (raw.startsWith("@@")) { rows.push(el("div", "hunk", raw)); continue; }
@@ -433,7 +431,59 @@ async function loadDiff() {
     colourCode(d, raw.slice(1), hash);
     rows.push(d);
   }
-  box.replaceChildren(...rows);
+  return rows;
+}
+
+// At every checkpoint: the file list first (git counts, cheap); the diff itself only when the commit moved.
+async function loadDiff() {
+  const id = state.current, box = $("diff"), list = $("diff-files");
+  if (!id || !state.run || !state.run.base) { list.replaceChildren(); box.replaceChildren(el("div", "empty", "No diff yet: the run has handed back no work.")); return; }
+  let stat;
+  try { stat = await api(runPath(id) + "/diff/files"); }
+  catch (e) { if (id === state.current) box.replaceChildren(el("div", "empty", e.message)); return; }
+  if (id !== state.current) return;
+  $("diff-state").textContent = state.run && ENDED.includes(state.run.status) ? "" : "(its last checkpoint)";
+  if (stat.commit === state.diffCommit && box.childElementCount) return;  // unchanged: no redraw
+  state.diffCommit = stat.commit;
+  const current = () => id === state.current && stat.commit === state.diffCommit;
+  list.replaceChildren(...stat.files.slice(0, MAX_SECTIONS).map((f) => {
+    const li = el("li"); li.dataset.path = f.path;
+    li.append(el("span", "path", f.path), " ", el("span", f.binary ? "n" : "n add", counts(f)));
+    return li;
+  }));
+  const fetchBranch = "fetch the branch to see them all: git fetch <your repository> " + stat.branch;
+  if (stat.truncated || stat.files.length > MAX_SECTIONS) list.append(el("li", "meta", "More files changed than are listed here: " + fetchBranch));
+  if (!stat.files.length) { box.replaceChildren(el("div", "empty", "No changes (yet).")); return; }
+  if (stat.insertions + stat.deletions <= WHOLE_LINES) {
+    try {
+      const text = await api(runPath(id) + "/diff", { text: true });
+      if (current()) box.replaceChildren(...diffRows(text));
+      return;
+    } catch (e) { if (e.status !== 422) { if (current()) box.replaceChildren(el("div", "empty", e.message)); return; } }
+  }
+  // large: a section per file, small ones fetched one after another, the rest on a click
+  let budget = SHOWN_LINES;
+  const queue = [];
+  box.replaceChildren(el("div", "empty", "A large diff: files over " + FILE_LINES + " changed lines are collapsed, open one to fetch it."),
+    ...stat.files.slice(0, MAX_SECTIONS).map((f) => {
+      const sec = el("div", "section"); sec.dataset.path = f.path;
+      const body = el("div", "body");
+      sec.append(el("div", "file", f.path + "  " + counts(f)), body);
+      const lines = f.insertions + f.deletions;
+      if (!f.binary && lines <= FILE_LINES && lines <= budget) { budget -= lines; queue.push([f, body]); return sec; }
+      const open = el("button", "show", "Show diff (" + (f.binary ? "binary" : lines + " lines") + ")"); open.type = "button";
+      open.addEventListener("click", () => { open.disabled = true; loadFile(id, f, body, current); });
+      body.append(open);
+      return sec;
+    }));
+  for (const [f, body] of queue) { if (!current()) return; await loadFile(id, f, body, current); }
+}
+
+async function loadFile(id, f, body, current) {
+  let text;
+  try { text = await api(runPath(id) + "/diff?path=" + encodeURIComponent(f.path), { text: true }); }
+  catch (e) { if (current()) body.replaceChildren(el("div", "empty", e.message)); return; }
+  if (current()) body.replaceChildren(...diffRows(text));
 }
 
 // -- wiring -------------------------------------------------------------------------------------

@@ -80,6 +80,12 @@ def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: 
     assert git(repo, "show", f"flower/{run_id}:hello.py") == "print('hello')\n"
     diff = flower(env, "diff", run_id)
     assert diff.returncode == 0 and "+++ b/hello.py" in diff.stdout and "+print('hello')" in diff.stdout, diff
+    files = flower(env, "diff", run_id, "--files")
+    assert files.returncode == 0 and files.stdout.split() == ["+1", "-0", "hello.py"], files
+    one = flower(env, "diff", run_id, "--path", "hello.py")
+    assert one.returncode == 0 and one.stdout == diff.stdout, (one, diff)
+    other = flower(env, "diff", run_id, "--path", "README.md")
+    assert other.returncode == 1 and "changed no file 'README.md'" in other.stderr, other.stderr
     listed = flower(env, "list")
     assert listed.returncode == 0 and run_id in listed.stdout and "succeeded" in listed.stdout, listed
     shown = flower(env, "show", run_id)

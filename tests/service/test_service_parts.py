@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from sandbox.worktree import Changes, FileStat
 from service.config import ConfigError, load_config
 from service.events import read_new
 from service.logging import configure_logging, get_logger
@@ -280,12 +281,14 @@ def test_a_huge_event_line_is_cut_not_stalled_on(tmp_path: Path, monkeypatch: py
 
 
 def test_diffstat_counts_files_and_lines():
-    text = ("diff --git a/hello.py b/hello.py\nnew file mode 100644\n--- /dev/null\n+++ b/hello.py\n"
-            "@@ -0,0 +1,2 @@\n+print('hello')\n+print('bye')\n"
-            "diff --git a/README.md b/README.md\n--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-old\n+new\n")
-    assert diffstat(text) == {"files": [{"path": "hello.py", "insertions": 2, "deletions": 0},
-                                        {"path": "README.md", "insertions": 1, "deletions": 1}],
-                              "insertions": 3, "deletions": 1}
+    files = [FileStat(path="hello.py", insertions=2, deletions=0, binary=False, name=b"hello.py"),
+             FileStat(path="logo.png", insertions=0, deletions=0, binary=True, name=b"logo.png"),
+             FileStat(path="README.md", insertions=1, deletions=1, binary=False, name=b"README.md")]
+    assert diffstat(Changes(commit="c", merge_base="b", files=files, truncated=False)) == {
+        "files": [{"path": "hello.py", "insertions": 2, "deletions": 0, "binary": False},
+                  {"path": "logo.png", "insertions": 0, "deletions": 0, "binary": True},
+                  {"path": "README.md", "insertions": 1, "deletions": 1, "binary": False}],
+        "insertions": 3, "deletions": 1, "truncated": False}
 
 
 # -- logging ---------------------------------------------------------------------------------------

@@ -63,7 +63,8 @@ def test_the_document_covers_every_route(api_schema: Any) -> None:
     routes = {(op.method.upper(), op.path) for op in _operations(api_schema)}
     assert routes == {("POST", "/v1/runs"), ("GET", "/v1/runs"), ("GET", "/v1/runs/{run_id}"),
                       ("DELETE", "/v1/runs/{run_id}"), ("POST", "/v1/runs/{run_id}/cancel"),
-                      ("GET", "/v1/runs/{run_id}/diff"), ("GET", "/v1/runs/{run_id}/manifest"),
+                      ("GET", "/v1/runs/{run_id}/diff"), ("GET", "/v1/runs/{run_id}/diff/files"),
+                      ("GET", "/v1/runs/{run_id}/manifest"),
                       ("GET", "/v1/runs/{run_id}/events"), ("GET", "/v1/runs/{run_id}/questions"),
                       ("POST", "/v1/runs/{run_id}/answers"), ("POST", "/v1/runs/{run_id}/messages"),
                       ("POST", "/v1/runs/{run_id}/interrupt"), ("GET", "/healthz"), ("GET", "/metrics"),

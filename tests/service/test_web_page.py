@@ -1,6 +1,7 @@
 """The web page at ``/`` in a real headless Chromium (Debian ``chromium`` + ``chromium-driver``, Selenium):
 sign in with a tenant token, submit a scripted run, answer its question in the page, watch its events and
-verdict arrive over SSE, read its coloured diff; interrupt and cancel from the page. Screenshots go to
+verdict arrive over SSE, read its coloured diff (a large one file by file, a large file on a click); interrupt
+and cancel from the page. Screenshots go to
 tests/artifacts/web/ (gitignored)."""
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ def test_a_run_is_submitted_its_question_answered_in_the_page_and_its_diff_shown
         assert diff["add"] == ["+print('hello')"], diff
         assert diff["str"] == ["'hello'"], diff  # coloured as code
         assert "+++ b/hello.py" in diff["file"], diff
+        assert listed(driver) == ["hello.py +1 -0"], "the file list, from the diffstat"
         assert text_of(driver, "run-cost") != "$0.0000" and not driver.find_elements("css selector", ".question")
         badge = f"#runs li[data-id='{run_id}'] .badge"
         until(driver, lambda d: d.find_element("css selector", badge).text == "succeeded", "the list to show it")
@@ -139,6 +141,42 @@ def test_a_run_is_submitted_its_question_answered_in_the_page_and_its_diff_shown
     driver.find_element("id", "signout").click()
     assert driver.execute_script("return sessionStorage.getItem('flower.token')") is None
     assert driver.find_element("id", "token").is_displayed()
+
+
+def listed(driver: Any) -> list[str]:
+    return list(driver.execute_script(
+        "return [...document.querySelectorAll('#diff-files li')].map((li) => li.textContent)"))
+
+
+def test_a_large_diff_is_listed_by_file_and_a_large_file_fetched_only_on_a_click(
+        deployment: Deployment, services: list[Service], browser: Any):
+    driver = browser
+    ask = "帮我做一个带大文件的 hello 程序"
+    with ScriptedModel(hello_rules(ask, more={"big.txt": "".join(f"line {i}\n" for i in range(2500))})) as model:
+        service = serve(deployment, services, model)
+        driver.get(service.url + "/")
+        driver.execute_script("performance.setResourceTimingBufferSize(100000)")  # every request the page makes
+        sign_in(driver, service, TOKENS["acme"])
+        until(driver, lambda d: d.find_element("id", "app").is_displayed(), "the signed-in page")
+        run_id = submit(driver, ask, '{"rounds": 1}')
+        question = until(driver, lambda d: d.find_elements("css selector", "#questions .question"), "the question")[0]
+        question.find_element("xpath", ".//button[text()='Python']").click()
+        until(driver, lambda d: text_of(d, "run-status") == "succeeded", "the run to succeed")
+        until(driver, lambda d: d.find_elements("css selector", "#diff .section[data-path='hello.py'] .add"),
+              "hello.py's diff, fetched by itself")
+        assert listed(driver) == ["big.txt +2500 -0", "hello.py +1 -0"]
+        big = driver.find_element("css selector", "#diff .section[data-path='big.txt']")
+        assert "Show diff (2500 lines)" in big.text and not big.find_elements("css selector", ".add"), big.text
+        driver.save_screenshot(str(ARTIFACTS / "07-large-diff-collapsed.png"))
+        asked = driver.execute_script("return performance.getEntriesByType('resource').map((e) => e.name)")
+        diffs = [u.split(f"/v1/runs/{run_id}/", 1)[1] for u in asked if f"/v1/runs/{run_id}/diff" in u]
+        assert "diff/files" in diffs and "diff?path=hello.py" in diffs, diffs
+        assert not [u for u in diffs if u == "diff" or "big.txt" in u], "neither the whole diff nor big.txt's"
+        big.find_element("css selector", "button.show").click()
+        until(driver, lambda d: len(big.find_elements("css selector", ".add")) == 2500, "big.txt's diff on a click")
+        assert big.find_elements("css selector", ".add")[-1].text == "+line 2499"
+        driver.find_element("id", "diff").screenshot(str(ARTIFACTS / "08-large-file-opened.png"))
+    assert model.unmatched == [], [(r.system[:40], r.user[:80]) for r in model.unmatched]
 
 
 def test_interrupt_message_and_cancel_from_the_page(deployment: Deployment, services: list[Service], browser: Any):
