@@ -188,20 +188,24 @@ def _definitions(sql: str) -> list[str]:
 
 
 def foreign(db: sqlite3.Connection) -> str | None:
-    """What ``db`` holds that a registry of this service does not, as a phrase, or None when it is ours.
+    """What ``db`` holds that a registry of this service does not, as a phrase, or None when it is ours: its
+    schema (``_foreign_schema``), then its rows — each naming only what is its own (``_not_its_own``), no two
+    the same folder or handle."""
+    return _foreign_schema(db) or _foreign_rows(db)
 
-    Compared with what a fresh registry creates: every trigger and view is foreign, so is any table or index
+
+def _foreign_schema(db: sqlite3.Connection) -> str | None:
+    """Compared with what a fresh registry creates: every trigger and view is foreign, so is any table or index
     we do not create or define otherwise, and any column not defined as ours (one we added since may be
-    missing: an older service wrote the file). Then the rows: each names only what is its own
-    (``_not_its_own``), no two the same folder or handle."""
+    missing: an older service wrote the file)."""
     fresh = sqlite3.connect(":memory:")
     try:
         _migrate(fresh)
         ours = {r[1]: (r[0], r[2], r[3]) for r in fresh.execute("SELECT type, name, tbl_name, sql FROM sqlite_master")}
     finally:
         fresh.close()
-    theirs = db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type DESC, name").fetchall()
-    for kind, name, table, sql in theirs:
+    for kind, name, table, sql in db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master "
+                                             "ORDER BY type DESC, name"):  # views and triggers first
         if kind in ("trigger", "view"):
             return f"a {kind} `{name}` (on {table}); a registry has none"
         if name not in ours or ours[name][:2] != (kind, table):
@@ -215,9 +219,13 @@ def foreign(db: sqlite3.Connection) -> str | None:
             if extra:
                 return f"the table `{name}` with `{extra[0]}`, which is not how a registry defines it"
             missing = [d.split()[0] for d in _definitions(want) if d not in _definitions(sql)]
-            if name != "runs" and missing or any(column not in _ADDED for column in missing):
+            if missing and (name != "runs" or any(column not in _ADDED for column in missing)):
                 return f"the table `{name}` without its `{missing[0]}`"
-    if not any(row[1] == "runs" for row in theirs):
+    return None
+
+
+def _foreign_rows(db: sqlite3.Connection) -> str | None:
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone():
         return None  # nothing of ours yet: an empty file
     rows = db.cursor()
     rows.row_factory = sqlite3.Row
