@@ -24,7 +24,7 @@ from litestar.static_files import create_static_files_router
 from .api.deps import bearer_guard, dependencies
 from .api.errors import EXCEPTION_HANDLERS
 from .api.mailbox import MailboxController
-from .api.ops import docs_assets, docs_redirect, healthz, openapi_config
+from .api.ops import docs_assets, docs_redirect, healthz, openapi_config, security_headers
 from .api.ops import metrics as metrics_handler
 from .api.runs import RunController, new_run_id, usage
 from .api.schemas import AnswerIn, SubmitIn, TextIn
@@ -158,6 +158,7 @@ def create_app(config: ServiceConfig, *, backend: Any = None, clock: Callable[[]
         state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants,
                      "metrics": metrics}),
         exception_handlers=EXCEPTION_HANDLERS,
+        before_send=[security_headers],
         request_max_body_size=MAX_BODY,
         logging_config=None,
         openapi_config=openapi_config(_version()),

@@ -3,8 +3,10 @@
 A truncated or corrupt ``registry.sqlite3`` must stop the service with a sentence naming the file and the way
 back, not half-work (a registry that answers some queries and loses rows). ``python -m service backup FILE``
 copies a consistent snapshot while the service runs (the backup API copies page by page under SQLite's own
-locking, WAL included); ``python -m service restore FILE`` checks the snapshot, moves the damaged registry aside
-(``registry.sqlite3.damaged-<time>``, never deleted) and puts the snapshot in its place.
+locking, WAL included); ``python -m service restore FILE`` checks the snapshot — sound, and holding nothing a
+registry of ours does not (``registry.foreign``: a trigger, a view, a table or column not ours, a row naming
+another run's folder) — moves the damaged registry aside (``registry.sqlite3.damaged-<time>``, never deleted)
+and puts the snapshot in its place.
 """
 
 from __future__ import annotations
@@ -75,6 +77,10 @@ def restore(db_path: Path, source: Path) -> Path | None:
     problem = _problem(source)
     if problem is not None:
         raise RegistryDamaged(f"backup {source} is not a sound registry ({problem}): pick an older backup")
+    found = _foreign(source)
+    if found is not None:
+        raise RegistryDamaged(f"backup {source} holds {found}: this service did not write that, so it is not "
+                              f"restored; pick a backup `python -m service backup` made")
     db_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     moved: Path | None = None
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
@@ -86,6 +92,18 @@ def restore(db_path: Path, source: Path) -> Path | None:
             moved = moved or target
     _copy(source, db_path)
     return moved
+
+
+def _foreign(path: Path) -> str | None:
+    """What the file at ``path`` holds that a registry of ours does not (read-only, its schema not trusted)."""
+    from .registry import foreign  # the registry opens through check_registry: imported here, not at the top
+
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
+    try:
+        db.execute("PRAGMA trusted_schema=OFF")
+        return foreign(db)
+    finally:
+        db.close()
 
 
 def _copy(source: Path, dest: Path) -> None:

@@ -6,12 +6,20 @@
 Transitions are guarded in SQL (``WHERE status IN (...)``) so two writers never both win.
 The service may stop at any point: the row says where a run was, and the scheduler picks
 it up from there (``event_offset`` / ``event_seq``: how far its events.jsonl was read).
+
+Nothing in the file is believed about the host because it is there: a file holding anything a registry of ours
+does not (a trigger, a view, another table or index, a column defined otherwise) is refused at open and at
+``restore`` (``foreign``), and so is a row that names what is not its own. A run's folder is its id, or the
+warm slot (``warm-<hex>``, ``sandbox.pool``) it claimed — no run id looks like one, and no two rows name the same
+slot — so a DELETE or a read of one row never reaches another run's files; a local handle names its own row's
+folder, and the backend signals a process only when it carries its run's marker and start time.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import threading
 import time
@@ -20,9 +28,13 @@ from typing import Any, Iterable
 
 import msgspec
 
-from .backup import check_registry
+from sandbox.backends.local import folder_of
+from sandbox.layout import valid_run_id
+from sandbox.pool import SLOT_PREFIX
 
-__all__ = ["Registry", "Run", "ACTIVE", "TERMINAL", "STATUSES"]
+from .backup import RegistryDamaged, check_registry
+
+__all__ = ["Registry", "Run", "ACTIVE", "TERMINAL", "STATUSES", "foreign"]
 
 STATUSES = ("queued", "starting", "running", "succeeded", "failed", "aborted", "cancelled", "killed")
 ACTIVE = ("starting", "running")
@@ -70,6 +82,9 @@ _ADDED = {"disk_bytes": "INTEGER", "deleted": "REAL",
           "input_tokens": "INTEGER NOT NULL DEFAULT 0", "output_tokens": "INTEGER NOT NULL DEFAULT 0",
           "cache_write_tokens": "INTEGER NOT NULL DEFAULT 0", "cache_read_tokens": "INTEGER NOT NULL DEFAULT 0",
           "claimed_cost_usd": "REAL NOT NULL DEFAULT 0", "token_sha256": "TEXT", "folder": "TEXT"}
+# After the columns above exist: no two runs name one folder (a warm slot is claimed once).
+_INDEXES = "CREATE UNIQUE INDEX IF NOT EXISTS runs_folder ON runs (folder);"
+_SLOT = re.compile(re.escape(SLOT_PREFIX) + r"[0-9a-f]{1,58}")
 
 
 class Run(msgspec.Struct, kw_only=True):
@@ -117,12 +132,117 @@ class Run(msgspec.Struct, kw_only=True):
 _COLUMNS = Run.__struct_fields__
 
 
-def _row(r: sqlite3.Row) -> Run:
+def _convert(r: sqlite3.Row) -> Run:
     d = dict(r)
     d["options"] = json.loads(d["options"] or "{}")
     d["diffstat"] = json.loads(d["diffstat"]) if d["diffstat"] else None
     d["cancel_requested"] = bool(d["cancel_requested"])
     return msgspec.convert(d, Run)
+
+
+def _row(r: sqlite3.Row) -> Run:
+    """A row as a Run, refused if it names what is not its own (whatever wrote the row)."""
+    run = _convert(r)
+    wrong = _not_its_own(run)
+    if wrong:
+        raise RegistryDamaged(f"the registry holds {wrong}: restore a backup this service made")
+    return run
+
+
+def _not_its_own(run: Run) -> str | None:
+    """What the row names that cannot be its own (its id, its folder, its handle's folder), or None."""
+    if not valid_run_id(run.id) or run.id.startswith(SLOT_PREFIX):
+        return f"a run with the id {run.id!r}, which no service gives (a folder of that name is not a run's)"
+    if run.folder is not None and not _SLOT.fullmatch(run.folder):
+        return (f"run {run.id} (tenant {run.tenant}) naming the folder {run.folder!r}: a run's folder is its id "
+                f"or a warm slot's {SLOT_PREFIX}<hex>")
+    named = folder_of(run.handle) if run.handle else None
+    if named is not None and named.name != (run.folder or run.id):
+        return f"run {run.id} (tenant {run.tenant}) whose handle names the folder {str(named)!r}, not its own"
+    return None
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    """Our tables, indexes and columns, added where missing (a fresh file, or one an older service wrote)."""
+    db.executescript(_SCHEMA)
+    have = {r[1] for r in db.execute("PRAGMA table_info(runs)")}
+    for name, kind in _ADDED.items():
+        if name not in have:
+            db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
+    db.executescript(_INDEXES)
+    db.execute(f"PRAGMA user_version={_VERSION}")
+
+
+def _definitions(sql: str) -> list[str]:
+    """A CREATE TABLE's column definitions and constraints, one by one, whitespace folded (split at the commas
+    outside parentheses; a quoted comma only makes a definition that is not ours)."""
+    body = sql[sql.index("(") + 1:sql.rindex(")")]
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(body):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            parts.append(body[start:i])
+            start = i + 1
+    parts.append(body[start:])
+    return [" ".join(p.split()) for p in parts if p.strip()]
+
+
+def foreign(db: sqlite3.Connection) -> str | None:
+    """What ``db`` holds that a registry of this service does not, as a phrase, or None when it is ours: its
+    schema (``_foreign_schema``), then its rows — each naming only what is its own (``_not_its_own``), no two
+    the same folder or handle."""
+    return _foreign_schema(db) or _foreign_rows(db)
+
+
+def _foreign_schema(db: sqlite3.Connection) -> str | None:
+    """Compared with what a fresh registry creates: every trigger and view is foreign, so is any table or index
+    we do not create or define otherwise, and any column not defined as ours (one we added since may be
+    missing: an older service wrote the file)."""
+    fresh = sqlite3.connect(":memory:")
+    try:
+        _migrate(fresh)
+        ours = {r[1]: (r[0], r[2], r[3]) for r in fresh.execute("SELECT type, name, tbl_name, sql FROM sqlite_master")}
+    finally:
+        fresh.close()
+    for kind, name, table, sql in db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master "
+                                             "ORDER BY type DESC, name"):  # views and triggers first
+        if kind in ("trigger", "view"):
+            return f"a {kind} `{name}` (on {table}); a registry has none"
+        if name not in ours or ours[name][:2] != (kind, table):
+            what = f"an index `{name}` on {table}" if kind == "index" else f"a {kind} `{name}`"
+            return f"{what} that a registry does not have"
+        want = ours[name][2]
+        if kind == "index" and (sql and " ".join(sql.split())) != (want and " ".join(want.split())):
+            return f"the index `{name}` defined as {sql!r}, not as ours"
+        if kind == "table":
+            extra = [d for d in _definitions(sql) if d not in _definitions(want)]
+            if extra:
+                return f"the table `{name}` with `{extra[0]}`, which is not how a registry defines it"
+            missing = [d.split()[0] for d in _definitions(want) if d not in _definitions(sql)]
+            if missing and (name != "runs" or any(column not in _ADDED for column in missing)):
+                return f"the table `{name}` without its `{missing[0]}`"
+    return None
+
+
+def _foreign_rows(db: sqlite3.Connection) -> str | None:
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'runs'").fetchone():
+        return None  # nothing of ours yet: an empty file
+    rows = db.cursor()
+    rows.row_factory = sqlite3.Row
+    seen: dict[tuple[str, str], str] = {}  # (what, value) → the run that names it
+    for r in rows.execute("SELECT * FROM runs"):
+        try:
+            run = _convert(r)
+        except (msgspec.ValidationError, ValueError, TypeError) as e:
+            return f"a row of runs that is not a run's ({e})"
+        wrong = _not_its_own(run)
+        if wrong:
+            return wrong
+        for what, value in (("folder", run.folder), ("handle", run.handle)):
+            other = seen.setdefault((what, value), run.id) if value is not None else run.id
+            if other != run.id:
+                return f"runs {other} and {run.id} both naming the {what} {value!r}"
+    return None
 
 
 class Registry:
@@ -139,17 +259,20 @@ class Registry:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.execute("PRAGMA trusted_schema=OFF")
         with self._lock:
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version > _VERSION:
                 raise RuntimeError(f"registry {self.path} was written by a newer service (schema {version}); "
                                    "upgrade the service or point data_dir elsewhere")
-            self._db.executescript(_SCHEMA)
-            have = {r[1] for r in self._db.execute("PRAGMA table_info(runs)")}
-            for name, kind in _ADDED.items():
-                if name not in have:
-                    self._db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
-            self._db.execute(f"PRAGMA user_version={_VERSION}")
+            found = foreign(self._db)
+            if found:
+                self._db.close()
+                raise RegistryDamaged(
+                    f"the registry {self.path} holds {found}: this service did not write that, so it will not "
+                    f"start on it; restore a backup with `python -m service restore <backup file>`, or move "
+                    f"{self.path.name} aside to start with an empty registry")
+            _migrate(self._db)
 
     def close(self) -> None:
         with self._lock:

@@ -175,8 +175,10 @@ class DockerBackend:
     def remove(self, handle: str) -> None:
         import docker
 
+        c = self._get(handle)
         try:
-            self.client.containers.get(handle).remove(force=True)
+            if c is not None:
+                c.remove(force=True)
         except docker.errors.NotFound:
             pass
 
@@ -204,12 +206,18 @@ class DockerBackend:
 
     # -- internals -----------------------------------------------------------
     def _get(self, handle: str) -> Any:
+        """The container ``handle`` names if it is a run of this backend's (its labels say so), else None: a handle
+        comes back from the registry, and one naming any other container on the engine names nothing."""
         import docker
 
         try:
-            return self.client.containers.get(handle)
+            c = self.client.containers.get(handle)
         except docker.errors.NotFound:
             return None
+        labels = c.labels or {}
+        if "flower.dir" not in labels or any(labels.get(k) != v for k, v in self.labels.items()):
+            return None
+        return c
 
     def mail_owner(self) -> tuple[int, int] | None:
         """Who files the service writes for a run must belong to (so a uid-10001 run can read them)."""

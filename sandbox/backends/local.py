@@ -16,7 +16,11 @@ The process gets its own session, so ``stop`` can end everything the run started
 ``local:<pid>:<start time>:<run folder>`` of the process this backend started (bubblewrap's outer
 process, or the entrypoint itself without isolation); ``live()`` re-finds runs by the ``FLOWER_RUN_ID``
 marker in the environment of such processes — in this service's own pid namespace only, so nothing a
-run starts inside its sandbox can pose as a run.
+run starts inside its sandbox can pose as a run. A handle is a claim (it comes back from the registry, which
+may have been restored from anywhere): a process that is not this backend's own child is taken for the handle's
+only while it carries the marker, runs the entrypoint on the handle's folder and has the handle's start time
+(``/proc/<pid>/stat`` field 22; a handle without one names no process), so a handle naming an unrelated or a
+reused pid is never signalled. With ``root``, a handle naming a folder elsewhere is refused.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from ..spec import Egress, RunSpec
 from .base import (RUN_MARK, WARM_MARK, BackendError, check_prepared, check_spec, claim_slot, claimed_run, read_exit,
                    run_env, stopped_exit, warm_env)
 
-__all__ = ["LocalBackend", "bwrap_available", "Isolation"]
+__all__ = ["LocalBackend", "bwrap_available", "Isolation", "folder_of"]
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 Isolation = Literal["bwrap", "none"]
@@ -215,6 +219,36 @@ def _parse(handle: str) -> tuple[int, int, Path]:
         raise BackendError(f"{handle!r} is not a local backend handle") from None
 
 
+def folder_of(handle: str) -> Path | None:
+    """The run folder a local handle names; None for a handle of another backend."""
+    try:
+        return _parse(handle)[2]
+    except BackendError:
+        return None
+
+
+def _marked(pid: int) -> tuple[Path, bool, int] | None:
+    """(run folder, warm?, start time) of a live process of this pid namespace that runs the entrypoint with the
+    run marker in its environment; None for any other process (inside a sandbox, unrelated, gone, a zombie)."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        if os.readlink(proc / "ns" / "pid") != os.readlink("/proc/self/ns/pid"):
+            return None  # inside some sandbox: whatever it claims to be, it is not a run we started
+        cmd = [a for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+        at = cmd.index(b"sandbox.entrypoint") if b"sandbox.entrypoint" in cmd else -1
+        if at < 1 or cmd[at - 1] != b"-m" or at + 1 >= len(cmd):
+            return None
+        raw = (proc / "environ").read_bytes().split(b"\0")
+        env = dict(item.split(b"=", 1) for item in raw if b"=" in item)
+    except OSError:
+        return None
+    st = _stat(pid)
+    if not env.get(RUN_MARK.encode()) or st is None or st[0] == "Z":
+        return None
+    folder = Path(os.fsdecode(cmd[at + 1])).parent.parent  # <folder>/mailbox/spec.json
+    return folder, env.get(WARM_MARK.encode()) == b"1", st[1]
+
+
 class LocalBackend:
     """Runs ``<python> -m sandbox.entrypoint <spec>``; ``root`` limits ``live()`` to one runs folder.
 
@@ -286,16 +320,16 @@ class LocalBackend:
     def state(self, handle: str) -> str:
         if handle in self._removed:
             return "missing"
-        pid, start, folder = _parse(handle)
-        if self._alive(pid, start):
+        pid, start, folder = self._handle(handle)
+        if self._alive(pid, start, folder):
             return "running"
         for d in _run_cgroups(folder.name):  # its processes are gone: so goes its cgroup
             _rmdir(d)
         return "exited" if folder.is_dir() else "missing"
 
     def exit_code(self, handle: str) -> int | None:
-        pid, start, folder = _parse(handle)
-        if handle in self._removed or self._alive(pid, start):
+        pid, start, folder = self._handle(handle)
+        if handle in self._removed or self._alive(pid, start, folder):
             return None
         proc = self._procs.get(pid)
         if proc is not None and proc.returncode is not None:
@@ -305,17 +339,17 @@ class LocalBackend:
         return code if isinstance(code, int) else None
 
     def stop(self, handle: str, timeout: float = 10) -> None:
-        pid, start, folder = _parse(handle)
-        verified = self._alive(pid, start)  # the group is this run's: safe to kill after its leader is gone
+        pid, start, folder = self._handle(handle)
+        verified = self._alive(pid, start, folder)  # the group is this run's: safe to kill after its leader is gone
         if verified:
             try:
                 os.kill(_entrypoint_of(pid), signal.SIGTERM)
             except ProcessLookupError:
                 pass
             deadline = time.monotonic() + timeout
-            while self._alive(pid, start) and time.monotonic() < deadline:
+            while self._alive(pid, start, folder) and time.monotonic() < deadline:
                 time.sleep(0.05)
-        self._kill_group(pid, start, verified=verified)
+        self._kill_group(pid, start, folder, verified=verified)
         _kill_cgroups(folder.name)
         stopped_exit(folder, timeout)
 
@@ -335,36 +369,19 @@ class LocalBackend:
         out: dict[Path, str] = {}
         for proc in list(self._procs.values()):
             proc.poll()  # reap our own children
-        own_ns = os.readlink("/proc/self/ns/pid")
         for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
+            found = _marked(int(entry.name)) if entry.name.isdigit() else None
+            if found is None or found[1] != warm:
                 continue
-            try:
-                if os.readlink(entry / "ns" / "pid") != own_ns:
-                    continue  # inside some sandbox: whatever it claims to be, it is not a run we started
-                cmd = [a for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
-                at = cmd.index(b"sandbox.entrypoint") if b"sandbox.entrypoint" in cmd else -1
-                if at < 1 or cmd[at - 1] != b"-m" or at + 1 >= len(cmd):
-                    continue
-                raw = (entry / "environ").read_bytes().split(b"\0")
-                env = dict(item.split(b"=", 1) for item in raw if b"=" in item)
-            except OSError:
-                continue
-            pid = int(entry.name)
-            st = _stat(pid)
-            if not env.get(RUN_MARK.encode()) or st is None or st[0] == "Z":
-                continue
-            if (env.get(WARM_MARK.encode()) == b"1") != warm:
-                continue
-            folder = Path(os.fsdecode(cmd[at + 1])).parent.parent  # <folder>/mailbox/spec.json
+            folder, _, start = found
             if self.root is not None and folder.parent != self.root:
                 continue
-            out[folder] = f"local:{pid}:{st[1]}:{folder}"
+            out[folder] = f"local:{entry.name}:{start}:{folder}"
         return out
 
     def remove(self, handle: str) -> None:
-        pid, start, folder = _parse(handle)
-        self._kill_group(pid, start, force=True)
+        pid, start, folder = self._handle(handle)
+        self._kill_group(pid, start, folder, force=True)
         _kill_cgroups(folder.name)
         self._procs.pop(pid, None)
         self._removed.add(handle)
@@ -374,7 +391,7 @@ class LocalBackend:
     def limits(self, handle: str) -> dict[str, int]:
         """The limits the run's cgroups hold (``{"memory": bytes, "pids": n}``); empty when it has none."""
         out: dict[str, int] = {}
-        for d in _run_cgroups(_parse(handle)[2].name):
+        for d in _run_cgroups(self._handle(handle)[2].name):
             for key, name in (("memory", "memory.max"), ("memory", "memory.limit_in_bytes"), ("pids", "pids.max")):
                 try:
                     out[key] = int((d / name).read_text())
@@ -385,7 +402,7 @@ class LocalBackend:
     # -- extras --------------------------------------------------------------
     def logs(self, handle: str) -> str:
         """What the run's process printed (its output.log)."""
-        _, _, folder = _parse(handle)
+        _, _, folder = self._handle(handle)
         try:
             return (folder / "output.log").read_text(encoding="utf-8", errors="replace")
         except OSError:
@@ -393,32 +410,43 @@ class LocalBackend:
 
     def wait(self, handle: str, timeout: float | None = None) -> int | None:
         """Block until the run's process ends (or ``timeout``); its exit code."""
-        pid, start, _ = _parse(handle)
+        pid, start, folder = self._handle(handle)
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._alive(pid, start):
+        while self._alive(pid, start, folder):
             if deadline is not None and time.monotonic() >= deadline:
                 return None
             time.sleep(0.05)
         return self.exit_code(handle)
 
     # -- internals -----------------------------------------------------------
-    def _alive(self, pid: int, start: int) -> bool:
+    def _handle(self, handle: str) -> tuple[int, int, Path]:
+        """(pid, start time, run folder) of a handle; BackendError for one naming a folder outside ``root``."""
+        pid, start, folder = _parse(handle)
+        if self.root is not None and folder.parent != self.root:
+            raise BackendError(f"handle {handle!r} names a folder outside {self.root}: it is not one of this "
+                               "backend's runs")
+        return pid, start, folder
+
+    def _alive(self, pid: int, start: int, folder: Path) -> bool:
+        """The handle's process still runs: our own child, or a process carrying the run's marker, running the
+        entrypoint on ``folder``, with the handle's start time (a handle naming any other pid names nothing)."""
         proc = self._procs.get(pid)
         if proc is not None:
             return proc.poll() is None
-        st = _stat(pid)
-        return st is not None and st[0] != "Z" and (start == 0 or st[1] == start)
+        found = _marked(pid)
+        return start != 0 and found is not None and found[0] == folder and found[2] == start
 
-    def _kill_group(self, pid: int, start: int, *, force: bool = False, verified: bool = False) -> None:
+    def _kill_group(self, pid: int, start: int, folder: Path, *, force: bool = False,
+                    verified: bool = False) -> None:
         """SIGKILL the run's process group (the CLI and what it started), once its leader is gone or if ``force``.
 
         Only for a group this backend can vouch for: its own child, or a live process with the handle's start
         time (a re-attached run whose leader is gone may have had its pid reused).
         """
-        if not (verified or pid in self._procs or self._alive(pid, start)):
+        if not (verified or pid in self._procs or self._alive(pid, start, folder)):
             return
         children = _children(pid)  # bubblewrap's init: its end ends the sandbox's pid namespace
-        if force and self._alive(pid, start):
+        if force and self._alive(pid, start, folder):
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:

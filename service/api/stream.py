@@ -1,19 +1,25 @@
-"""GET /v1/runs/{id}/events: the run's events as server-sent events (the replay itself is events.replay)."""
+"""GET /v1/runs/{id}/events: the run's events as server-sent events (the replay itself is events.replay).
+
+A tenant holds at most ``max_streams_per_tenant`` streams. The handler counts a stream in the same step as it
+checks the cap (no await between the two, so concurrent opens cannot all pass one check), and the route's
+middleware gives the slot back when the response is done with: streamed to its end, cut by the client, or
+never sent at all (a client gone before the body started).
+"""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
 import msgspec
-
-from litestar import get
+from litestar import Request, get
 from litestar.di import Provide
 from litestar.exceptions import ValidationException
 from litestar.params import HeaderParameter, Parameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from ..events import Ended, KeepAlive, Numbered, replay
 from ..registry import Registry, Run
@@ -25,6 +31,21 @@ from .errors import Gone, TooManyRequests, errors
 __all__ = ["events", "KEEPALIVE_S"]
 
 KEEPALIVE_S = 15.0
+_SLOT = "flower.stream_slot"  # in the request's scope state: how the handler's reserved slot is given back
+
+
+def _give_back_slot(app: ASGIApp) -> ASGIApp:
+    """Around the events route: whatever became of the response, the stream slot its handler took goes back."""
+
+    async def around(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await app(scope, receive, send)
+        finally:
+            release: Callable[[], None] | None = scope.get("state", {}).pop(_SLOT, None)
+            if release is not None:
+                release()
+
+    return around
 
 
 def _message(item: Numbered | KeepAlive | Ended) -> ServerSentEventMessage:
@@ -37,12 +58,12 @@ def _message(item: Numbered | KeepAlive | Ended) -> ServerSentEventMessage:
 
 
 @get("/runs/{run_id:str}/events", tags=["runs"], media_type="text/event-stream",
-     dependencies={"run": Provide(provide_run, sync_to_thread=False)},
+     dependencies={"run": Provide(provide_run, sync_to_thread=False)}, middleware=[_give_back_slot],
      responses=errors(400, 404, 410, 429),
      summary="The run's events: every line from `after` (or Last-Event-ID) on, then live; `end` last",
      response_description="text/event-stream: `id` is the event's number, `event` its kind, `data` its JSON "
                           "({seq, kind, text, payload, …}); an `ask` event's payload.id is the question id")
-async def events(run: RunDep, tenant: TenantDep, registry: RegistryDep,
+async def events(request: Request, run: RunDep, tenant: TenantDep, registry: RegistryDep,
                  scheduler: SchedulerDep, after: Annotated[int | None, Parameter(ge=0)] = None,
                  last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID", required=False)] = None,
                  ) -> ServerSentEvent:
@@ -53,13 +74,20 @@ async def events(run: RunDep, tenant: TenantDep, registry: RegistryDep,
         after = int(last) if last else 0
     if run.deleted is not None:
         raise Gone(f"run {run.id} was deleted, and its events with it")
+    folder = scheduler.layout(run).dir
     open_now = scheduler.streams[tenant.name]
     cap = scheduler.config.max_streams_per_tenant
     if open_now >= cap:
         raise TooManyRequests(f"tenant {tenant.name} already has {open_now} event streams open "
                               f"(at most {cap}); close one first", headers={"Retry-After": "5"})
-    folder = scheduler.layout(run).dir
+    scheduler.streams[tenant.name] += 1  # counted in the step that checked: from here on the slot is ours
     queue = scheduler.subscribe(run.id)  # before the replay: nothing falls between the two
+
+    def release() -> None:  # once: the middleware takes it out of the scope
+        scheduler.unsubscribe(run.id, queue)
+        scheduler.streams[tenant.name] -= 1
+
+    request.scope.setdefault("state", {})[_SLOT] = release  # type: ignore[typeddict-unknown-key]
 
     def over() -> str | None:
         current = registry.get(run.id)
@@ -68,12 +96,7 @@ async def events(run: RunDep, tenant: TenantDep, registry: RegistryDep,
         return current.status if current.terminal else None
 
     async def stream() -> AsyncIterator[ServerSentEventMessage]:
-        scheduler.streams[tenant.name] += 1  # counted while served (a stream never started is never counted)
-        try:
-            async for item in replay(folder, after, queue, over, keepalive_s=KEEPALIVE_S):
-                yield _message(item)
-        finally:
-            scheduler.unsubscribe(run.id, queue)
-            scheduler.streams[tenant.name] -= 1
+        async for item in replay(folder, after, queue, over, keepalive_s=KEEPALIVE_S):
+            yield _message(item)
 
     return ServerSentEvent(stream(), headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
