@@ -8,6 +8,14 @@ in the tenant's credentials (API key, auth token, OAuth token, custom headers), 
 upstream and streams the answer back as it comes (SSE included), reading it on the way: usage and cost per
 run (``service.wire``), the tool calls the model asks for, the guard denials and spills in what the CLI sends
 back — the audit a run cannot suppress or forge. Only the Messages API is forwarded.
+
+What reaches the tenant's provider is allowed by name, never merely not denied: the Messages API's own headers, the
+bundled CLI's harmless ones and the betas in ``BETAS`` from the run, the tenant's credentials and custom headers
+from us (a run's header of the same name is dropped); server-side tools (``wire.server_tools``) only when the tenant
+lists them and its egress is open — the provider would otherwise reach the network for a closed-egress run.
+Money is counted from the upstream's side: an answer is read to its end even when the run hung up
+(``_relay``), and a call holds the most it can cost (``wire.most_cost``) against the run's budgets while it is in
+flight (``admit``), so concurrent calls cannot pass a budget by more than one call.
 """
 
 from __future__ import annotations
@@ -30,8 +38,8 @@ import h11
 import msgspec
 
 from .logging import get_logger
-from .upstream import Upstream, UpstreamError
-from .wire import ResponseReader, Usage, cost_of, tool_results
+from .upstream import Upstream, UpstreamError, UpstreamResponse
+from .wire import Ask, ResponseReader, Usage, cost_of, most_cost, server_tools, tool_results
 
 __all__ = ["Gateway", "Grant", "upstream_of", "run_credentials", "new_token", "SOCKET_NAME", "SECRET_KEYS"]
 
@@ -46,8 +54,24 @@ FORWARDED = ("/v1/messages", "/v1/messages/count_tokens")
 SECRET_KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS",
                "ANTHROPIC_BASE_URL")
 _SECRETISH = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
-_HOP = {"host", "connection", "keep-alive", "proxy-authorization", "proxy-connection", "te", "trailer",
-        "transfer-encoding", "upgrade", "content-length", "x-api-key", "authorization", "accept-encoding"}
+STALL_S = 120.0  # a run that reads nothing of its answer for this long is treated as gone
+DRAIN_S = 600.0  # how long an answer is still read from the upstream after the run hung up (then: what was seen)
+# The run's headers that go on: the Messages API's, and the informational ones the bundled CLI sends (checked against
+# the scripted model: version and client names, its session and agent ids, its retry and timeout figures).
+PASSED = frozenset({
+    "anthropic-version", "content-type", "accept", "user-agent", "x-app", "anthropic-dangerous-direct-browser-access",
+    "x-claude-code-session-id", "x-claude-code-agent-id", "x-stainless-arch", "x-stainless-lang", "x-stainless-os",
+    "x-stainless-package-version", "x-stainless-retry-count", "x-stainless-runtime", "x-stainless-runtime-version",
+    "x-stainless-timeout"})
+# Betas that change how the model answers, not what the provider does for the run (the bundled CLI sends these; not
+# files, MCP, skills, batches or any tool the provider runs itself)
+BETAS = frozenset({
+    "claude-code-20250219", "interleaved-thinking-2025-05-14", "context-management-2025-06-27",
+    "per-turn-control-2026-07-01", "mid-conversation-tool-changes-2026-07-01", "thinking-token-count-2026-05-13",
+    "advanced-tool-use-2025-11-20", "effort-2025-11-24", "thinking-display-updates-2026-08-18",
+    "fine-grained-tool-streaming-2025-05-14", "context-1m-2025-08-07", "prompt-caching-scope-2026-01-05",
+    "extended-cache-ttl-2025-04-11", "redact-thinking-2026-02-12", "structured-outputs-2025-12-15",
+    "token-counting-2024-11-01", "claude-code-side-query-2026-09-29"})
 _HOP_BACK = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "trailer"}
 _TOOL_MEMORY = 4096
 
@@ -106,6 +130,10 @@ class Grant:
     refused: str | None = None
     """Set when the run may spend no more (its budget): every request is answered 403 with this sentence."""
     in_flight: int = 0
+    reserved: float = 0.0
+    """USD held by this run's calls in flight: the most each can cost, until its answer is metered."""
+    server_tools: frozenset[str] = frozenset()
+    """The server-side tools this run may use: its tenant's ``server_tools`` when its egress is open, else none."""
     tools: OrderedDict[str, str] = field(default_factory=OrderedDict)
 
     def __repr__(self) -> str:  # never the auth headers
@@ -113,6 +141,8 @@ class Grant:
 
 
 UsageHook = Callable[[Grant, Usage], None]
+AdmitHook = Callable[[Grant], "str | None"]
+"""Before a call is forwarded: None when the run's budgets have room beside its calls in flight, else why not."""
 
 
 def _decode(body: bytes) -> dict[str, object]:
@@ -123,18 +153,61 @@ def _decode(body: bytes) -> dict[str, object]:
     return value if isinstance(value, dict) else {}
 
 
+def _headers(req: h11.Request, auth: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """What goes upstream: the run's headers in ``PASSED`` and its betas in ``BETAS`` (joined with the tenant's),
+    then the tenant's own — never a run's header with a name the tenant sets."""
+    ours = {name for name, _ in auth}
+    out: list[tuple[str, str]] = []
+    betas: list[str] = []
+    for k, v in req.headers:
+        name = k.decode("latin-1")
+        if name == "anthropic-beta":
+            betas += [b for b in (x.strip() for x in v.decode("latin-1").split(",")) if b in BETAS]
+        elif name in PASSED and name not in ours:
+            out.append((name, v.decode("latin-1")))
+    for name, value in auth:
+        if name == "anthropic-beta":
+            betas += [x.strip() for x in value.split(",") if x.strip()]
+        else:
+            out.append((name, value))
+    if betas:
+        out.append(("anthropic-beta", ",".join(dict.fromkeys(betas))))
+    out.append(("accept-encoding", "identity"))
+    return out
+
+
+async def _write(writer: asyncio.StreamWriter, data: bytes) -> bool:
+    """Pass ``data`` on to the run; False once it has gone away — or stopped reading for ``STALL_S``, which would
+    otherwise stop the upstream being read too."""
+    try:
+        writer.write(data)
+        if writer.transport.get_write_buffer_size():
+            await asyncio.wait_for(writer.drain(), STALL_S)
+        else:
+            await writer.drain()
+    except TimeoutError:
+        writer.transport.abort()
+        return False
+    except OSError:  # ConnectionResetError, BrokenPipeError: the run hung up
+        return False
+    return True
+
+
 def _error(status: int, kind: str, message: str) -> tuple[int, bytes]:
     return status, json.dumps({"type": "error", "error": {"type": kind, "message": f"flower gateway: {message}"}}
                               ).encode()
 
 
 class Gateway:
-    """Grants, listeners and the forwarding. ``on_usage`` is called after every metered answer."""
+    """Grants, listeners and the forwarding. ``on_usage`` is called after every metered answer, ``admit`` before
+    every call is forwarded."""
 
     def __init__(self, *, prices: Mapping[str, tuple[float, float]] | None = None,
-                 on_usage: UsageHook | None = None, connect_timeout: float = 10, read_timeout: float = 600) -> None:
+                 on_usage: UsageHook | None = None, admit: AdmitHook | None = None, connect_timeout: float = 10,
+                 read_timeout: float = 600) -> None:
         self.prices = dict(prices or {})
         self.on_usage = on_usage
+        self.admit = admit
         self._grants: dict[str, Grant] = {}
         self._by_hash: dict[str, Grant] = {}
         self._servers: dict[str, asyncio.AbstractServer] = {}
@@ -302,36 +375,72 @@ class Gateway:
 
     async def _forward(self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant, req: h11.Request,
                        target: str, body: bytes) -> None:
-        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in req.headers
-                   if k.decode("latin-1") not in _HOP]
-        headers += [*grant.auth, ("accept-encoding", "identity")]
+        messages = target.split("?", 1)[0] == "/v1/messages"
+        try:
+            ask = msgspec.json.decode(body, type=Ask)
+        except (msgspec.DecodeError, RecursionError) as e:
+            return await self._send(conn, writer, *_error(400, "invalid_request_error", (
+                f"the body is not a Messages API request ({str(e)[:200]}); send a JSON object with the model, "
+                "max_tokens and messages")))
+        if refused := self._tools_refused(grant, ask):
+            return await self._send(conn, writer, *_error(403, "permission_error", refused))
+        if self.admit is not None and (why := self.admit(grant)):
+            return await self._send(conn, writer, *_error(*(
+                (403, "permission_error") if grant.refused else (429, "rate_limit_error")), why))
+        held = most_cost(ask, len(body), self.prices) if messages else 0.0
+        grant.reserved += held
         agent = next((v.decode("latin-1")[:200] for k, v in req.headers if k == b"x-claude-code-agent-id"), "main")
         started = time.monotonic()
         try:
-            resp = await self._upstream.post(grant.upstream + target, headers, body)
+            resp = await self._upstream.post(grant.upstream + target, _headers(req, grant.auth), body)
         except UpstreamError as e:
+            grant.reserved -= held
             log.warning("gateway.upstream_failed", tenant=grant.tenant, run=grant.run_id, error=str(e)[:300])
             return await self._send(conn, writer, *_error(502, "api_error", f"the upstream did not answer ({e})"))
         reader = ResponseReader(stream=resp.header("content-type").startswith("text/event-stream"))
         try:
-            writer.write(conn.send(h11.Response(status_code=resp.status_code, headers=[
-                (k, v) for k, v in resp.headers if k.lower() not in _HOP_BACK])))
-            async for chunk in resp.chunks():
-                writer.write(conn.send(h11.Data(data=chunk)))
-                await writer.drain()
-                reader.feed(chunk)
-            writer.write(conn.send(h11.EndOfMessage()))
-            await writer.drain()
+            await self._relay(conn, writer, grant, resp, reader)
         finally:
             resp.close()
             reader.close()
-            if target.split("?", 1)[0] == "/v1/messages":
+            grant.reserved -= held
+            if messages:
                 who = {"tenant": grant.tenant, "run": grant.run_id, "agent": agent, "source": "wire"}
                 self._calls(grant, reader, who)  # at once: the CLI's next request answers these
+                self._meter(grant, reader, ask, resp.status_code, time.monotonic() - started)
                 # a long conversation is megabytes of JSON: parsed off the loop, after the answer went back
                 request = await asyncio.to_thread(_decode, body) if len(body) > 256 * 1024 else _decode(body)
                 self._results(grant, request, who)
-                self._meter(grant, reader, request, resp.status_code, time.monotonic() - started)
+
+    async def _relay(self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant, resp: UpstreamResponse,
+                     reader: ResponseReader) -> None:
+        """The answer back to the run as it comes, and into ``reader`` whether or not the run is still there: a run
+        that hung up is no longer written to, but the answer is read to its end (for ``DRAIN_S`` at most) so the
+        meter counts what the upstream reported, not what the run read."""
+        listening = await _write(writer, conn.send(h11.Response(status_code=resp.status_code, headers=[
+            (k, v) for k, v in resp.headers if k.lower() not in _HOP_BACK])))
+        gone_at = None if listening else time.monotonic()
+        async for chunk in resp.chunks():
+            if listening:
+                listening = await _write(writer, conn.send(h11.Data(data=chunk)))
+            reader.feed(chunk)
+            if not listening:
+                gone_at = gone_at or time.monotonic()
+                if time.monotonic() - gone_at > DRAIN_S:
+                    log.warning("gateway.drain_cut", tenant=grant.tenant, run=grant.run_id, seconds=DRAIN_S)
+                    return
+        if listening:
+            await _write(writer, conn.send(h11.EndOfMessage()))
+
+    def _tools_refused(self, grant: Grant, ask: Ask) -> str | None:
+        """Why the request's server-side tools are not forwarded for this run, or None when it uses none it may not."""
+        denied = [name for name in server_tools(ask) if name not in grant.server_tools]
+        if not denied:
+            return None
+        log.warning("gateway.server_tools_refused", tenant=grant.tenant, run=grant.run_id, tools=denied[:20])
+        return (f"server-side tool(s) {', '.join(denied[:20])} are not forwarded for this run: the provider would "
+                "run them on the network for it, so its tenant needs `egress = \"open\"` and to list them in "
+                "`server_tools` in the tenants file")
 
     def _calls(self, grant: Grant, reader: ResponseReader, who: dict[str, str]) -> None:
         """The tool calls the model asked for: the wire audit's own record, which the results are matched to."""
@@ -357,10 +466,9 @@ class Gateway:
                 audit_log.info("audit.spill", tool=tool, tool_use_id=result.tool_use_id,
                                pointer=" ".join(result.text.split())[:300], **who)
 
-    def _meter(self, grant: Grant, reader: ResponseReader, request: dict[str, object], status: int,
-               seconds: float) -> None:
+    def _meter(self, grant: Grant, reader: ResponseReader, ask: Ask, status: int, seconds: float) -> None:
         usage = reader.usage
-        model = reader.model or str(request.get("model") or "")
+        model = reader.model or ask.model
         usage.cost_usd = cost_of(model, usage, self.prices)
         grant.usage.add(usage)
         log.debug("gateway.answer", tenant=grant.tenant, run=grant.run_id, status=status, model=model[:100],

@@ -16,7 +16,8 @@ One background task, one pass every ``poll_s`` (or at once when woken by a submi
 
 What the run spends is measured by the gateway, on the wire (``on_usage``): tokens and cost go onto
 the run's row and the tenant's day; a tenant's ``budget_usd`` crossed stops the run with a sentence
-saying so. The gateway's audit (tool calls, denials, spills) is the one the run cannot touch; the
+saying so, and a call is let through only while what is spent and held by the calls in flight stays under
+it (``_admit``). The gateway's audit (tool calls, denials, spills) is the one the run cannot touch; the
 run's own audit lines are logged too, labelled ``source="run"``, and a disagreement between the two
 at the end is logged as ``audit.mismatch``.
 
@@ -118,6 +119,11 @@ def _ours(error: BaseException) -> bool:
     return is_engine_down(error) or is_disk_full(error) or isinstance(error, sqlite3.Error)
 
 
+def _server_tools(tenant: Tenant) -> frozenset[str]:
+    """The server-side tools a run of ``tenant`` may use: none with closed egress, whatever the tenants file lists."""
+    return tenant.server_tools if tenant.egress == "open" else frozenset()
+
+
 def _day(t: float | None = None) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(time.time() if t is None else t))
 
@@ -137,6 +143,7 @@ class Scheduler:
         self.backend = backend
         self.gateway = gateway or Gateway(prices=config.prices)
         self.gateway.on_usage = self._metered
+        self.gateway.admit = self._admit
         self._overspent: dict[str, str] = {}  # run → the sentence that stopped it
         self._evicted: dict[str, str] = {}  # run → why: its tenant left the tenants file
         self._kept_back: dict[str, list[str]] = {}  # tenant → names of its credentials file no run gets (logged)
@@ -515,7 +522,7 @@ class Scheduler:
         """Blocking (a worker thread): the run's token, its socket open on the gateway; the env file's values."""
         token, digest = new_token()
         upstream, auth = upstream_of(values)
-        grant = Grant(run.id, run.tenant, digest, upstream, auth)
+        grant = Grant(run.id, run.tenant, digest, upstream, auth, server_tools=_server_tools(tenant))
         self.registry.update(run.id, token_sha256=digest)
         kubernetes = self.config.backend == "kubernetes"
         self._on_loop(self.gateway.open(grant, None if kubernetes else layout.gateway))
@@ -545,7 +552,7 @@ class Scheduler:
             log.warning("run.regrant_failed", tenant=run.tenant, run=run.id, error=type(e).__name__)
             return
         upstream, auth = upstream_of(values)
-        grant = Grant(run.id, run.tenant, run.token_sha256, upstream, auth,
+        grant = Grant(run.id, run.tenant, run.token_sha256, upstream, auth, server_tools=_server_tools(tenant),
                       usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
                                   cache_creation_input_tokens=run.cache_write_tokens,
                                   cache_read_input_tokens=run.cache_read_tokens, cost_usd=run.cost_usd))
@@ -562,7 +569,7 @@ class Scheduler:
             "input": usage.input_tokens, "output": usage.output_tokens,
             "cache_write": usage.cache_creation_input_tokens, "cache_read": usage.cache_read_input_tokens})
         tenant = self.tenants.get(grant.tenant)
-        if tenant is not None:
+        if tenant is not None and self.gateway.grant(grant.run_id) is grant:  # an answer read on past the run's end
             self._check_budget(grant, tenant)
 
     def _over_day(self, tenant: Tenant) -> str | None:
@@ -587,6 +594,33 @@ class Scheduler:
         if over:
             for g in self.gateway.grants(tenant=tenant.name):
                 self._overspend(g, over)
+
+    def _admit(self, grant: Grant) -> str | None:
+        """Before the gateway forwards a call: None when the budgets have room beside the calls in flight, each
+        holding the most it can cost (``Grant.reserved``); else why not. Room means spent + held stays under a cap,
+        so however many calls run at once a budget is passed by at most the one call let in last. Spent alone
+        at a cap stops the run (403 from then on); held by calls in flight, the call waits for them (429: the CLI
+        retries, and a subagent is not lost to a budget that is only promised)."""
+        tenant = self.tenants.get(grant.tenant)
+        if tenant is None:
+            return None
+        self._check_budget(grant, tenant)
+        if grant.refused:
+            return grant.refused
+        cap = tenant.budget_usd.run
+        if cap is not None and grant.usage.cost_usd + grant.reserved >= cap:
+            return (f"over budget for now: this run has spent ${grant.usage.cost_usd:.4f} and its calls in flight "
+                    f"may cost ${grant.reserved:.4f} more of its ${cap:.2f} per-run budget (tenant {tenant.name}, "
+                    "measured by the model gateway); retry once they are answered, or raise `budget_usd.run`")
+        day = tenant.budget_usd.day
+        if day is not None:
+            spent = self.registry.spent(tenant.name, _day())["cost_usd"]
+            held = sum(g.reserved for g in self.gateway.grants(tenant=tenant.name))
+            if spent + held >= day:
+                return (f"over budget for now: tenant {tenant.name} has spent ${spent:.4f} today and its calls in "
+                        f"flight may cost ${held:.4f} more of its ${day:.2f} daily budget (UTC, measured by the "
+                        "model gateway); retry once they are answered, or raise `budget_usd.day`")
+        return None
 
     def _overspend(self, grant: Grant, why: str) -> None:
         if grant.refused:

@@ -11,6 +11,12 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     allowed_options = ["rounds", "max_asks", "timeout_s"]
     egress = "closed"                        # "open": the run's sandbox gets a network (package installs)
     budget_usd = { run = 5.0, day = 50.0 }   # optional: measured by the model gateway, either may be left out
+    server_tools = ["web_search"]            # optional: tools the provider runs itself, open egress only
+
+``server_tools`` names the provider's server-side tools a run may ask for (``web_search``, ``web_fetch``,
+``code_execution``, ``tool_search_tool_regex``, ``tool_search_tool_bm25``, ``mcp_servers``): they reach the
+network from the provider's side, so with ``egress = "closed"`` none is forwarded whatever the list says, and by
+default none is.
 
 The credentials stay with the service: a run gets a token of its own for the model gateway
 (``service.gateway``), which swaps the tenant's key in on the way to ``ANTHROPIC_BASE_URL``.
@@ -41,6 +47,8 @@ import msgspec
 
 from flower.core.credentials import TOKEN_KEYS
 from sandbox.spec import Egress
+
+from .wire import SERVER_TOOLS
 
 __all__ = ["Tenant", "Tenants", "TenantError", "TenantNotReady", "hash_token"]
 
@@ -76,6 +84,7 @@ class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     allowed_options: list[str] = []
     egress: Egress = "closed"
     budget_usd: Budget = Budget()
+    server_tools: list[str] = []
 
 
 class Tenant(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,6 +96,7 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
     allowed_options: frozenset[str]
     egress: Egress = "closed"
     budget_usd: Budget = Budget()
+    server_tools: frozenset[str] = frozenset()
 
     def __repr__(self) -> str:  # the hash is not secret, but keep reprs short and boring
         return f"Tenant({self.name!r}, repo={self.repo!r}, quota={self.quota})"
@@ -176,6 +186,10 @@ def _parse(path: Path) -> list[Tenant]:
             raise TenantError(f"tenant {e.name} appears twice in {path}")
         if digest in hashes:
             raise TenantError(f"tenant {e.name} in {path} shares its token with another tenant; give each its own")
+        unknown = sorted(set(e.server_tools) - set(SERVER_TOOLS))
+        if unknown:
+            raise TenantError(f"tenant {e.name} in {path} lists unknown server tool(s) {', '.join(unknown)} in "
+                              f"`server_tools`; use only {', '.join(SERVER_TOOLS)}")
         names.add(e.name)
         hashes.add(digest)
         base = path.parent
@@ -183,7 +197,7 @@ def _parse(path: Path) -> list[Tenant]:
         cred = str((base / Path(e.credentials).expanduser()).resolve())
         out.append(Tenant(name=e.name, token_hash=digest, repo=repo, credentials=cred, quota=e.quota,
                           allowed_options=frozenset(e.allowed_options), egress=e.egress,
-                          budget_usd=e.budget_usd))
+                          budget_usd=e.budget_usd, server_tools=frozenset(e.server_tools)))
     return out
 
 

@@ -1,5 +1,6 @@
 """What the gateway reads off the model traffic: usage and cost, the tool calls the model asks for, and
-what the CLI sends back (our guards' deny texts, spill pointers).
+what the CLI sends back (our guards' deny texts, spill pointers); and, before a request is forwarded, what it
+asks for (``Ask``): the server-side tools it would have the provider run, and the most it can cost.
 
 The run cannot forge or suppress this: tool calls come from the model's answers, which pass only
 through the gateway. The tool results come from the run, so they are what the model was *told* — still a
@@ -14,12 +15,12 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 __all__ = ["Usage", "ToolCall", "ToolResult", "ResponseReader", "tool_results", "cost_of", "PRICES",
-           "DENY_MARKS", "SPILL_MARK"]
+           "DENY_MARKS", "SPILL_MARK", "Ask", "SERVER_TOOLS", "server_tools", "most_cost"]
 
 # USD per million tokens: (input, output). Cache writes cost 1.25x input, cache reads 0.1x (Anthropic's
 # published prices). The first entry whose key is in the model name wins; a config may extend the table.
@@ -75,6 +76,14 @@ def _usage(raw: object, into: Usage) -> None:
             setattr(into, name, _count(raw[name]))
 
 
+def most_cost(ask: Ask, size: int, prices: Mapping[str, tuple[float, float]] | None = None) -> float:
+    """The most a request of ``size`` bytes can cost: every byte an input token written to the cache (a token stands
+    for at least one byte of the text it encodes, JSON only adds bytes, and a cache write is the dearest input at
+    1.25x), and all of ``max_tokens`` as output. What a budget holds for the call while it is in flight."""
+    inp, out = price_of(ask.model, prices)
+    return (size * inp * 1.25 + ask.max_tokens * out) / 1e6
+
+
 def price_of(model: str, prices: Mapping[str, tuple[float, float]] | None = None) -> tuple[float, float]:
     """USD per million (input, output) tokens: the config's table first, then ours."""
     for table in (prices or {}, PRICES):
@@ -88,6 +97,37 @@ def cost_of(model: str, usage: Usage, prices: Mapping[str, tuple[float, float]] 
     inp, out = price_of(model, prices)
     return (usage.input_tokens * inp + usage.output_tokens * out
             + usage.cache_creation_input_tokens * inp * 1.25 + usage.cache_read_input_tokens * inp * 0.1) / 1e6
+
+
+# Tools the provider runs on its own side, reaching the network for the run (named by their `type` without its date;
+# `mcp_servers` is the body's field, and the `mcp_toolset` tool type that uses it). A tenant may allow them by name.
+SERVER_TOOLS = ("web_search", "web_fetch", "code_execution", "tool_search_tool_regex", "tool_search_tool_bm25",
+                "mcp_servers")
+_DATED = re.compile(r"_\d{8}$")
+
+
+class _ToolSpec(msgspec.Struct):
+    type: str | None = None
+
+
+class Ask(msgspec.Struct):
+    """What the gateway reads of a request before forwarding it; the conversation itself is skipped, not decoded.
+    Duplicate keys: the last one wins, here as in the JSON parsers of the common stacks (or they refuse)."""
+
+    model: str = ""
+    max_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
+    tools: list[_ToolSpec] | None = None
+    mcp_servers: list[msgspec.Raw] | None = None
+
+
+def server_tools(ask: Ask) -> list[str]:
+    """The tools of a request the provider would run itself: every tool with a `type` but `custom` (a client tool
+    has none), by its name without the date, and `mcp_servers` when the body names any."""
+    names = [_DATED.sub("", t.type) for t in ask.tools or () if t.type is not None and t.type != "custom"]
+    names = ["mcp_servers" if n == "mcp_toolset" else n[:100] for n in names]
+    if ask.mcp_servers:
+        names.append("mcp_servers")
+    return list(dict.fromkeys(names))
 
 
 class ResponseReader:

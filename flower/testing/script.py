@@ -134,6 +134,8 @@ class Request:
     status: int = 200
     usage: dict[str, int] | None = None
     """The usage the answer carried (the figures a gateway must meter)."""
+    header_list: list[tuple[str, str]] = field(default_factory=list)
+    """Every header line as sent, in order (``headers`` keeps one value per name)."""
 
     @property
     def session(self) -> str | None:

@@ -268,7 +268,8 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
                 return self._send(400, Fault(400, "invalid_request_error", "body is not JSON").body())
             path = self.path.split("?")[0]
             req = Request(n=len(model.requests), path=path, body=body, size=len(raw),
-                          headers={k.lower(): v for k, v in self.headers.items()})
+                          headers={k.lower(): v for k, v in self.headers.items()},
+                          header_list=[(k.lower(), v) for k, v in self.headers.items()])
             if not path.endswith("/v1/messages"):  # recorded, never answered by a rule
                 with model._lock:
                     model.requests.append(req)
