@@ -14,14 +14,12 @@ import os
 import subprocess
 from pathlib import Path
 
+from .errors import CheckpointError
+
 __all__ = ["checkpoint", "CheckpointError", "AUTHOR"]
 
 AUTHOR = ("flower", "flower@localhost")
 _SAFE = ["core.hooksPath=/dev/null", "core.fsmonitor=false", "core.symlinks=true", "commit.gpgSign=false"]
-
-
-class CheckpointError(RuntimeError):
-    """git could not commit or bundle the run's work; the message carries git's reason."""
 
 
 def _git(workspace: Path, *args: str) -> str:

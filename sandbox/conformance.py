@@ -19,14 +19,16 @@ from pathlib import Path
 
 from flower.testing import ScriptedModel
 
-from .backends.base import Backend, read_exit
+from .backends.base import Backend, Handle, read_exit
+from .layout import RunLayout
 from .runfiles import list_files
 from .testing import prepare, read_events, wait_asking, waiting_rules
 
 __all__ = ["run_backend_conformance", "CONTRACTS"]
 
 
-def _start(make: Callable[[], Backend], repo: Path, root: Path, run_id: str, model: ScriptedModel):
+def _start(make: Callable[[], Backend], repo: Path, root: Path, run_id: str,
+           model: ScriptedModel) -> tuple[Backend, Handle, RunLayout]:
     layout, spec = prepare(repo, root, run_id, model, options={"timeout_s": 600})
     backend = make()
     handle = backend.start(layout, spec)

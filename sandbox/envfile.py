@@ -16,13 +16,11 @@ from dotenv import dotenv_values
 
 from flower.core.files import write_atomic
 
+from .errors import EnvFileError
+
 __all__ = ["write_env_file", "read_env_file", "EnvFileError", "ENV_KEY"]
 
 ENV_KEY = re.compile(r"[A-Z_][A-Z0-9_]*")
-
-
-class EnvFileError(ValueError):
-    """A key or value that cannot go into an env file."""
 
 
 def _quote(value: str) -> str:

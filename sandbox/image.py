@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .errors import ImageError
+
 __all__ = ["BASE_TAG", "PROJECT", "build_base", "build_wheelhouse", "build_image", "ensure_image", "image_tag",
            "source_digest", "ImageError"]
 
@@ -43,10 +45,6 @@ _HASHED = ("Dockerfile", ".dockerignore", "pyproject.toml")
 _HASHED_DIRS = {"sandbox": ("flower", "sandbox", "plugin"), "service": ("flower", "sandbox", "service", "plugin")}
 
 Log = Callable[[str], None]
-
-
-class ImageError(RuntimeError):
-    """Building the base, the wheelhouse or the image failed; the message carries the tool's last words."""
 
 
 def _say(text: str) -> None:

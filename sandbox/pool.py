@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .backends.base import WarmBackend
+from .backends.base import Handle, WarmBackend
 from .layout import RunLayout
 from .spec import Egress
 
@@ -42,7 +42,7 @@ class Shape:
 @dataclass(frozen=True)
 class Slot:
     folder: str
-    handle: str
+    handle: Handle
     shape: Shape
 
     def layout(self, root: Path, run_id: str) -> RunLayout:

@@ -21,6 +21,8 @@ from typing import Literal, get_args
 
 import msgspec
 
+from .errors import RecordError
+
 __all__ = ["Event", "AuditClaim", "AuditKind", "ExitRecord", "ExitStatus", "Question", "RecordError",
            "decode_event", "decode_audit", "read_exit_record", "decode_question", "unparsed"]
 
@@ -35,10 +37,6 @@ FIELD_MAX = 500  # one audit field
 ERROR_MAX = 2000
 QUESTION_MAX = 64 * 1024
 OPTIONS_MAX = 50
-
-
-class RecordError(ValueError):
-    """A run-written record that is not one: the message says which and why."""
 
 
 def _cut(s: str, limit: int) -> str:

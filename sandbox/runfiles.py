@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .errors import RunFileError
+
 __all__ = ["RunFileError", "open_dir", "read_file", "read_json", "list_files", "write_file", "open_file", "copy_out",
            "file_size", "MAX_JSON"]
 
@@ -27,10 +29,6 @@ MAX_JSON = 1024 * 1024  # exit.json, a question, manifest.json: small documents
 MAX_SCAN = 10_000  # folder entries looked at by list_files
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
-
-
-class RunFileError(OSError):
-    """A run file that is not a plain, small, regular file where it should be (the message says what it is)."""
 
 
 def _parts(rel: str | Path) -> list[str]:
@@ -50,8 +48,8 @@ def open_dir(root: str | Path, rel: str | Path | None = None) -> Iterator[int]:
             try:
                 nfd = os.open(part, _DIR, dir_fd=fd)
             except OSError as e:
-                raise RunFileError(e.errno, f"{Path(root) / rel} is not a folder ({os.strerror(e.errno or 0)})") \
-                    from None
+                where = Path(root) / (rel or "")
+                raise RunFileError(e.errno, f"{where} is not a folder ({os.strerror(e.errno or 0)})") from None
             os.close(fd)
             fd = nfd
         yield fd
@@ -109,7 +107,8 @@ def read_file(root: str | Path, rel: str | Path, *, limit: int = MAX_JSON, offse
 def read_json(root: str | Path, rel: str | Path, *, limit: int = MAX_JSON) -> object | None:
     """The JSON document ``root/rel``; None when it is missing, unreadable, oversized or not JSON."""
     try:
-        return json.loads(read_file(root, rel, limit=limit))
+        doc: object = json.loads(read_file(root, rel, limit=limit))
+        return doc
     except (OSError, ValueError, RecursionError):
         return None
 

@@ -22,6 +22,7 @@ from flower.workflow.starter import starter_flow
 
 from .envfile import EnvFileError, check_env
 from .layout import RunLayout, check_run_id
+from .errors import SpecError
 
 __all__ = ["RunSpec", "Egress", "SpecError", "write_spec", "read_spec", "check_options", "allowed_options"]
 
@@ -59,10 +60,6 @@ def _depth(value: Any) -> int:
         elif isinstance(item, list):
             stack += [(v, d + 1) for v in item]
     return deepest
-
-
-class SpecError(ValueError):
-    """A run spec that cannot run: the message says which field and what to do."""
 
 
 @functools.cache

@@ -32,6 +32,8 @@ import git
 import msgspec
 from git.exc import GitCommandError, InvalidGitRepositoryError, NoSuchPathError
 
+from .errors import BranchExists, DiffTooLarge, NotAGitRepo, WorktreeError
+
 __all__ = ["make_workspace", "remove_workspace", "import_bundle", "diff", "diff_files", "diff_stream", "objects_dir",
            "delete_branch", "FileStat", "Changes", "NotAGitRepo", "BranchExists", "WorktreeError", "DiffTooLarge",
            "GIT_ENV", "SAFE_CONFIG", "MAX_DIFF_FILES"]
@@ -47,14 +49,6 @@ MAX_DIFF_FILES = 10_000  # files ``diff_files`` lists; past it the list says it 
 _NUMSTAT_BYTES = 4 << 20  # and what it reads of git's --numstat at most
 _HEAD = 1 << 20  # a diff this small is measured and sent in one read of git; a larger one is read twice
 _CHUNK = 64 << 10
-
-
-class WorktreeError(RuntimeError):
-    """A git operation that git refused, or a run's work that does not hold up; the message says why."""
-
-
-class DiffTooLarge(WorktreeError):
-    """The diff is larger than the cap it was asked under; nothing of it was sent."""
 
 
 class FileStat(msgspec.Struct, frozen=True):
@@ -78,14 +72,6 @@ class Changes(msgspec.Struct, frozen=True):
 
     def find(self, path: str) -> FileStat | None:
         return next((f for f in self.files if f.path == path), None)
-
-
-class NotAGitRepo(ValueError):
-    """The given path is not a git repository."""
-
-
-class BranchExists(ValueError):
-    """The branch a new run should create already exists."""
 
 
 def _open(path: Path) -> git.Repo:
@@ -162,7 +148,7 @@ def make_workspace(repo: str | Path, path: str | Path, branch: str, *, base: str
         (path / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
         g("update-ref", f"refs/heads/{branch}", sha)
         g("reset", "-q", "--hard", sha)
-        return sha
+        return str(sha)
     except BaseException:
         if made_branch:
             try:
@@ -218,7 +204,7 @@ def import_bundle(repo: str | Path, bundle: str | Path, branch: str, *, base: st
             raise WorktreeError(f"the run's work ({tip[:12]}) does not descend from its base {base[:12]}: not taken") \
                 from None
         r.git.update_ref(ref, tip)
-        return tip
+        return str(tip)
     finally:
         try:
             r.git.update_ref("-d", staging)
@@ -235,7 +221,7 @@ def diff(repo: str | Path, branch: str, *, base: str) -> str:
     try:
         try:
             mb = r.git.merge_base(base, branch).strip()
-            return r.git.diff(*_DIFF, mb, branch, "--", stdout_as_string=True, strip_newline_in_stdout=False)
+            return str(r.git.diff(*_DIFF, mb, branch, "--", stdout_as_string=True, strip_newline_in_stdout=False))
         except GitCommandError as e:
             raise _fail(f"git could not diff {base!r}...{branch!r} in {repo}", e) from None
     finally:

@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox.errors import BackendUnavailable
+
 __all__ = ["Health", "DiskState", "is_disk_full", "is_engine_down", "disk_full_reason"]
 
 _DISK_FULL_TEXT = ("database or disk is full", "no space left on device", "enospc", "disk quota exceeded")
@@ -37,34 +39,9 @@ def is_disk_full(error: BaseException | str) -> bool:
 
 
 def is_engine_down(error: BaseException) -> bool:
-    """The backend's engine does not answer (its socket is gone or refuses), as opposed to a run's own failure."""
-    try:
-        import requests
-
-        if isinstance(error, requests.exceptions.ConnectionError):
-            return True
-    except ImportError:  # pragma: no cover - requests comes with the docker SDK
-        pass
-    try:
-        import urllib3
-
-        if isinstance(error, (urllib3.exceptions.MaxRetryError, urllib3.exceptions.NewConnectionError,
-                              urllib3.exceptions.ProtocolError)):  # the Kubernetes client's API server away
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        import docker
-
-        if isinstance(error, docker.errors.DockerException) and not isinstance(error, docker.errors.APIError):
-            return "connect" in str(error).lower() or "connection" in str(error).lower()
-        if isinstance(error, docker.errors.APIError) and error.status_code in (500, 502, 503) \
-                and "connect" in str(error).lower():
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    return isinstance(error, (ConnectionRefusedError, ConnectionResetError)) or (
-        isinstance(error, FileNotFoundError) and "sock" in str(error))
+    """The backend's engine does not answer (its socket is gone or refuses), as opposed to a run's own failure:
+    each backend maps its engine's errors into ``BackendUnavailable`` inside itself."""
+    return isinstance(error, BackendUnavailable)
 
 
 @dataclass(frozen=True)

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from sandbox.backends.base import WarmBackend, read_exit
+from sandbox.backends.base import Backend, Handle, WarmBackend, read_exit
 from sandbox.layout import RunLayout
 from sandbox.pool import Shape, Slot, WarmPool
 from sandbox.records import Event, Question, RecordError, decode_audit, decode_question, read_exit_record
@@ -129,7 +129,7 @@ def _day(t: float | None = None) -> str:
 
 
 class Scheduler:
-    def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Any,
+    def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Backend,
                  gateway: Gateway | None = None, *, metrics: Metrics | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.config = config
@@ -152,7 +152,7 @@ class Scheduler:
         self.hold: str | None = None
         """Why queued runs wait (the guard canary has not passed yet); ``refusal`` when it failed."""
         self.refusal: str | None = None
-        self.handles: dict[str, Any] = {}
+        self.handles: dict[str, Handle] = {}
         self._stopping: dict[str, asyncio.Task[None]] = {}
         self._subs: dict[str, set[asyncio.Queue[Any]]] = defaultdict(set)
         self._checkpoints: set[str] = set()  # runs that said they handed back work since the last import
@@ -1023,7 +1023,7 @@ class Scheduler:
 
         from sandbox.runfiles import write_file
 
-        owner = getattr(self.backend, "mail_owner", lambda: None)()
+        owner = self.backend.mail_owner()
         write_file(self.layout(run).mailbox, rel, json.dumps(doc, ensure_ascii=False).encode("utf-8"), owner=owner)
 
     # -- cancelling --------------------------------------------------------------------------

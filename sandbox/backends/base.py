@@ -1,34 +1,37 @@
 """The Backend protocol: how the service starts, watches, stops and re-finds the process of a run.
 
-A handle is an opaque string a backend gives back from ``start`` and understands in every other call;
-the service stores it in its registry. ``live()`` is how a restarted service re-attaches: it finds the
+A handle (``Handle``) is an opaque string a backend gives back from ``start`` and understands in every other
+call; the service stores it in its registry. ``live()`` is how a restarted service re-attaches: it finds the
 runs still running (by container label, or by the process's marker for the local backend).
 
 A backend that can also start a sandbox before its run exists implements ``WarmBackend`` (``sandbox.pool``):
 ``warm`` starts one on a slot folder with nothing of any run in it, ``claim`` hands it a run (the spec, written
-last, is what it waits for), ``slots`` lists the ones still waiting.
+last, is what it waits for), ``slots`` lists the ones still waiting. One that can show a run's output and wait for
+its end implements ``Inspectable`` (``logs``, ``wait``). Every error a backend raises is one of
+``sandbox.errors``: an engine or API that does not answer is ``BackendUnavailable``, mapped inside the backend.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Literal, NewType, Protocol, runtime_checkable
 
 from ..layout import RunLayout, valid_run_id
 from ..spec import Egress, RunSpec
+from ..errors import BackendError, BackendUnavailable, RunExists
 
-__all__ = ["Backend", "WarmBackend", "BackendError", "STATES", "stopped_exit", "check_spec", "check_prepared",
+__all__ = ["Backend", "WarmBackend", "Inspectable", "Handle", "State", "BackendError", "BackendUnavailable",
+           "RunExists", "STATES", "stopped_exit", "check_spec", "check_prepared",
            "run_env", "warm_env", "claim_slot", "claimed_run", "ENV_IN_CONTAINER", "RUN_MARK", "WARM_MARK"]
 
-STATES = ("running", "exited", "missing")
+Handle = NewType("Handle", str)
+"""What a backend gives back from ``start``/``warm`` and understands in every other call."""
+State = Literal["running", "exited", "missing"]
+STATES: tuple[State, ...] = ("running", "exited", "missing")
 ENV_IN_CONTAINER = "/run/flower/flower.env"  # where a container backend mounts the env file (FLOWER_ENV)
 RUN_MARK = "FLOWER_RUN_ID"  # in every run's environment; the local backend re-finds its runs by it
 WARM_MARK = "FLOWER_WARM"  # in a warm sandbox's environment: its run is named by the spec it is handed
-
-
-class BackendError(RuntimeError):
-    """A backend could not do what it was asked; the message says why and what to do."""
 
 
 def check_spec(layout: RunLayout, spec: RunSpec) -> None:
@@ -104,28 +107,47 @@ def claimed_run(folder: Path) -> str | None:
 
 @runtime_checkable
 class Backend(Protocol):
-    def start(self, layout: RunLayout, spec: RunSpec, *, network: str | None = None) -> str:
+    """Where runs execute. Every method may raise ``BackendUnavailable`` (the engine does not answer) or another
+    ``BackendError``; nothing of the engine's own client library comes out."""
+
+    def start(self, layout: RunLayout, spec: RunSpec, *, network: str | None = None) -> Handle:
         """Start the run whose spec is already written at ``layout.spec_file``; returns its handle."""
         ...
 
-    def state(self, handle: str) -> str:
+    def state(self, handle: Handle) -> State:
         """"running", "exited" or "missing" (unknown handle, or removed)."""
         ...
 
-    def exit_code(self, handle: str) -> int | None:
+    def exit_code(self, handle: Handle) -> int | None:
         """The process's exit code once it exited, else None."""
         ...
 
-    def stop(self, handle: str, timeout: float = 10) -> None:
+    def stop(self, handle: Handle, timeout: float = 10) -> None:
         """SIGTERM, then after ``timeout`` seconds SIGKILL; exit.json says "killed" afterwards."""
         ...
 
-    def live(self) -> dict[str, str]:
+    def live(self) -> dict[str, Handle]:
         """``{run_id: handle}`` of every run of this backend still running (claimed warm sandboxes included)."""
         ...
 
-    def remove(self, handle: str) -> None:
+    def remove(self, handle: Handle) -> None:
         """Forget the run's process (a container is deleted); the run's folder is left alone."""
+        ...
+
+    def mail_owner(self) -> tuple[int, int] | None:
+        """The uid:gid the files the service writes for a run must belong to, or None when the run reads them as
+        the service's own (the same uid, or a user namespace that maps it)."""
+        ...
+
+
+@runtime_checkable
+class Inspectable(Protocol):
+    """A backend that can show a run's output and wait for its end (tests, the operator's tools)."""
+
+    def logs(self, handle: Handle) -> str:
+        ...
+
+    def wait(self, handle: Handle, timeout: float | None = None) -> int | None:
         ...
 
 
@@ -144,7 +166,7 @@ def stopped_exit(folder: Path, timeout: float) -> None:
         pass
 
 
-def read_exit(folder: Path) -> dict | None:
+def read_exit(folder: Path) -> dict[str, object] | None:
     """The run's outbox/exit.json as a dict (read as hostile data); None when missing, odd or not an object."""
     from ..runfiles import read_json
 
@@ -156,15 +178,15 @@ def read_exit(folder: Path) -> dict | None:
 class WarmBackend(Backend, Protocol):
     """A backend that can start sandboxes ahead of their runs (``sandbox.pool``)."""
 
-    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> str:
+    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> Handle:
         """Start a sandbox on the slot folder ``layout`` (made by the pool, no spec, no env file in it): the
         runner imported and waiting. Same mounts, limits and network as a run of that shape."""
         ...
 
-    def claim(self, handle: str, layout: RunLayout, spec: RunSpec) -> str:
+    def claim(self, handle: Handle, layout: RunLayout, spec: RunSpec) -> Handle:
         """Hand the waiting sandbox ``handle`` the run ``layout`` (its folder is the slot's); returns the handle."""
         ...
 
-    def slots(self) -> dict[Path, str]:
+    def slots(self) -> dict[Path, Handle]:
         """``{slot folder: handle}`` of the warm sandboxes still waiting."""
         ...

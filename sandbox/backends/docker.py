@@ -26,20 +26,68 @@ is the one its mailbox's spec names once claimed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from ..errors import BackendError, BackendUnavailable, RunExists, SandboxError
 from ..layout import RunLayout
 from ..spec import Egress, RunSpec
-from .base import BackendError, check_prepared, claim_slot, claimed_run, run_env, stopped_exit, warm_env
+from .base import Handle, State, check_prepared, claim_slot, claimed_run, run_env, stopped_exit, warm_env
 
 RUN_USER = "10001:10001"
 
 __all__ = ["DockerBackend"]
 
 _RUNNING = {"created", "running", "restarting", "paused"}
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@contextmanager
+def engine_errors(what: str) -> Iterator[None]:
+    """Docker's errors, mapped into ours (as httpx's ``map_httpcore_exceptions`` maps httpcore's): an engine that
+    does not answer is ``BackendUnavailable``, any other refusal ``BackendError``; the engine's error is the cause."""
+    import docker
+    import requests
+
+    try:
+        yield
+    except SandboxError:
+        raise
+    except (requests.exceptions.ConnectionError, requests.exceptions.Timeout, ConnectionError) as e:
+        raise BackendUnavailable(f"the Docker engine does not answer ({what}): {_short(e)}; start it (dockerd) or "
+                                 "point DOCKER_HOST at it — runs are not failed while it is away") from e
+    except docker.errors.APIError as e:
+        if e.status_code in (500, 502, 503) and "connect" in str(e).lower():
+            raise BackendUnavailable(f"the Docker engine cannot serve {what} now: {_short(e)}") from e
+        if e.status_code == 409:
+            raise RunExists(f"Docker already holds a container for this ({what}): {_short(e)}") from e
+        raise BackendError(f"Docker refused {what}: {_short(e)}") from e
+    except docker.errors.DockerException as e:
+        if "connect" in str(e).lower() or "connection" in str(e).lower():
+            raise BackendUnavailable(f"the Docker engine does not answer ({what}): {_short(e)}; start it (dockerd) "
+                                     "or point DOCKER_HOST at it") from e
+        raise BackendError(f"Docker could not do {what}: {_short(e)}") from e
+
+
+def _mapped(method: Callable[Concatenate[DockerBackend, P], T]) -> Callable[Concatenate[DockerBackend, P], T]:
+    """A backend method whose engine errors come out as ours (``engine_errors``)."""
+
+    def wrapper(self: DockerBackend, *args: P.args, **kwargs: P.kwargs) -> T:
+        with engine_errors(method.__name__):
+            return method(self, *args, **kwargs)
+
+    return functools.update_wrapper(wrapper, method)  # type: ignore[return-value]
+
+
+def _short(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return text if len(text) <= 300 else text[:299] + "…"
 
 
 class DockerBackend:
@@ -62,32 +110,38 @@ class DockerBackend:
         self.labels = dict(labels or {})
         self.mem_limit, self.cpus, self.pids_limit, self.read_only = mem_limit, cpus, pids_limit, read_only
         self.tmp_size = tmp_size
-        self.client = client or docker.from_env()
+        with engine_errors("connect"):
+            self.client = client or docker.from_env()
 
     # -- the protocol ------------------------------------------------------
-    def start(self, layout: RunLayout, spec: RunSpec, *, network: str | None = None) -> str:
+    @_mapped
+    def start(self, layout: RunLayout, spec: RunSpec, *, network: str | None = None) -> Handle:
         objects = check_prepared(layout, spec)
         labels = {"flower.run": layout.run_id, "flower.tenant": spec.tenant}
         return self._run(layout, self.container_name(layout), objects=objects, egress=spec.egress,
                          env=run_env(layout, spec, str(layout.env_file)), labels=labels, network=network, warm=False)
 
-    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> str:
+    @_mapped
+    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> Handle:
         """A container on the slot folder ``layout`` with the runner imported and waiting (``sandbox.pool``)."""
         return self._run(layout, f"flower-warm-{layout.dir.name}", objects=objects, egress=egress,
                          env=warm_env(layout), labels={"flower.warm": layout.dir.name}, network=None, warm=True)
 
-    def claim(self, handle: str, layout: RunLayout, spec: RunSpec) -> str:
+    @_mapped
+    def claim(self, handle: Handle, layout: RunLayout, spec: RunSpec) -> Handle:
         claim_slot(layout, spec, self.mail_owner())
         return handle
 
-    def slots(self) -> dict[Path, str]:
-        filters = {"label": ["flower.warm", "flower.dir", *(f"{k}={v}" for k, v in self.labels.items())],
+    @_mapped
+    def slots(self) -> dict[Path, Handle]:
+        filters: dict[str, str | list[str] | bool] = {
+            "label": ["flower.warm", "flower.dir", *(f"{k}={v}" for k, v in self.labels.items())],
                    "status": "running"}
-        found = {Path(c.labels["flower.dir"]): c.id for c in self.client.containers.list(filters=filters)}
+        found = {Path(c.labels["flower.dir"]): Handle(str(c.id)) for c in self.client.containers.list(filters=filters)}
         return {folder: handle for folder, handle in found.items() if claimed_run(folder) is None}
 
     def _run(self, layout: RunLayout, name: str, *, objects: Path | None, egress: Egress, env: dict[str, str],
-             labels: dict[str, str], network: str | None, warm: bool) -> str:
+             labels: dict[str, str], network: str | None, warm: bool) -> Handle:
         """One container; a ``warm`` one is handed its folders (and starts in them) only at its claim."""
         import docker
         from docker.types import Mount
@@ -96,7 +150,7 @@ class DockerBackend:
             old = self.client.containers.get(name)
             old.reload()
             if old.status in _RUNNING:
-                raise BackendError(f"run {layout.run_id} is already running in container {old.short_id}")
+                raise RunExists(f"run {layout.run_id} is already running in container {old.short_id}")
             old.remove(force=True)
         except docker.errors.NotFound:
             pass
@@ -139,21 +193,24 @@ class DockerBackend:
                 from None
         except docker.errors.APIError as e:
             raise BackendError(f"Docker could not start run {layout.run_id}: {e.explanation or e}") from None
-        return c.id
+        return Handle(str(c.id))
 
-    def state(self, handle: str) -> str:
+    @_mapped
+    def state(self, handle: Handle) -> State:
         c = self._get(handle)
         if c is None:
             return "missing"
         return "running" if c.status in _RUNNING else "exited"
 
-    def exit_code(self, handle: str) -> int | None:
+    @_mapped
+    def exit_code(self, handle: Handle) -> int | None:
         c = self._get(handle)
         if c is None or c.status in _RUNNING:
             return None
         return int(c.attrs.get("State", {}).get("ExitCode", 0))
 
-    def stop(self, handle: str, timeout: float = 10) -> None:
+    @_mapped
+    def stop(self, handle: Handle, timeout: float = 10) -> None:
         c = self._get(handle)
         if c is None:
             return
@@ -163,16 +220,19 @@ class DockerBackend:
         if folder:
             stopped_exit(Path(folder), timeout)
 
-    def live(self) -> dict[str, str]:
-        filters = {"label": ["flower.dir", *(f"{k}={v}" for k, v in self.labels.items())], "status": "running"}
-        out: dict[str, str] = {}
+    @_mapped
+    def live(self) -> dict[str, Handle]:
+        filters: dict[str, str | list[str] | bool] = {
+            "label": ["flower.dir", *(f"{k}={v}" for k, v in self.labels.items())], "status": "running"}
+        out: dict[str, Handle] = {}
         for c in self.client.containers.list(filters=filters):
             run_id = c.labels.get("flower.run") or claimed_run(Path(c.labels["flower.dir"]))
             if run_id:
-                out[run_id] = c.id
+                out[run_id] = Handle(str(c.id))
         return out
 
-    def remove(self, handle: str) -> None:
+    @_mapped
+    def remove(self, handle: Handle) -> None:
         import docker
 
         c = self._get(handle)
@@ -188,11 +248,13 @@ class DockerBackend:
         """``flower-run-<run_id>-<8 hex of the run folder>``: one container per run folder on this engine."""
         return f"flower-run-{layout.run_id}-{hashlib.sha256(str(layout.dir).encode()).hexdigest()[:8]}"
 
-    def logs(self, handle: str) -> str:
+    @_mapped
+    def logs(self, handle: Handle) -> str:
         c = self._get(handle)
         return c.logs().decode("utf-8", "replace") if c is not None else ""
 
-    def wait(self, handle: str, timeout: float | None = None) -> int | None:
+    @_mapped
+    def wait(self, handle: Handle, timeout: float | None = None) -> int | None:
         """Block until the container exits (or ``timeout``); its exit code."""
         import requests
 

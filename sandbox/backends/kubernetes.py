@@ -50,7 +50,8 @@ from typing import Any
 
 from ..layout import RunLayout
 from ..spec import RunSpec
-from .base import ENV_IN_CONTAINER, BackendError, check_prepared, read_exit, run_env, stopped_exit
+from .base import (ENV_IN_CONTAINER, BackendError, BackendUnavailable, Handle, RunExists, State, check_prepared,
+                   read_exit, run_env, stopped_exit)
 
 __all__ = ["KubernetesBackend", "KubeAPI", "job_manifest", "secret_manifest", "job_name", "label_value",
            "API_PERMISSIONS", "ENV_IN_CONTAINER", "SERVICE_ACCOUNT_DIR"]
@@ -233,11 +234,14 @@ class KubeAPI:
         except urllib.error.HTTPError as e:
             if e.code == 404 and missing_ok:
                 return None
+            if e.code in (502, 503, 504):  # the API server is restarting, or a proxy in front of it cannot reach it
+                raise BackendUnavailable(f"the Kubernetes API at {self.base_url} cannot serve {method} {path} now "
+                                         f"({e.code}); runs are not failed while it is away") from e
             raise _api_error(method, path, e.code, e.read()) from None
         except (urllib.error.URLError, OSError) as e:
             reason = getattr(e, "reason", e)
-            raise BackendError(f"the Kubernetes API at {self.base_url} did not answer {method} {path} ({reason}); "
-                               "check the service's network and KUBERNETES_SERVICE_HOST") from None
+            raise BackendUnavailable(f"the Kubernetes API at {self.base_url} did not answer {method} {path} "
+                                     f"({reason}); check the service's network and KUBERNETES_SERVICE_HOST") from e
         if raw:
             return payload.decode("utf-8", "replace")
         return json.loads(payload) if payload else {}
@@ -326,7 +330,7 @@ class KubernetesBackend:
         return f"/api/v1/namespaces/{self.namespace}/{kind}" + (f"/{name}" if name else "")
 
     # -- the protocol ------------------------------------------------------------------------
-    def start(self, layout: RunLayout, spec: RunSpec, *, network: str | None = None) -> str:
+    def start(self, layout: RunLayout, spec: RunSpec, *, network: str | None = None) -> Handle:
         if network is not None:
             raise BackendError("the Kubernetes backend does not take a network name: isolate runs with the "
                                "chart's NetworkPolicy, and pass network=None")
@@ -347,35 +351,37 @@ class KubernetesBackend:
                 secret_name, self.namespace, env_bytes, labels=manifest["metadata"]["labels"], owner=job))
         except BackendError as e:
             try:
-                self.remove(name)
+                self.remove(Handle(name))
                 undone = "so its Job was deleted"
             except BackendError:
                 undone = f"and its Job {name} could not be deleted either (delete it by hand)"
-            raise BackendError(f"could not give run {layout.run_id} its credentials Secret, {undone}: {e}") from None
-        return name
+            kind = BackendUnavailable if isinstance(e, BackendUnavailable) else BackendError
+            raise kind(f"could not give run {layout.run_id} its credentials Secret, {undone}: {e}") from e
+        return Handle(name)
 
     def _create_job(self, manifest: dict[str, Any], run_id: str) -> dict[str, Any]:
         """POST the Job; a leftover Job of the same run folder is deleted first unless it still runs."""
         name = manifest["metadata"]["name"]
         for attempt in range(2):
             try:
-                return self.api.call("POST", self._jobs(), body=manifest)
+                created: dict[str, Any] = self.api.call("POST", self._jobs(), body=manifest)
+                return created
             except ApiStatusError as e:
                 if e.code != 409 or attempt:
                     raise BackendError(f"Kubernetes could not start run {run_id}: {e}") from None
             old = self.api.call("GET", self._jobs(name), missing_ok=True)
             if old is not None and not _finished(old):
-                raise BackendError(f"run {run_id} is already running as Job {name}")
-            self.remove(name)
+                raise RunExists(f"run {run_id} is already running as Job {name}")
+            self.remove(Handle(name))
         raise AssertionError("unreachable")
 
-    def state(self, handle: str) -> str:
+    def state(self, handle: Handle) -> State:
         job = self._job(handle)
         if job is None:
             return "missing"
         return "exited" if _finished(job) else "running"
 
-    def exit_code(self, handle: str) -> int | None:
+    def exit_code(self, handle: Handle) -> int | None:
         job = self._job(handle)
         if job is None or not _finished(job):
             return None
@@ -383,14 +389,15 @@ class KubernetesBackend:
             for cs in (pod.get("status") or {}).get("containerStatuses") or []:
                 term = (cs.get("state") or {}).get("terminated")
                 if cs.get("name") == CONTAINER and term and isinstance(term.get("exitCode"), int):
-                    return term["exitCode"]
+                    return int(term["exitCode"])
         folder = (job.get("metadata", {}).get("annotations") or {}).get("flower.dir")
         data = read_exit(Path(folder)) if folder else None
-        if data and isinstance(data.get("exit_code"), int):
-            return data["exit_code"]
+        code = data.get("exit_code") if data else None
+        if isinstance(code, int):
+            return code
         return 0 if _finished(job, ("Complete",)) else None
 
-    def stop(self, handle: str, timeout: float = 10) -> None:
+    def stop(self, handle: Handle, timeout: float = 10) -> None:
         job = self._job(handle)
         if job is None:
             return
@@ -412,25 +419,25 @@ class KubernetesBackend:
         if folder:
             stopped_exit(Path(folder), timeout)
 
-    def live(self) -> dict[str, str]:
+    def live(self) -> dict[str, Handle]:
         selector = ",".join(["flower.run", *(f"{k}={v}" for k, v in
                                              {**self.labels, "flower.claim": label_value(self.claim)}.items())])
         listing = self.api.call("GET", self._jobs(), query={"labelSelector": selector})
-        out: dict[str, str] = {}
+        out: dict[str, Handle] = {}
         for job in listing.get("items") or []:
             if _finished(job):
                 continue
             meta = job.get("metadata") or {}
             run_id = (meta.get("annotations") or {}).get("flower.run") or (meta.get("labels") or {}).get("flower.run")
             if run_id:
-                out[run_id] = meta["name"]
+                out[run_id] = Handle(meta["name"])
         return out
 
-    def remove(self, handle: str) -> None:
+    def remove(self, handle: Handle) -> None:
         self.api.call("DELETE", self._jobs(handle), query={"propagationPolicy": "Background"}, missing_ok=True)
 
     # -- extras --------------------------------------------------------------------------------
-    def logs(self, handle: str) -> str:
+    def logs(self, handle: Handle) -> str:
         """What the run's pod printed (empty when the pod is gone)."""
         out = []
         for pod in self._pods(handle):
@@ -439,7 +446,7 @@ class KubernetesBackend:
             out.append(text or "")
         return "".join(out)
 
-    def wait(self, handle: str, timeout: float | None = None) -> int | None:
+    def wait(self, handle: Handle, timeout: float | None = None) -> int | None:
         """Poll until the Job finishes (or ``timeout``); its exit code."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.state(handle) == "running":
@@ -450,7 +457,8 @@ class KubernetesBackend:
 
     # -- internals -----------------------------------------------------------------------------
     def _job(self, name: str) -> dict[str, Any] | None:
-        return self.api.call("GET", self._jobs(name), missing_ok=True)
+        job: dict[str, Any] | None = self.api.call("GET", self._jobs(name), missing_ok=True)
+        return job
 
     def _pods(self, name: str) -> list[dict[str, Any]]:
         listing = self.api.call("GET", self._core("pods"), query={"labelSelector": f"flower.job={name}"})

@@ -36,8 +36,8 @@ from typing import Literal
 
 from ..layout import RunLayout
 from ..spec import Egress, RunSpec
-from .base import (RUN_MARK, WARM_MARK, BackendError, check_prepared, check_spec, claim_slot, claimed_run, read_exit,
-                   run_env, stopped_exit, warm_env)
+from .base import (RUN_MARK, WARM_MARK, BackendError, Handle, State, check_prepared, check_spec, claim_slot,
+                   claimed_run, read_exit, run_env, stopped_exit, warm_env)
 
 __all__ = ["LocalBackend", "bwrap_available", "Isolation", "folder_of"]
 
@@ -268,7 +268,7 @@ class LocalBackend:
         self._removed: set[str] = set()
 
     # -- the protocol ------------------------------------------------------
-    def start(self, layout: RunLayout, spec: RunSpec, *, network: str | None = None) -> str:
+    def start(self, layout: RunLayout, spec: RunSpec, *, network: str | None = None) -> Handle:
         if network is not None:
             raise BackendError("the local backend cannot put a run on a named network: "
                                "use the Docker backend for that, or pass network=None")
@@ -282,18 +282,18 @@ class LocalBackend:
             raise BackendError(f"run {layout.run_id} is already running ({running})")
         return self._spawn(layout, objects, spec.egress, run_env(layout, spec, str(layout.env_file)))
 
-    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> str:
+    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> Handle:
         """A sandbox on the slot folder ``layout`` with the runner imported and waiting (``sandbox.pool``)."""
         return self._spawn(layout, objects, egress, warm_env(layout))
 
-    def claim(self, handle: str, layout: RunLayout, spec: RunSpec) -> str:
+    def claim(self, handle: Handle, layout: RunLayout, spec: RunSpec) -> Handle:
         claim_slot(layout, spec, None)  # bubblewrap maps the service's uid to the run's: nothing to hand over
         return handle
 
-    def slots(self) -> dict[Path, str]:
+    def slots(self) -> dict[Path, Handle]:
         return {folder: handle for folder, handle in self._scan(warm=True).items() if claimed_run(folder) is None}
 
-    def _spawn(self, layout: RunLayout, objects: Path | None, egress: Egress, env: dict[str, str]) -> str:
+    def _spawn(self, layout: RunLayout, objects: Path | None, egress: Egress, env: dict[str, str]) -> Handle:
         command = [self.python, "-m", "sandbox.entrypoint", str(layout.spec_file)]
         if self.isolation == "bwrap":
             bwrap = shutil.which("bwrap")
@@ -315,9 +315,9 @@ class LocalBackend:
                                     stderr=subprocess.STDOUT, start_new_session=True)
         self._procs[proc.pid] = proc
         st = _stat(proc.pid)
-        return f"local:{proc.pid}:{st[1] if st else 0}:{layout.dir}"
+        return Handle(f"local:{proc.pid}:{st[1] if st else 0}:{layout.dir}")
 
-    def state(self, handle: str) -> str:
+    def state(self, handle: Handle) -> State:
         if handle in self._removed:
             return "missing"
         pid, start, folder = self._handle(handle)
@@ -327,7 +327,7 @@ class LocalBackend:
             _rmdir(d)
         return "exited" if folder.is_dir() else "missing"
 
-    def exit_code(self, handle: str) -> int | None:
+    def exit_code(self, handle: Handle) -> int | None:
         pid, start, folder = self._handle(handle)
         if handle in self._removed or self._alive(pid, start, folder):
             return None
@@ -338,7 +338,7 @@ class LocalBackend:
         code = data.get("exit_code") if data else None
         return code if isinstance(code, int) else None
 
-    def stop(self, handle: str, timeout: float = 10) -> None:
+    def stop(self, handle: Handle, timeout: float = 10) -> None:
         pid, start, folder = self._handle(handle)
         verified = self._alive(pid, start, folder)  # the group is this run's: safe to kill after its leader is gone
         if verified:
@@ -353,8 +353,8 @@ class LocalBackend:
         _kill_cgroups(folder.name)
         stopped_exit(folder, timeout)
 
-    def live(self) -> dict[str, str]:
-        out: dict[str, str] = {}
+    def live(self) -> dict[str, Handle]:
+        out: dict[str, Handle] = {}
         for folder, handle in self._scan(warm=False).items():
             out[folder.name] = handle
         for folder, handle in self._scan(warm=True).items():
@@ -363,10 +363,10 @@ class LocalBackend:
                 out[run_id] = handle
         return out
 
-    def _scan(self, *, warm: bool) -> dict[Path, str]:
+    def _scan(self, *, warm: bool) -> dict[Path, Handle]:
         """``{run folder: handle}`` of the sandboxes this backend started that are still running: the runs
         (``warm=False``) or the warm sandboxes, claimed or not."""
-        out: dict[Path, str] = {}
+        out: dict[Path, Handle] = {}
         for proc in list(self._procs.values()):
             proc.poll()  # reap our own children
         for entry in Path("/proc").iterdir():
@@ -376,10 +376,10 @@ class LocalBackend:
             folder, _, start = found
             if self.root is not None and folder.parent != self.root:
                 continue
-            out[folder] = f"local:{entry.name}:{start}:{folder}"
+            out[folder] = Handle(f"local:{entry.name}:{start}:{folder}")
         return out
 
-    def remove(self, handle: str) -> None:
+    def remove(self, handle: Handle) -> None:
         pid, start, folder = self._handle(handle)
         self._kill_group(pid, start, folder, force=True)
         _kill_cgroups(folder.name)
@@ -400,7 +400,7 @@ class LocalBackend:
         return out
 
     # -- extras --------------------------------------------------------------
-    def logs(self, handle: str) -> str:
+    def logs(self, handle: Handle) -> str:
         """What the run's process printed (its output.log)."""
         _, _, folder = self._handle(handle)
         try:
@@ -408,7 +408,7 @@ class LocalBackend:
         except OSError:
             return ""
 
-    def wait(self, handle: str, timeout: float | None = None) -> int | None:
+    def wait(self, handle: Handle, timeout: float | None = None) -> int | None:
         """Block until the run's process ends (or ``timeout``); its exit code."""
         pid, start, folder = self._handle(handle)
         deadline = None if timeout is None else time.monotonic() + timeout
