@@ -166,7 +166,7 @@ async def main(n: int, batch: int) -> None:
         # the same passes composed over the SDK's in-memory store (which needs the deep copy)
         mem_store = InMemorySessionStore()
         await mem_store.append(key, entries)  # type: ignore[arg-type]
-        composed = ReshapingSessionStore(mem_store, full.passes())
+        composed = ReshapingSessionStore(mem_store, full.passes)
         mem_plains = [await timed(mem_store.load(key)) for _ in range(9)]  # type: ignore[arg-type]
         composeds = [await timed(composed.load(key)) for _ in range(9)]  # type: ignore[arg-type]
         trimmed = await full.load(key)  # type: ignore[arg-type]

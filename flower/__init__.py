@@ -100,17 +100,18 @@ __all__ = [
     "Lineage",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, {
-    ".core.agent": ["AgentSpec", "CompactPolicy", "HandoffPolicy", "build_options", "default_window"],
-    ".core.channel": ["Ask", "HumanChannel"],
-    ".core.events": ["Event", "normalize"],
-    ".core.guard": ["delegate_guard", "index_guard", "isolate_guard", "isolated", "merge_hooks", "spill_guard", "wants_isolation", "whitelist_guard", "workbench_hooks"],
-    ".core.lineage": ["Lineage"],
-    ".core.resilience": ["Resilience", "classify", "endpoint", "reachable"],
-    ".core.roles": ["CLARIFIER_RULES", "COORDINATOR_RULES", "JUDGE_RULES", "ORACLE_RULES", "WORKER_RULES", "clarify", "coordinator", "judge", "oracle", "worker"],
-    ".core.runtime": ["Runtime", "StepResult"],
-    ".core.workbench": ["Workbench"],
-    ".docs": ["Brief", "Goal", "Handoff", "Verdict"],
-    ".store": ["EphemeralPolicy", "PrunePolicy", "PruningSessionStore", "SqliteSessionStore", "TrimmingSessionStore", "TrimPolicy", "is_ephemeral", "trim_report"],
-    ".workflow": ["BRIEF_KEY", "CLARIFY_RESUME", "GOAL_KEY", "MISSING_KEY", "ROUND_KEY", "VERDICT_KEY", "Step", "StepAbort", "Workflow", "clarify_step", "goal_step", "starter_flow", "wake_state", "with_goal"],
-}, __all__)
+if not TYPE_CHECKING:  # a type checker sees the imports above, and no __getattr__ that would accept any name
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        ".core.agent": ["AgentSpec", "CompactPolicy", "HandoffPolicy", "build_options", "default_window"],
+        ".core.channel": ["Ask", "HumanChannel"],
+        ".core.events": ["Event", "normalize"],
+        ".core.guard": ["delegate_guard", "index_guard", "isolate_guard", "isolated", "merge_hooks", "spill_guard", "wants_isolation", "whitelist_guard", "workbench_hooks"],
+        ".core.lineage": ["Lineage"],
+        ".core.resilience": ["Resilience", "classify", "endpoint", "reachable"],
+        ".core.roles": ["CLARIFIER_RULES", "COORDINATOR_RULES", "JUDGE_RULES", "ORACLE_RULES", "WORKER_RULES", "clarify", "coordinator", "judge", "oracle", "worker"],
+        ".core.runtime": ["Runtime", "StepResult"],
+        ".core.workbench": ["Workbench"],
+        ".docs": ["Brief", "Goal", "Handoff", "Verdict"],
+        ".store": ["EphemeralPolicy", "PrunePolicy", "PruningSessionStore", "SqliteSessionStore", "TrimmingSessionStore", "TrimPolicy", "is_ephemeral", "trim_report"],
+        ".workflow": ["BRIEF_KEY", "CLARIFY_RESUME", "GOAL_KEY", "MISSING_KEY", "ROUND_KEY", "VERDICT_KEY", "Step", "StepAbort", "Workflow", "clarify_step", "goal_step", "starter_flow", "wake_state", "with_goal"],
+    }, __all__)

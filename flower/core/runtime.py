@@ -124,6 +124,24 @@ def _policy(value: P | bool, cls: type[P]) -> P:
 
 
 class Runtime:
+    """The execution core: a workspace, a session store, a workbench and the policies, behind one verb.
+
+    ``run`` runs one step of an agent and returns its ``StepResult``; retries, continuing after a
+    person's interrupt, and handing off to a fresh session when the context fills all happen inside
+    that one call. Everything else — which step comes next, what passes between steps — is a
+    ``Workflow``'s.
+
+    The store is fixed: ``PruningSessionStore(<run_dir>/sessions.db, workspace=..., policy=trim,
+    ephemeral=ephemeral, prune=PrunePolicy(keep_denials=...))``; to use another, assign ``rt.store``.
+    Credentials are checked here, not at the first ``run``: without them the constructor raises
+    (``CredentialsError``, a ``RuntimeError``) and leaves no folder behind.
+
+        rt = Runtime(workspace=".", run_dir="runs")
+        result = await rt.run(worker_spec, "make the tests pass", step_name="fix")
+        if not result.ok:
+            print(result.error, result.errors)
+    """
+
     INTERRUPTED = "interrupted-by-human"
     HANDOFF_DUE = "context-full-handoff"
     INTERRUPT_NOTE = INTERRUPT_NOTE
@@ -217,6 +235,31 @@ class Runtime:
         resume_at: str | None = None,
         on_event: OnEvent | None = None,
     ) -> StepResult:
+        """Run ``spec`` on ``prompt`` until the step is done, and return its accounting.
+
+        A run is one step, not one CLI session: it may take several attempts and sessions. It
+        ends on success; or on a failure that is final (not retryable, ``resilience`` off, or
+        ``max_attempts`` used up); or when handoffs reach ``handoff.max_generations``. Along the
+        way a person's interrupt (``interrupt()`` or the channel's mailbox) continues the same
+        session with their words and does not count as an attempt; a full context writes a handoff
+        document (``Event("handoff")``: near / writing / done) and goes on in a fresh session
+        from it; a retryable failure waits for the network and resumes the session with
+        ``resilience.resume_prompt``.
+
+        ``step_name`` (default ``spec.name``) names the step in the manifest and in events;
+        ``resume`` / ``fork`` / ``resume_at`` choose the session the first attempt starts from;
+        ``on_event`` sees every event of the step's own turns (not of the handoff turn).
+
+        Returns the ``StepResult``: ``ok``, the final ``text`` or ``error``, the last
+        ``session_id`` (``retired`` lists those handed off), ``cost_usd`` / ``num_turns``
+        summed over attempts, ``attempts`` counted, every error seen in ``errors``. It is also
+        appended to ``self.results`` and written to ``<run_dir>/manifest.json`` however the run
+        ends, cancellation included. A failing step does not raise: it returns ``ok=False``.
+
+            r = await rt.run(spec, "write a.txt", step_name="write")
+            assert r.ok, r.error
+            again = await rt.run(spec, "now b.txt", resume=r.session_id)
+        """
         name = step_name or spec.name
         for watch in list(self.on_attempt):
             watch(name)

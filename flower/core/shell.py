@@ -186,8 +186,10 @@ def _hostname(args: list[str]) -> bool:
 
 
 def _top(args: list[str]) -> bool:
-    # interactive top never returns; batch mode prints and exits
-    return any(a.startswith("-") and not a.startswith("--") and "b" in a for a in args)
+    # Bare (interactive) top never returns, nor does batch mode without an iteration count:
+    # only `top -b -n N` (or `-bn1`) prints and exits.
+    flags = "".join(a[1:] for a in args if a.startswith("-") and not a.startswith("--"))
+    return "b" in flags and "n" in flags
 
 
 def _command(args: list[str]) -> bool:

@@ -2,10 +2,10 @@
 
 The reshaping is composed, not inherited: passes (``Expire``, ``Trim``, ``Prune`` — functions
 of one transcript that report what they did) run in order over what ``load()`` returns, and
-``ReshapingSessionStore(inner, passes)`` puts them on any SessionStore. The reference's three
-levels stay as classes: ``SqliteSessionStore`` (persist) ← ``TrimmingSessionStore`` (expiry
-and trimming passes) ← ``PruningSessionStore`` (plus pruning); ``Runtime`` uses the outermost.
-Reshaping happens in ``load()`` only, on a copy: the rows never change.
+``ReshapingSessionStore(inner, passes)`` puts them on any SessionStore. The reference's names
+are constructors over that one decorator: ``TrimmingSessionStore`` = a ``SqliteSessionStore``
+with ``[Expire, Trim]``, ``PruningSessionStore`` = the same plus ``Prune`` (what ``Runtime``
+uses). Reshaping happens in ``load()`` only, on a copy: the rows never change.
 """
 
 from flower.store.ephemeral import EphemeralPolicy, is_ephemeral

@@ -45,8 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
-from flower.core.errors import ConfigError, ConfigTypeError
+from flower.core.errors import ConfigError
 from flower.store.ephemeral import EphemeralPolicy
 from flower.store.reshape import Pass, Report
 from flower.store.transcript import Entry, TranscriptIndex, _content
@@ -259,18 +258,19 @@ class _Count:
     def __set_name__(self, owner: type, name: str) -> None:
         self.name = name
 
-    def __get__(self, store: TrimmingSessionStore | None, owner: type) -> int:
+    def __get__(self, store: PruningSessionStore | None, owner: type) -> int:
         return store.reports.get("prune", {}).get(self.name, 0) if store is not None else 0
 
 
 class PruningSessionStore(TrimmingSessionStore):
-    """``TrimmingSessionStore`` whose passes end with ``Prune``: the ``Runtime``'s store.
+    """``ReshapingSessionStore(SqliteSessionStore(path), [Expire, Trim, Prune])``: the ``Runtime``'s store.
 
-    Note the order: the 4th positional parameter is ``prune``, not ``ephemeral`` as in the
-    parent — pass policies by keyword. The policy is ``prune_policy`` (``prune`` is the
-    method). After each ``load()``: ``pruned`` = entries removed from the replayed
-    transcript, ``denials_dropped`` = denied calls removed; also ``api_errors_dropped``,
-    ``interrupts_neutralized``, ``orphans_healed`` — read from that load's report.
+    ``prune`` and ``ephemeral`` are keyword-only: given by position, a ``PrunePolicy`` would land
+    where ``TrimmingSessionStore`` takes its ``EphemeralPolicy``. The policy is ``prune_policy``
+    (``prune`` is the method); assigning it rebuilds the passes. After each ``load()``:
+    ``pruned`` = entries removed from the replayed transcript, ``denials_dropped`` = denied calls
+    removed; also ``api_errors_dropped``, ``interrupts_neutralized``, ``orphans_healed`` — read from
+    that load's report.
     """
 
     def __init__(
@@ -278,25 +278,34 @@ class PruningSessionStore(TrimmingSessionStore):
         path: str | Path,
         workspace: str | Path,
         policy: TrimPolicy | None = None,
+        *,
         prune: PrunePolicy | None = None,
         ephemeral: EphemeralPolicy | None = None,
     ) -> None:
-        if prune is not None and not isinstance(prune, PrunePolicy):
-            raise ConfigTypeError(
-                f"PruningSessionStore's 4th argument is prune=PrunePolicy, got {type(prune).__name__}; "
-                "pass the policies by keyword (policy=, prune=, ephemeral=).", setting="prune"
-            )
+        self._prune_policy = self._checked(prune if prune is not None else PrunePolicy())
         super().__init__(path, workspace, policy, ephemeral)
-        self.prune_policy = prune if prune is not None else PrunePolicy()
-        if self.prune_policy.keep_denials < 0:
+
+    @property
+    def prune_policy(self) -> PrunePolicy:
+        return self._prune_policy
+
+    @prune_policy.setter
+    def prune_policy(self, value: PrunePolicy) -> None:
+        self._prune_policy = self._checked(value)
+        self._rebuild()
+
+    @staticmethod
+    def _checked(policy: PrunePolicy) -> PrunePolicy:
+        if policy.keep_denials < 0:
             raise ConfigError(
-                f"PrunePolicy.keep_denials={self.prune_policy.keep_denials} is negative; use 0 to drop them all.",
+                f"PrunePolicy.keep_denials={policy.keep_denials} is negative; use 0 to drop them all.",
                 setting="PrunePolicy.keep_denials",
             )
+        return policy
 
-    def passes(self) -> list[Pass]:
+    def _passes(self) -> list[Pass]:
         # after expiry and trimming, which edit blocks in place and keep the index valid
-        return [*super().passes(), Prune(self.prune_policy)]
+        return [*super()._passes(), Prune(self.prune_policy)]
 
     pruned = _Count()
     denials_dropped = _Count()

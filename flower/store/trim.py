@@ -27,16 +27,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
-
-import anyio.to_thread
-from claude_agent_sdk.types import SessionKey, SessionStoreEntry
 
 from flower.core.errors import ConfigError
 from flower.core.files import SpillFolder
 from flower.core.shell import is_ephemeral
 from flower.store.ephemeral import EphemeralPolicy
-from flower.store.reshape import Pass, Report, run_passes
+from flower.store.reshape import Pass, Report, ReshapingSessionStore
 from flower.store.sqlite import SqliteSessionStore
 from flower.store.transcript import Entry, TranscriptIndex, _content, _only_text, _plain_text, _short_cmd, _with_text
 
@@ -152,15 +148,18 @@ class Trim:
 # ---------------------------------------------------------------------------
 
 
-class TrimmingSessionStore(SqliteSessionStore):
-    """``SqliteSessionStore`` whose ``load()`` expires stale ephemeral results and spills old bulk.
+class TrimmingSessionStore(ReshapingSessionStore):
+    """``ReshapingSessionStore(SqliteSessionStore(path), [Expire, Trim])``, built from two policies.
 
-    The reshaping is the composed one (``run_passes`` over ``passes()``); this class only
-    builds the passes from its policies. ``last_report`` describes the latest ``load()``
-    (of one key): ``expired`` (expiry), ``cleared`` / ``kept`` / ``chars_saved`` (trimming:
-    results spilled, results exempt as recent, characters no longer sent). A disabled
-    pass reports nothing.
+    Only a constructor over the composed store: ``load()`` is the decorator's. The passes follow the
+    policies — assigning ``policy``, ``ephemeral`` or ``workspace`` rebuilds them, and a disabled
+    policy contributes no pass (so it reports nothing). ``last_report`` describes the latest
+    ``load()`` (of one key): ``expired`` (expiry), ``cleared`` / ``kept`` / ``chars_saved``
+    (trimming: results spilled, results exempt as recent, characters no longer sent).
+    ``has_session``, ``last_context``, ``projects`` and ``close`` are the SQLite store's.
     """
+
+    inner: SqliteSessionStore
 
     def __init__(
         self,
@@ -169,25 +168,50 @@ class TrimmingSessionStore(SqliteSessionStore):
         policy: TrimPolicy | None = None,
         ephemeral: EphemeralPolicy | None = None,
     ) -> None:
-        super().__init__(path)
-        self.workspace = Path(workspace)
-        self.policy = policy if policy is not None else TrimPolicy()
-        self.ephemeral = ephemeral if ephemeral is not None else EphemeralPolicy()
-        self.last_report: dict[str, int] = {}
-        self.reports: dict[str, Report] = {}
-        spill = Path(self.policy.spill_dirname)
+        super().__init__(SqliteSessionStore(path), [])
+        self._workspace = Path(workspace)
+        self._ephemeral = ephemeral if ephemeral is not None else EphemeralPolicy()
+        self.policy = policy if policy is not None else TrimPolicy()  # checks it and builds the passes
+
+    @property
+    def workspace(self) -> Path:
+        return self._workspace
+
+    @workspace.setter
+    def workspace(self, value: str | Path) -> None:
+        self._workspace = Path(value)
+        self._rebuild()
+
+    @property
+    def policy(self) -> TrimPolicy:
+        return self._policy
+
+    @policy.setter
+    def policy(self, value: TrimPolicy) -> None:
+        spill = Path(value.spill_dirname)
         if spill.is_absolute() or ".." in spill.parts:
             raise ConfigError(
-                f"TrimPolicy.spill_dirname={self.policy.spill_dirname!r} must be a relative path inside the "
+                f"TrimPolicy.spill_dirname={value.spill_dirname!r} must be a relative path inside the "
                 "workspace; use something like '.flower/spill'.", setting="TrimPolicy.spill_dirname"
             )
+        self._policy = value
+        self._rebuild()
+
+    @property
+    def ephemeral(self) -> EphemeralPolicy:
+        return self._ephemeral
+
+    @ephemeral.setter
+    def ephemeral(self, value: EphemeralPolicy) -> None:
+        self._ephemeral = value
+        self._rebuild()
 
     @property
     def spill_dir(self) -> Path:
         """``<workspace>/<spill_dirname>``, absolute: the pointer lines name it for ``Read``."""
         return self.workspace.resolve() / self.policy.spill_dirname
 
-    def passes(self) -> list[Pass]:
+    def _passes(self) -> list[Pass]:
         """The load-time passes, in order, from the current policies; subclasses append theirs."""
         out: list[Pass] = []
         if self.ephemeral.enabled:
@@ -196,20 +220,21 @@ class TrimmingSessionStore(SqliteSessionStore):
             out.append(Trim(self.policy, self.spill_dir))
         return out
 
-    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
-        entries = await super().load(key)
-        self._file({})
-        if not entries:
-            return entries
-        rows = cast(list[Entry], entries)  # decoded JSON objects: plain dicts
-        out, reports = await anyio.to_thread.run_sync(run_passes, rows, self.passes())
-        self._file(reports)
-        return out  # type: ignore[return-value]  # plain JSON dicts, as the SDK's TypedDict describes
+    def _rebuild(self) -> None:
+        self.passes = self._passes()
 
-    def _file(self, reports: dict[str, Report]) -> None:
-        """Keep one load's reports (replaced whole, never added to)."""
-        self.reports = reports
-        self.last_report = {**reports.get("expire", {}), **reports.get("trim", {})}
+    # -- the SQLite store's own calls ------------------------------------------------------------
+    def has_session(self, project_key: str, session_id: str) -> bool:
+        return self.inner.has_session(project_key, session_id)
+
+    def last_context(self, project_key: str, session_id: str, *, scan: int = 60) -> int:
+        return self.inner.last_context(project_key, session_id, scan=scan)
+
+    def projects(self) -> list[str]:
+        return self.inner.projects()
+
+    def close(self) -> None:
+        self.inner.close()
 
     # -- the passes as methods, on a plain list (sets ``last_report`` like a load) ----------------
     def expire(self, entries: list[Entry], ix: TranscriptIndex | None = None) -> list[Entry]:
@@ -223,13 +248,13 @@ class TrimmingSessionStore(SqliteSessionStore):
         return entries
 
 
-def trim_report(store: TrimmingSessionStore | Mapping[str, int]) -> str:
+def trim_report(store: ReshapingSessionStore | Mapping[str, int]) -> str:
     """``store.last_report`` as one line of Chinese for the UI log (a report dict is accepted too).
 
     Nothing done → ``"未裁剪"``; only expiry → ``"N 个时效性结果标记为过期"``; otherwise
     ``"裁掉 N 个工具结果(保留最近 M 个),省下 ~X tokens"`` with X = ``chars_saved // 4``.
     """
-    report = store.last_report if isinstance(store, TrimmingSessionStore) else store
+    report = store.last_report if isinstance(store, ReshapingSessionStore) else store
     cleared, expired = report.get("cleared", 0), report.get("expired", 0)
     if cleared:
         return f"裁掉 {cleared} 个工具结果(保留最近 {report.get('kept', 0)} 个),省下 ~{report.get('chars_saved', 0) // 4} tokens"

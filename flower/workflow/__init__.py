@@ -24,10 +24,11 @@ __all__ = [
     "starter_flow", "wake_state", "starter_paths", "StarterPaths",
 ]
 
-__getattr__, __dir__ = lazy_exports(__name__, {
-    ".base": ["ON_FAIL", "Ctx", "Step", "StepAbort", "Workflow"],
-    ".clarify": ["BRIEF_KEY", "CLARIFY_RESUME", "MISSING_KEY", "clarify_step"],
-    ".goal": ["GOAL_KEY", "ROUND_KEY", "VERDICT_KEY", "VERIFY_PROMPT", "goal_step", "with_goal"],
-    ".paths": ["StarterPaths", "starter_paths", "wake_state"],
-    ".starter": ["starter_flow"],
-}, __all__)
+if not TYPE_CHECKING:  # a type checker sees the imports above, and no __getattr__ that would accept any name
+    __getattr__, __dir__ = lazy_exports(__name__, {
+        ".base": ["ON_FAIL", "Ctx", "Step", "StepAbort", "Workflow"],
+        ".clarify": ["BRIEF_KEY", "CLARIFY_RESUME", "MISSING_KEY", "clarify_step"],
+        ".goal": ["GOAL_KEY", "ROUND_KEY", "VERDICT_KEY", "VERIFY_PROMPT", "goal_step", "with_goal"],
+        ".paths": ["StarterPaths", "starter_paths", "wake_state"],
+        ".starter": ["starter_flow"],
+    }, __all__)

@@ -13,9 +13,10 @@ import inspect
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Literal
+from typing import Any, Callable, Literal
 
 from ..core.agent import AgentSpec
+from ..core.channel import HumanChannel
 from ..core.errors import StepAbort, StepError
 from ..core.events import Event, OnEvent
 from ..core.lineage import Lineage
@@ -23,9 +24,6 @@ from ..core.outcome import Call
 from ..core.runtime import Runtime, StepResult
 from ..core.workbench import Workbench
 from .state import RunState
-
-if TYPE_CHECKING:
-    from ..core.channel import HumanChannel
 
 __all__ = ["Ctx", "Step", "Workflow", "StepAbort", "ON_FAIL", "OnFail"]
 

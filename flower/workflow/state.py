@@ -10,13 +10,11 @@ framework lives in the user's dict.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..core.events import OnEvent
 from ..core.lineage import Lineage
-
-if TYPE_CHECKING:
-    from ..core.runtime import Runtime, StepResult
+from ..core.runtime import Runtime, StepResult
 
 __all__ = ["RunState", "CTX_KEYS"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,43 @@ async def test_observers_watch_every_run_without_a_subclass(workspace, tmp_path,
         await rt.run(SPEC, "first", step_name="甲")
         await rt.run(SPEC, "second")
     assert seen == ["start 甲", "also 甲", "end 甲 one attempts=2", "start 工人", "also 工人", "end 工人 two attempts=1"]
+
+
+async def test_the_handoff_turn_is_not_held_to_the_steps_budget(workspace, tmp_path, scripted):
+    """The step's max_budget_usd would stop the turn that writes the handoff, and the doc would be a degraded one.
+
+    The work turn costs nothing (an overflow); the handoff turn alone is far over the step's $0.01 budget.
+    """
+    spec = replace(SPEC, max_budget_usd=0.01)
+    events: list[Event] = []
+    rules = [Rule(tool("Bash", {"command": "echo step-one", "description": "x"}), prompt="big task"),
+             Rule(too_long(), result="step-one"),
+             Rule(say(HANDOFF_DOC, usage={"input_tokens": 150_000, "output_tokens": 20_000}), user="[交接]"),
+             Rule(say("finished after handoff"), prompt="写 b.txt")]
+    with scripted(rules) as model:
+        rt = _runtime(workspace, tmp_path, workbench=True)
+        r = await rt.run(spec, "big task", step_name="工作", on_event=events.append)
+    done = [e for e in events if e.kind == "handoff"][-1].payload
+    assert done["degraded"] is False, "the handoff turn was cut short: it ran under the step's budget"
+    assert r.ok and r.text == "finished after handoff" and model.unmatched == [], r.error
+    assert "写 b.txt" in (rt.workbench.notes / "交接-工作.md").read_text()
+
+
+async def test_keep_denials_reaches_the_store_that_resumes_the_session(workspace, tmp_path, scripted):
+    """Runtime(keep_denials=2): of three calls its guard denied, the resumed conversation replays the newest two."""
+    spec = AgentSpec("评审", "", allowed_tools=["Read"], workbench=False)  # no Bash: whitelist_guard denies it
+    rules = [Rule(say("resumed"), user="继续"),
+             Rule(*(tool("Bash", {"command": f"rm -f {n}.txt", "description": "x"}) for n in "abc"), say("放弃"),
+                  prompt="清理")]
+    with scripted(rules) as model:
+        rt = _runtime(workspace, tmp_path, keep_denials=2)
+        first = await rt.run(spec, "清理", step_name="清理")
+        denied = [r for r in model.conversation[-1].results if r["is_error"]]
+        again = await rt.run(spec, "继续", step_name="清理", resume=first.session_id)
+    assert first.ok and again.ok and again.session_id == first.session_id, (first.error, again.error)
+    assert len(denied) == 1 and "Bash" in denied[0]["text"], "the guard denied the call"
+    resumed = next(x for x in model.conversation if x.user == "继续")
+    replayed = [b["input"]["command"] for m in resumed.messages if m["role"] == "assistant"
+                for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_use"]
+    assert replayed == ["rm -f b.txt", "rm -f c.txt"], "keep_denials=2 keeps the newest two denied calls"
+    assert rt.store.denials_dropped == 1

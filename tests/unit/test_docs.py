@@ -329,6 +329,9 @@ VERDICT_CASES = [
     # sections but no 结论: the lead-in is the conclusion
     ("未达成。\n## 理由\n缺测试", "not_yet"),
     ("## 理由\n都达成了", ""),
+    # ...and not the whole block, as the reference has it: a reason's words are no conclusion (a false pass)
+    ("## 理由\n构建完成,但测试未通过", ""),
+    ("## 理由\n通过了一部分\n## 未通过\n- 测试", ""),
     # 5. nothing
     ("", ""),
     ("看起来还行", ""),

@@ -338,7 +338,7 @@ async def test_prune_after_trim_and_counters_per_load(tmp_path: Path) -> None:
         t.prompt(f"p{i}")
         t.reply("", bash(f"make step{i}", "m" * 2500))
     t.end()
-    store = PruningSessionStore(tmp_path / "s.db", tmp_path, TrimPolicy(keep_recent=2), PrunePolicy(1))
+    store = PruningSessionStore(tmp_path / "s.db", tmp_path, TrimPolicy(keep_recent=2), prune=PrunePolicy(1))
     await store.append(KEY, t.entries)  # type: ignore[arg-type]
     out = await store.load(KEY)  # type: ignore[arg-type]
     assert [i for i in tool_use_ids(out) if i in {d.id for d in refused}] == [refused[2].id]
@@ -349,12 +349,14 @@ async def test_prune_after_trim_and_counters_per_load(tmp_path: Path) -> None:
     assert store.denials_dropped == 0 and store.pruned == 0
 
 
-def test_fourth_positional_is_prune(tmp_path: Path) -> None:
-    store = PruningSessionStore(tmp_path / "s.db", tmp_path, TrimPolicy(keep_recent=3), PrunePolicy(keep_denials=0),
-                                EphemeralPolicy(keep_recent=2))
+def test_prune_and_ephemeral_are_keyword_only(tmp_path: Path) -> None:
+    """The 4th parameter differs from TrimmingSessionStore's (prune vs ephemeral): by position it is refused."""
+    store = PruningSessionStore(tmp_path / "s.db", tmp_path, TrimPolicy(keep_recent=3),
+                                prune=PrunePolicy(keep_denials=0), ephemeral=EphemeralPolicy(keep_recent=2))
     assert (store.policy.keep_recent, store.prune_policy.keep_denials, store.ephemeral.keep_recent) == (3, 0, 2)
-    with pytest.raises(TypeError, match="by keyword"):
-        PruningSessionStore(tmp_path / "s.db", tmp_path, None, EphemeralPolicy())  # type: ignore[arg-type]
+    for fourth in (EphemeralPolicy(), PrunePolicy()):
+        with pytest.raises(TypeError, match="positional"):
+            PruningSessionStore(tmp_path / "s.db", tmp_path, None, fourth)  # type: ignore[misc]
 
 
 def test_negative_keep_denials_is_refused(tmp_path: Path) -> None:

@@ -54,3 +54,24 @@ def test_dataclass_fields_and_chinese_defaults():
     assert [
         inspect.signature(flower.starter_flow).parameters[p].default for p in ("brief_name", "goal_name", "log_name")
     ] == ["需求.md", "目标.md", "问答记录.md"]
+
+
+def test_where_flower_differs_from_the_reference_the_signatures_say_so():
+    """The signature-level rows of README's "Where flower differs from the reference", pinned."""
+    from flower.workflow.starter import _Starter
+
+    # isolate_guard: one keyword more than the reference, with a default, so the reference's calls still work
+    assert _params(flower.isolate_guard) == [("agents", inspect.Parameter.empty, "POSITIONAL_OR_KEYWORD"),
+                                             ("on_inject", None, "KEYWORD_ONLY"), ("foreground", False, "KEYWORD_ONLY")]
+    # the stores: the reference's Trimming signature as it is; Pruning's prune= and ephemeral= by keyword only
+    assert [(n, k) for n, _, k in _params(flower.TrimmingSessionStore.__init__)[1:]] == [
+        ("path", "POSITIONAL_OR_KEYWORD"), ("workspace", "POSITIONAL_OR_KEYWORD"), ("policy", "POSITIONAL_OR_KEYWORD"),
+        ("ephemeral", "POSITIONAL_OR_KEYWORD")]
+    assert [(n, k) for n, _, k in _params(flower.PruningSessionStore.__init__)[1:]][3:] == [
+        ("prune", "KEYWORD_ONLY"), ("ephemeral", "KEYWORD_ONLY")]
+    # composed, not inherited: both are the one decorator over SQLite
+    from flower.store import ReshapingSessionStore
+    assert issubclass(flower.PruningSessionStore, ReshapingSessionStore)
+    assert not issubclass(flower.TrimmingSessionStore, flower.SqliteSessionStore)
+    # starter_flow: a Workflow, of a subclass that checks the runtime's run_dir first
+    assert issubclass(_Starter, flower.Workflow) and _Starter.run is not flower.Workflow.run

@@ -539,6 +539,24 @@ async def test_judge_name_and_rounds_restart_at_each_guarded_step(tmp_path, cred
     assert ctx[ROUND_KEY] == 1 and "_failed_at" not in ctx
 
 
+async def test_the_wrapped_gate_runs_first_and_a_false_from_it_skips_the_judge(tmp_path, creds):
+    """A deviation from the reference (which replaces the step's gate): the step's own gate is kept, before the
+    judge; its False costs no verdict round and its on_reject says what goes back."""
+    Goal.parse(GOAL).write(tmp_path / "目标.md")
+    rt = _rec(tmp_path)
+    replies = iter(["work 1", "work 2", "## 结论\n达成"])
+    rt.run = lambda spec, prompt, **kw: _async(_reply(rt, spec, prompt, next(replies), kw))  # type: ignore[method-assign]
+    base = Step("工作", SPEC, "do it", gate=lambda r, c: r.text == "work 2", on_reject=lambda r, c: "先跑测试")
+    ctx = await Workflow([with_goal(base, HumanChannel(timeout_s=0), goal_path=tmp_path / "目标.md")]).run(rt)
+    assert [(c["spec"], c.get("step_name"), c["prompt"][:8]) for c in rt.calls] == [
+        ("t", "工作", "do it"), ("t", "工作#round2", "先跑测试"), ("工作·判定", "工作·判定#1", "第 1 轮工作结")]
+    assert ctx["工作"] == "work 2" and ctx[ROUND_KEY] == 1 and ctx[VERDICT_KEY].achieved
+
+
+async def _async(value: Any) -> Any:
+    return value
+
+
 async def test_with_goal_gives_up_after_rounds(tmp_path, creds):
     ctx, rt = await _judged(tmp_path, ["## 结论\n未达成\n## 理由\n缺 y"] * 2, None, rounds=2)
     assert ctx["_failed_at"] == "工作" and len(rt.calls) == 4
