@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -47,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["hash-token"]:
         if argv[1:2] in (["-h"], ["--help"]):
-            args, what = SUBCOMMANDS["hash-token"]
-            print(f"usage: python -m service hash-token {args}\n\n{what}")
+            usage, what = SUBCOMMANDS["hash-token"]
+            print(f"usage: python -m service hash-token {usage}\n\n{what}")
             return 0
         token = argv[1] if len(argv) > 1 else sys.stdin.readline().strip()
         if not token:
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                                            http="h11", h11_max_incomplete_event_size=MAX_HEAD))
     original = server.startup
 
-    async def startup(sockets: list | None = None) -> None:
+    async def startup(sockets: list[socket.socket] | None = None) -> None:
         await original(sockets)
         for srv in getattr(server, "servers", []) or []:
             for sock in srv.sockets:

@@ -38,7 +38,7 @@ class Backoff:
         """Record one more failure; the wait before the next try."""
         n = self._fails.get(key, 0) + 1
         self._fails[key] = n
-        wait = min(self.cap, self.base * 2 ** min(n - 1, 30))
+        wait = float(min(self.cap, self.base * 2 ** min(n - 1, 30)))
         self._until[key] = self._clock() + wait
         return wait
 

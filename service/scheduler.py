@@ -419,7 +419,7 @@ class Scheduler:
         log.info("run.started", tenant=run.tenant, run=run.id, branch=self.layout(run).branch, base=base,
                  handle=str(handle), warm=folder)
 
-    def _prepare_and_start(self, run: Run, tenant: Tenant) -> tuple[Any, str, str | None]:
+    def _prepare_and_start(self, run: Run, tenant: Tenant) -> tuple[Handle, str, str | None]:
         """Blocking: everything a run needs on disk, then the sandbox — a warm one when the pool has one of the
         run's shape (the run takes its folder). Returns (handle, base, the slot's folder or None). Undoes what it
         made if a step fails."""
@@ -444,7 +444,8 @@ class Scheduler:
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
                            base=base, objects=objects, egress=tenant.egress)
             if slot is not None:
-                return self.backend.claim(slot.handle, layout, spec), base, slot.folder
+                assert self.pool is not None
+                return self.pool.backend.claim(slot.handle, layout, spec), base, slot.folder
             write_spec(layout, spec)
             return self.backend.start(layout, spec), base, None
         except BaseException:
@@ -664,7 +665,7 @@ class Scheduler:
                                        f"{self.config.max_run_disk_mb:g} MB a run may use (max_run_disk_mb)")
             log.warning("run.over_disk", tenant=run.tenant, run=run.id, disk_bytes=used, limit=limit)
 
-    async def _stop(self, run: Run, handle: Any) -> None:
+    async def _stop(self, run: Run, handle: Handle) -> None:
         """In the background: a stop waits for the run to end, and other runs must not wait with it."""
         log.info("run.cancelling", tenant=run.tenant, run=run.id)
         t0 = time.monotonic()
@@ -782,24 +783,19 @@ class Scheduler:
                                     disk_bytes=used):
             self.metrics.finished(run.tenant, status, ended - run.started if run.started else None, reason)
         grant = await self.gateway.close(run.id)  # its token ends with it
-        self._overspent.pop(run.id, None)
-        self._evicted.pop(run.id, None)
         self._compare_audits(run, grant)
         row = self.registry.get(run.id)
         log.info("run.finished", tenant=run.tenant, run=run.id, status=status,
                  cost_usd=round(row.cost_usd, 6) if row else None, claimed_cost_usd=round(claimed, 6),
                  commit=commit, files=len(stat["files"]) if stat else None, error=error)
-        leftover = handle or run.handle  # a run that went missing may have left processes (local: in its cgroup)
+        # a run that went missing may have left processes (local: in its cgroup)
+        leftover = handle or (Handle(run.handle) if run.handle else None)
         if leftover is not None:
             try:
                 await asyncio.to_thread(self.backend.remove, leftover)
             except Exception as e:  # noqa: BLE001
                 log.warning("run.remove_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
-        self.handles.pop(run.id, None)
-        self._stopping.pop(run.id, None)
-        self._imported.pop(run.id, None)
-        self._measured.pop(run.id, None)
-        self._over_disk.pop(run.id, None)
+        self._forget(run.id)
         self._publish_end(run.id)
         self.wake()  # its slot is free: the next pass starts a queued run at once
 
@@ -823,31 +819,43 @@ class Scheduler:
 
     async def _end_alone(self, run: Run, why: str, reason: FailureReason) -> None:
         """End a run without reading anything it wrote: row failed, token ended, sandbox and checkout removed."""
-        handle = self.handles.pop(run.id, None) or run.handle
-        steps: list[tuple[str, Callable[[], Any]]] = [
-            ("row", lambda: self.registry.transition(run.id, "failed", frm=ACTIVE, ended=time.time(), error=why,
-                                                     token_sha256=None)),
-            ("sandbox", lambda: handle is not None and self.backend.remove(handle)),
+        handle = self.handles.get(run.id) or (Handle(run.handle) if run.handle else None)
+        try:
+            ended = await asyncio.to_thread(self.registry.transition, run.id, "failed", frm=ACTIVE,
+                                            ended=time.time(), error=why, token_sha256=None)
+        except Exception as e:  # noqa: BLE001 - the rest is released all the same; the next pass retries the row
+            log.warning("run.release_failed", tenant=run.tenant, run=run.id, step="row", error=_one_line(e))
+        else:
+            if ended:
+                self.metrics.finished(run.tenant, "failed", time.time() - run.started if run.started else None,
+                                      reason)
+        await self.gateway.close(run.id)
+        releases: list[tuple[str, Callable[[], object]]] = [
             ("env file", lambda: self.layout(run).env_file.unlink(missing_ok=True)),
-            ("checkout", lambda: self._discard_workspace(run, keep_branch=True)),
-        ]
-        for what, step in steps:
+            ("checkout", lambda: self._discard_workspace(run, keep_branch=True))]
+        if handle is not None:
+            releases.insert(0, ("sandbox", lambda: self.backend.remove(handle)))
+        for what, release in releases:
             try:
-                done = await asyncio.to_thread(step)
+                await asyncio.to_thread(release)
             except Exception as e:  # noqa: BLE001
                 log.warning("run.release_failed", tenant=run.tenant, run=run.id, step=what, error=_one_line(e))
-            else:
-                if what == "row" and done:
-                    self.metrics.finished(run.tenant, "failed", time.time() - run.started if run.started else None,
-                                          reason)
-        await self.gateway.close(run.id)
-        for held in (self._overspent, self._evicted, self._stopping, self._imported, self._measured,
-                     self._over_disk, self._claimed):
-            held.pop(run.id, None)  # type: ignore[attr-defined]
-        self._checkpoints.discard(run.id)
-        self.backoff.succeeded(run.id)
+        self._forget(run.id)
         self._publish_end(run.id)
         self.wake()
+
+    def _forget(self, run_id: str) -> None:
+        """Whatever the scheduler held for a run that ended."""
+        self.handles.pop(run_id, None)
+        self._stopping.pop(run_id, None)
+        self._imported.pop(run_id, None)
+        self._measured.pop(run_id, None)
+        self._over_disk.pop(run_id, None)
+        self._overspent.pop(run_id, None)
+        self._evicted.pop(run_id, None)
+        self._claimed.pop(run_id, None)
+        self._checkpoints.discard(run_id)
+        self.backoff.succeeded(run_id)
 
     def _compare_audits(self, run: Run, grant: Grant | None) -> None:
         """The wire's counts against the run's own: a run that hid (or invented) a denial shows up here."""
@@ -1049,7 +1057,7 @@ class Scheduler:
             if not subs:
                 self._subs.pop(run_id, None)
 
-    def _publish(self, run_id: str, seq: int, ev: dict[str, Any]) -> None:
+    def _publish(self, run_id: str, seq: int, ev: Event) -> None:
         for q in list(self._subs.get(run_id, ())):
             try:
                 q.put_nowait((seq, ev))

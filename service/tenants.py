@@ -176,28 +176,28 @@ def _parse(path: Path) -> list[Tenant]:
     repos: dict[str, str] = {}  # resolved repository and object store -> the tenant that named it
     for i, item in enumerate(entries, 1):
         try:
-            e = msgspec.convert(item, _TenantEntry)
+            entry = msgspec.convert(item, _TenantEntry)
         except msgspec.ValidationError as err:
             raise TenantError(f"tenant #{i} in {path} is invalid: {err}") from None
-        if (e.token is None) == (e.token_sha256 is None):
-            raise TenantError(f"tenant {e.name} in {path} needs exactly one of `token_sha256` or `token`")
-        digest = e.token_sha256 or hash_token(e.token or "")
-        if e.name in names:
-            raise TenantError(f"tenant {e.name} appears twice in {path}")
+        if (entry.token is None) == (entry.token_sha256 is None):
+            raise TenantError(f"tenant {entry.name} in {path} needs exactly one of `token_sha256` or `token`")
+        digest = entry.token_sha256 or hash_token(entry.token or "")
+        if entry.name in names:
+            raise TenantError(f"tenant {entry.name} appears twice in {path}")
         if digest in hashes:
-            raise TenantError(f"tenant {e.name} in {path} shares its token with another tenant; give each its own")
-        unknown = sorted(set(e.server_tools) - set(SERVER_TOOLS))
+            raise TenantError(f"tenant {entry.name} in {path} shares its token with another tenant; give each its own")
+        unknown = sorted(set(entry.server_tools) - set(SERVER_TOOLS))
         if unknown:
-            raise TenantError(f"tenant {e.name} in {path} lists unknown server tool(s) {', '.join(unknown)} in "
+            raise TenantError(f"tenant {entry.name} in {path} lists unknown server tool(s) {', '.join(unknown)} in "
                               f"`server_tools`; use only {', '.join(SERVER_TOOLS)}")
-        names.add(e.name)
+        names.add(entry.name)
         hashes.add(digest)
         base = path.parent
-        repo = _own_repo(base / Path(e.repo).expanduser(), e.name, path, repos)
-        cred = str((base / Path(e.credentials).expanduser()).resolve())
-        out.append(Tenant(name=e.name, token_hash=digest, repo=repo, credentials=cred, quota=e.quota,
-                          allowed_options=frozenset(e.allowed_options), egress=e.egress,
-                          budget_usd=e.budget_usd, server_tools=frozenset(e.server_tools)))
+        repo = _own_repo(base / Path(entry.repo).expanduser(), entry.name, path, repos)
+        cred = str((base / Path(entry.credentials).expanduser()).resolve())
+        out.append(Tenant(name=entry.name, token_hash=digest, repo=repo, credentials=cred, quota=entry.quota,
+                          allowed_options=frozenset(entry.allowed_options), egress=entry.egress,
+                          budget_usd=entry.budget_usd, server_tools=frozenset(entry.server_tools)))
     return out
 
 

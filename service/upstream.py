@@ -119,9 +119,10 @@ class Upstream:
                 return conn, True
             conn.writer.close()
         scheme, host, port = origin
-        tls = {"ssl": self._tls, "server_hostname": host} if scheme == "https" else {}
+        opening = (asyncio.open_connection(host, port, ssl=self._tls, server_hostname=host) if scheme == "https"
+                   else asyncio.open_connection(host, port))
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port, **tls), self.connect_timeout)
+            reader, writer = await asyncio.wait_for(opening, self.connect_timeout)
         except (OSError, TimeoutError) as e:
             raise UpstreamError(f"cannot connect to {host}:{port} ({type(e).__name__})") from None
         return _Conn(reader, writer), False

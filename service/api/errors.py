@@ -114,5 +114,5 @@ def _crash(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorOut
     return _body(500, "internal error in the service; the operator's log has details")
 
 
-EXCEPTION_HANDLERS: dict[type[Exception], Any] = {HTTPException: _http_error, RecursionError: _too_deep,
+EXCEPTION_HANDLERS: dict[int | type[Exception], Any] = {HTTPException: _http_error, RecursionError: _too_deep,
                                                   Exception: _crash}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 import msgspec
 from litestar import Request, get
@@ -63,7 +63,7 @@ def _message(item: Numbered | KeepAlive | Ended) -> ServerSentEventMessage:
      summary="The run's events: every line from `after` (or Last-Event-ID) on, then live; `end` last",
      response_description="text/event-stream: `id` is the event's number, `event` its kind, `data` its JSON "
                           "({seq, kind, text, payload, …}); an `ask` event's payload.id is the question id")
-async def events(request: Request, run: RunDep, tenant: TenantDep, registry: RegistryDep,
+async def events(request: Request[Any, Any, Any], run: RunDep, tenant: TenantDep, registry: RegistryDep,
                  scheduler: SchedulerDep, after: Annotated[int | None, Parameter(ge=0)] = None,
                  last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID", required=False)] = None,
                  ) -> ServerSentEvent:
@@ -87,7 +87,7 @@ async def events(request: Request, run: RunDep, tenant: TenantDep, registry: Reg
         scheduler.unsubscribe(run.id, queue)
         scheduler.streams[tenant.name] -= 1
 
-    request.scope.setdefault("state", {})[_SLOT] = release  # type: ignore[typeddict-unknown-key]
+    request.scope.setdefault("state", {})[_SLOT] = release
 
     def over() -> str | None:
         current = registry.get(run.id)

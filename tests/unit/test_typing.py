@@ -1,4 +1,4 @@
-"""mypy --strict over flower/ is clean (configuration: [tool.mypy] in pyproject.toml); CI runs this test."""
+"""mypy --strict over flower/, sandbox/ and service/ is clean (configuration: [tool.mypy] in pyproject.toml); CI runs this test."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_mypy_strict_is_clean_over_flower() -> None:
+def test_mypy_strict_is_clean_over_flower_sandbox_and_service() -> None:
     cache = Path(tempfile.gettempdir()) / "flower-mypy-cache"
     done = subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(cache)], cwd=ROOT,
                           capture_output=True, text=True, timeout=600)
