@@ -211,7 +211,7 @@ class _Streaks:
         self._last[key] = now
         if last is None or now - last > STREAK_QUIET_S:
             log.warning("gateway.bound", bound=bound, limit=limit, run=run, peer=peer,
-                        hint=f"connections past it are closed; logged again after {STREAK_QUIET_S:.0f} s without")
+                        hint=f"further hits go unlogged until {STREAK_QUIET_S:.0f} s pass without one")
         if len(self._last) > 4096:  # peers come and go: forget the streaks that ended
             self._last = {k: t for k, t in self._last.items() if now - t <= STREAK_QUIET_S}
 
