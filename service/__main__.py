@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     from .logging import configure_logging, get_logger
 
     configure_logging(config.log_format, level=config.log_level)
+    _raise_nofile()
     try:
         app = create_app(config)
         os.umask(0o077)  # after the image build (its context must stay readable): what the service creates is its own
@@ -97,6 +98,23 @@ def main(argv: list[str] | None = None) -> int:
     server.startup = startup  # type: ignore[method-assign]
     server.run()
     return 0 if server.started else 1
+
+
+def _raise_nofile() -> None:
+    """Every connection is an fd: the soft limit (often 1024) goes up to the hard one, so that the gateway's
+    per-run bounds, not the process's limit, decide when a connection is turned away."""
+    import resource
+
+    from .logging import get_logger
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    new = soft if hard == resource.RLIM_INFINITY else hard
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+    except (ValueError, OSError) as e:
+        get_logger("flower.service").warning("service.nofile_unchanged", soft=soft, hard=hard, error=str(e))
+        return
+    get_logger("flower.service").info("service.nofile", old=soft, new=new)
 
 
 def _backup_or_restore(command: str, argv: list[str]) -> int:

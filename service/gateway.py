@@ -25,6 +25,7 @@ import hashlib
 import hmac
 import json
 import os
+import resource
 import secrets
 import socket
 import stat
@@ -33,6 +34,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import h11
 import msgspec
@@ -41,7 +43,7 @@ from .logging import get_logger
 from .upstream import Upstream, UpstreamError, UpstreamResponse
 from .wire import Ask, ResponseReader, Usage, cost_of, most_cost, server_tools, tool_results
 
-__all__ = ["Gateway", "Grant", "upstream_of", "run_credentials", "new_token", "SOCKET_NAME", "SECRET_KEYS"]
+__all__ = ["Gateway", "Grant", "upstream_of", "new_token", "SOCKET_NAME", "SECRET_KEYS"]
 
 SOCKET_NAME = "gateway.sock"
 MAX_HEAD = 64 * 1024
@@ -49,11 +51,9 @@ MAX_BODY = 64 * 1024 * 1024
 MAX_DISCARD = 1024 * 1024  # of a refused request's body, read and dropped
 MAX_IN_FLIGHT = 16  # a run's model calls at once: what it can make the service buffer, and overspend a budget by
 FORWARDED = ("/v1/messages", "/v1/messages/count_tokens")
-# The tenant's secrets: they stay here. Anything else in its env file (model names, CLI switches) goes to
-# the run, except values whose names say they are secret.
+# The tenant's secrets: they stay here (what a run gets of its credentials file is service/runenv.py's allow-list).
 SECRET_KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS",
                "ANTHROPIC_BASE_URL")
-_SECRETISH = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL")
 STALL_S = 120.0  # a run that reads nothing of its answer for this long is treated as gone
 DRAIN_S = 600.0  # how long an answer is still read from the upstream after the run hung up (then: what was seen)
 # The run's headers that go on: the Messages API's, and the informational ones the bundled CLI sends (checked against
@@ -74,6 +74,21 @@ BETAS = frozenset({
     "token-counting-2024-11-01", "claude-code-side-query-2026-09-29"})
 _HOP_BACK = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "trailer"}
 _TOOL_MEMORY = 4096
+
+# What a run's connections may hold on the service's side of the wall (issue 21): a run reaches the gateway from
+# inside its sandbox, so each bound is per run (its socket) or per TCP peer, and what lies past it costs the service
+# nothing — a run at its connection bound waits in the kernel's backlog, not in our fds. The CLI keeps a handful of
+# connections (main thread, subagents, side requests) and sends each head and body in one burst.
+MAX_RUN_CONNECTIONS = 64  # a run's socket, open at once: 4 × MAX_IN_FLIGHT, and 64 fds are no dent in the limit
+MAX_PEER_CONNECTIONS = 64  # one TCP peer, before any token: on Kubernetes a peer is a run's pod
+MAX_TCP_CONNECTIONS = 4096  # the TCP listener in all (and at most a quarter of the fd limit, see listen_tcp)
+BACKLOG = 64  # connections the kernel queues for us while a listener is at its bound
+HEAD_TIMEOUT_S = 10.0  # a request's head, from the connection's start: the CLI writes it at once
+IDLE_TIMEOUT_S = 60.0  # a kept-alive connection with no next request (clients drop theirs sooner: undici 4 s)
+BODY_STALL_S = 10.0  # the longest gap in a body
+BODY_MIN_RATE = 64 * 1024  # bytes a second on average, after the first BODY_STALL_S: a trickle is cut
+MAX_RUN_BODY_BYTES = 96 * 1024 * 1024  # the bodies of a run's open requests together: one MAX_BODY and half again
+STREAK_QUIET_S = 60.0  # a bound hit again after this long is a new streak, logged again; within it, not
 
 log = get_logger("flower.service.gateway")
 audit_log = get_logger("flower.audit")
@@ -101,19 +116,6 @@ def upstream_of(values: Mapping[str, str]) -> tuple[str, list[tuple[str, str]]]:
         if sep and name.strip():
             headers.append((name.strip().lower(), value.strip()))
     return base, headers
-
-
-def run_credentials(values: Mapping[str, str], token: str, *, url: str | None = None,
-                    socket_path: Path | None = None) -> dict[str, str]:
-    """The run's env file: the tenant's non-secret settings, the run's token, and where the gateway is."""
-    out = {k: v for k, v in values.items()
-           if k not in SECRET_KEYS and not any(s in k for s in _SECRETISH) and not k.startswith("AWS_")}
-    out["ANTHROPIC_API_KEY"] = token
-    if socket_path is not None:
-        out["FLOWER_GATEWAY_SOCKET"] = str(socket_path)
-    if url:
-        out["ANTHROPIC_BASE_URL"] = url
-    return out
 
 
 @dataclass(eq=False)
@@ -193,9 +195,80 @@ async def _write(writer: asyncio.StreamWriter, data: bytes) -> bool:
     return True
 
 
+def _body_size(req: h11.Request) -> int:
+    """What the request's body will hold: its Content-Length (h11 reads no more), else (chunked) ``MAX_BODY``."""
+    for name, value in req.headers:
+        if name == b"content-length":
+            return int(value)  # h11 checked it is digits
+    return MAX_BODY
+
+
 def _error(status: int, kind: str, message: str) -> tuple[int, bytes]:
     return status, json.dumps({"type": "error", "error": {"type": kind, "message": f"flower gateway: {message}"}}
                               ).encode()
+
+
+Bound = Literal["run_connections", "peer_connections", "tcp_connections", "head_timeout", "body_timeout"]
+
+
+class _Cut(Exception):
+    """A connection too slow for its bound: it closes, and ``bound`` is what the log says."""
+
+    def __init__(self, bound: Bound | None) -> None:  # None: an idle kept-alive connection, closed without a word
+        self.bound = bound
+
+
+async def _read(reader: asyncio.StreamReader, until: float, bound: Bound | None) -> bytes:
+    try:
+        async with asyncio.timeout_at(until):
+            return await reader.read(65536)
+    except TimeoutError:
+        raise _Cut(bound) from None
+
+
+@dataclass(eq=False)
+class _Listener:
+    """A listening socket that accepts only while it holds fewer than ``limit`` connections: past that a client
+    waits in the kernel's backlog (then in connect), which costs the service no fd, no memory and no CPU."""
+
+    sock: socket.socket
+    limit: int
+    held: int = 0
+    room: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+    def opened(self) -> None:
+        self.held += 1
+
+    def closed(self) -> None:
+        self.held -= 1
+        self.room.set()
+
+    def close(self) -> None:
+        """The accept loop ends; it closes the socket as it goes (after the loop stopped watching it)."""
+        if self.task is not None:
+            self.task.cancel()
+        else:
+            self.sock.close()
+
+
+class _Streaks:
+    """One log line per streak of one bound hit by one run or peer: a flood must not flood the log. A streak ends
+    when its bound has not been hit for ``STREAK_QUIET_S``."""
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[Bound, str], float] = {}
+
+    def hit(self, bound: Bound, *, limit: float, run: str | None = None, peer: str | None = None) -> None:
+        now = time.monotonic()
+        key = (bound, run or peer or "")
+        last = self._last.get(key)
+        self._last[key] = now
+        if last is None or now - last > STREAK_QUIET_S:
+            log.warning("gateway.bound", bound=bound, limit=limit, run=run, peer=peer,
+                        hint=f"further hits go unlogged until {STREAK_QUIET_S:.0f} s pass without one")
+        if len(self._last) > 4096:  # peers come and go: forget the streaks that ended
+            self._last = {k: t for k, t in self._last.items() if now - t <= STREAK_QUIET_S}
 
 
 class Gateway:
@@ -210,10 +283,14 @@ class Gateway:
         self.admit = admit
         self._grants: dict[str, Grant] = {}
         self._by_hash: dict[str, Grant] = {}
-        self._servers: dict[str, asyncio.AbstractServer] = {}
-        self._tcp: asyncio.AbstractServer | None = None
+        self._servers: dict[str, _Listener] = {}
+        self._tcp: _Listener | None = None
         self._upstream = Upstream(connect_timeout=connect_timeout, read_timeout=read_timeout)
         self._conns: dict[asyncio.StreamWriter, str | None] = {}  # open connection → the run whose socket it came on
+        self._tasks: set[asyncio.Task[None]] = set()  # the accepted connections' own tasks
+        self._peers: Counter[str] = Counter()  # a TCP peer → its open connections
+        self._bodies: Counter[str] = Counter()  # a run → the bytes of its open requests' bodies
+        self._streaks = _Streaks()
 
     # -- grants ------------------------------------------------------------------------------
     async def open(self, grant: Grant, folder: Path | None = None) -> None:
@@ -243,7 +320,7 @@ class Gateway:
     def grants(self, *, tenant: str | None = None) -> list[Grant]:
         return [g for g in self._grants.values() if tenant is None or g.tenant == tenant]
 
-    async def _listen_unix(self, folder: Path, run_id: str) -> asyncio.AbstractServer:
+    async def _listen_unix(self, folder: Path, run_id: str) -> _Listener:
         folder.mkdir(mode=0o755, exist_ok=True)
         os.chmod(folder, 0o755)  # the run's uid must reach the socket; the token is what keeps others out
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -257,36 +334,103 @@ class Gateway:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.bind(path)
             os.chmod(path, 0o666)
-            return await asyncio.start_unix_server(lambda r, w: self._connection(r, w, run_id), sock=sock)
         finally:
             os.close(fd)
+        return self._serve(sock, MAX_RUN_CONNECTIONS, run_id)
 
     async def listen_tcp(self, host: str, port: int) -> int:
         """The cluster's way in (Kubernetes runs): the token alone names the run. Returns the port."""
-        self._tcp = await asyncio.start_server(lambda r, w: self._connection(r, w, None), host, port)
-        return int(self._tcp.sockets[0].getsockname()[1])
+        family = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0][0]
+        sock = socket.create_server((host, port), family=family)
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self._tcp = self._serve(sock, min(MAX_TCP_CONNECTIONS, max(nofile // 4, MAX_PEER_CONNECTIONS)), None)
+        return int(sock.getsockname()[1])
 
     async def aclose(self) -> None:
-        for run_id in list(self._servers):
-            server = self._servers.pop(run_id)
-            server.close()
-        if self._tcp is not None:
-            self._tcp.close()
+        listeners = [*self._servers.values(), *([self._tcp] if self._tcp is not None else [])]
+        self._servers.clear()
+        for listener in listeners:
+            listener.close()
         for writer in list(self._conns):
             writer.close()
+        await asyncio.gather(*(x.task for x in listeners if x.task is not None), return_exceptions=True)
         await self._upstream.aclose()
 
+    # -- accepting, within the bounds --------------------------------------------------------------
+    def _serve(self, sock: socket.socket, limit: int, run_id: str | None) -> _Listener:
+        sock.listen(BACKLOG)
+        sock.setblocking(False)
+        listener = _Listener(sock, limit)
+        listener.task = asyncio.get_running_loop().create_task(self._accept(listener, run_id),
+                                                               name=f"flower-gateway-accept-{run_id or 'tcp'}")
+        return listener
+
+    async def _accept(self, listener: _Listener, run_id: str | None) -> None:
+        """Accept while there is room: on a run's socket up to ``MAX_RUN_CONNECTIONS``; on the TCP listener up to
+        its limit in all, and past ``MAX_PEER_CONNECTIONS`` of one peer a connection is closed as it comes."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                while listener.held >= listener.limit:
+                    bound: Bound = "run_connections" if run_id is not None else "tcp_connections"
+                    self._streaks.hit(bound, limit=listener.limit, run=run_id)
+                    listener.room.clear()
+                    await listener.room.wait()
+                try:
+                    sock, address = await loop.sock_accept(listener.sock)
+                except ConnectionError:  # the client gave up before we took it
+                    continue
+                except OSError as e:  # out of fds (or memory): wait a moment rather than spin
+                    log.error("gateway.accept_failed", run=run_id, error=str(e)[:200])
+                    await asyncio.sleep(1.0)
+                    continue
+                peer = str(address[0]) if run_id is None else ""
+                if peer and self._peers[peer] >= MAX_PEER_CONNECTIONS:
+                    sock.close()
+                    self._streaks.hit("peer_connections", limit=MAX_PEER_CONNECTIONS, peer=peer)
+                    continue
+                listener.opened()
+                if peer:
+                    self._peers[peer] += 1
+                task = loop.create_task(self._accepted(sock, listener, run_id, peer))
+                self._tasks.add(task)
+                task.add_done_callback(self._tasks.discard)
+        finally:
+            listener.sock.close()
+
+    async def _accepted(self, sock: socket.socket, listener: _Listener, run_id: str | None, peer: str) -> None:
+        try:
+            try:
+                reader, writer = await asyncio.open_connection(sock=sock)
+            except OSError:
+                sock.close()
+                return
+            await self._connection(reader, writer, run_id, peer)
+        finally:
+            listener.closed()
+            if peer:
+                self._peers[peer] -= 1
+                if not self._peers[peer]:
+                    del self._peers[peer]
+
     # -- one connection ----------------------------------------------------------------------
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, run_id: str | None) -> None:
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, run_id: str | None,
+                          peer: str = "") -> None:
         conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD)
         self._conns[writer] = run_id
         try:
-            while (req := await self._head(conn, reader)) is not None:
+            kept = False
+            while (req := await self._head(conn, reader, kept)) is not None:
                 if not await self._answer(conn, reader, writer, run_id, req):
                     break
                 if conn.our_state is not h11.DONE or conn.their_state is not h11.DONE:
                     break
                 conn.start_next_cycle()
+                kept = True
+        except _Cut as e:
+            if e.bound is not None:
+                limit = HEAD_TIMEOUT_S if e.bound == "head_timeout" else BODY_MIN_RATE
+                self._streaks.hit(e.bound, limit=limit, run=run_id, peer=peer or None)
         except (h11.ProtocolError, ConnectionError, asyncio.IncompleteReadError, OSError, asyncio.CancelledError,
                 UpstreamError, TimeoutError):
             pass  # either side went away mid-answer: the client sees its connection close
@@ -295,19 +439,36 @@ class Gateway:
             writer.close()
 
     @staticmethod
-    async def _event(conn: h11.Connection, reader: asyncio.StreamReader) -> object:
+    async def _event(conn: h11.Connection, reader: asyncio.StreamReader, until: float,
+                     bound: Bound | None = "body_timeout") -> object:
+        """The next event of the request; each read must come by ``until`` (loop time), else ``_Cut(bound)``."""
         while (ev := conn.next_event()) is h11.NEED_DATA:
-            conn.receive_data(await reader.read(65536))
+            conn.receive_data(await _read(reader, until, bound))
         return ev
 
-    async def _head(self, conn: h11.Connection, reader: asyncio.StreamReader) -> h11.Request | None:
-        ev = await self._event(conn, reader)
+    async def _head(self, conn: h11.Connection, reader: asyncio.StreamReader, kept: bool) -> h11.Request | None:
+        """The next request's head: on a new connection within ``HEAD_TIMEOUT_S``; on a ``kept`` one its first byte
+        may take ``IDLE_TIMEOUT_S``, the rest of it ``HEAD_TIMEOUT_S`` more."""
+        loop = asyncio.get_running_loop()
+        ev: object = conn.next_event()
+        if ev is h11.NEED_DATA:
+            if kept:
+                conn.receive_data(await _read(reader, loop.time() + IDLE_TIMEOUT_S, None))
+            ev = await self._event(conn, reader, loop.time() + HEAD_TIMEOUT_S, "head_timeout")
         return ev if isinstance(ev, h11.Request) else None
+
+    @staticmethod
+    def _body_until(started: float, seen: int) -> float:
+        """When the next piece of a body must have come: within ``BODY_STALL_S`` of now, and at
+        ``BODY_MIN_RATE`` on average after the first ``BODY_STALL_S``."""
+        loop = asyncio.get_running_loop()
+        return min(loop.time() + BODY_STALL_S, started + BODY_STALL_S + seen / BODY_MIN_RATE)
 
     async def _body(self, conn: h11.Connection, reader: asyncio.StreamReader) -> bytes | None:
         """The request's body, or None past ``MAX_BODY`` (read only once the token was accepted)."""
         body = bytearray()
-        while isinstance(ev := await self._event(conn, reader), h11.Data):
+        started = asyncio.get_running_loop().time()
+        while isinstance(ev := await self._event(conn, reader, self._body_until(started, len(body))), h11.Data):
             body += ev.data
             if len(body) > MAX_BODY:
                 return None
@@ -318,7 +479,9 @@ class Gateway:
         """Answer without reading the body into memory: up to ``MAX_DISCARD`` of it is read and dropped (so a TCP
         close does not reset the answer away), then the connection closes. Returns False (close)."""
         seen = 0
-        while seen <= MAX_DISCARD and isinstance(ev := await self._event(conn, reader), h11.Data):
+        started = asyncio.get_running_loop().time()
+        while seen <= MAX_DISCARD and isinstance(ev := await self._event(conn, reader, self._body_until(started, seen)),
+                                                 h11.Data):
             seen += len(ev.data)
         await self._send(conn, writer, status, body)
         return False
@@ -362,7 +525,15 @@ class Gateway:
         if grant.in_flight >= MAX_IN_FLIGHT:
             return await self._refuse(conn, reader, writer, *_error(
                 429, "rate_limit_error", f"more than {MAX_IN_FLIGHT} model calls of this run at once"))
+        size = _body_size(req)
+        if size > MAX_BODY:
+            return await self._refuse(conn, reader, writer, *_error(
+                413, "request_too_large", "request body over 64 MB"))
+        if self._bodies[grant.run_id] + size > MAX_RUN_BODY_BYTES:
+            return await self._refuse(conn, reader, writer, *_error(
+                429, "rate_limit_error", f"this run's model calls at once carry over {MAX_RUN_BODY_BYTES >> 20} MB"))
         grant.in_flight += 1
+        self._bodies[grant.run_id] += size  # held until the answer is done
         try:
             body = await self._body(conn, reader)
             if body is None:
@@ -371,6 +542,9 @@ class Gateway:
             await self._forward(conn, writer, grant, req, target, body)
         finally:
             grant.in_flight -= 1
+            self._bodies[grant.run_id] -= size
+            if self._bodies[grant.run_id] <= 0:
+                del self._bodies[grant.run_id]
         return True
 
     async def _forward(self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant, req: h11.Request,
