@@ -2,7 +2,8 @@
 file values that point a run at it, and a person who answers the run's questions through its mailbox.
 
 Used by the sandbox's own tests (local and Docker) and meant for the service's: one scripted run,
-end to end, through the real CLI, with no key and no network beyond 127.0.0.1.
+end to end, through the real CLI, with no key and no network beyond 127.0.0.1. ``MemoryBackend`` is the seam's
+test double for what does not need a real sandbox (the scheduler's fast tests).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from typing import Any
 from flower.core.channel import HumanChannel, MailboxAnswers
 from flower.testing import Rule, ScriptedModel, say, tool
 
-__all__ = ["marked_pids",
+from .backends.memory import MemoryBackend, MemoryRun
+
+__all__ = ["MemoryBackend", "MemoryRun", "marked_pids",
            "starter_rules", "waiting_rules", "credentials", "Person", "answer", "prepare", "read_events", "wait_asking",
            "GIT_CHECKED", "ASK", "CLARIFIER", "JUDGE", "LEAD", "BRIEF", "GOAL", "ACHIEVED", "REPORT", "QUESTION",
            "ANSWER"]

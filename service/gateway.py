@@ -644,8 +644,12 @@ class Gateway:
         usage = reader.usage
         model = reader.model or ask.model
         usage.cost_usd = cost_of(model, usage, self.prices)
-        grant.usage.add(usage)
         log.debug("gateway.answer", tenant=grant.tenant, run=grant.run_id, status=status, model=model[:100],
                   input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, seconds=round(seconds, 4))
+        self.metered(grant, usage)
+
+    def metered(self, grant: Grant, usage: Usage) -> None:
+        """One answer's usage onto the run, and ``on_usage`` told (the registry, the budgets)."""
+        grant.usage.add(usage)
         if self.on_usage is not None:
             self.on_usage(grant, usage)

@@ -178,7 +178,9 @@ class Scheduler:
         return RunLayout(self.config.runs_root, run.id, Path(run.repo).name, folder=run.folder or "")
 
     # -- lifecycle ---------------------------------------------------------------------------
-    async def start(self) -> None:
+    async def start(self, *, run_loop: bool = True) -> None:
+        """Re-attach to the backend's live runs, start the warm pool, then pass after pass in the background —
+        unless ``run_loop`` is False: then the caller drives the passes itself (``tick``), as the fast tests do."""
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
         try:
@@ -193,7 +195,8 @@ class Scheduler:
             except Exception as e:  # noqa: BLE001 - no warm sandboxes is a slower start, never a refusal
                 self._failed("warm.start_failed", "warm", e)
             self._refill()
-        self._task = self._loop.create_task(self._run_loop(), name="flower-scheduler")
+        if run_loop:
+            self._task = self._loop.create_task(self._run_loop(), name="flower-scheduler")
 
     async def stop(self) -> None:
         """Stop following; the runs themselves keep running (a restarted service re-attaches)."""

@@ -1,0 +1,267 @@
+"""The scheduler's paths, fast: the real Scheduler, registry, tenants file, git worktrees and gateway, with
+``MemoryBackend`` at the sandbox seam (a handler plays each run as the entrypoint would). The passes are driven
+by hand (``start(run_loop=False)`` + ``tick``); the subprocess tests in this folder stay the integration layer."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import secrets
+import threading
+from collections.abc import AsyncIterator, Callable, Generator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from sandbox.backends.base import Backend
+from sandbox.backends.kubernetes import KubeAPI, KubernetesBackend
+from sandbox.testing import MemoryBackend, MemoryRun
+from sandbox.checkpoint import checkpoint
+from sandbox.errors import BackendUnavailable
+from service.config import ServiceConfig
+from service.registry import Registry, Run
+from service.scheduler import Scheduler
+from service.tenants import Tenants
+from service.wire import Usage
+
+pytestmark = pytest.mark.asyncio
+
+
+@dataclass
+class World:
+    root: Path
+    repo: Path
+    config: ServiceConfig
+    registry: Registry
+    backend: MemoryBackend
+    scheduler: Scheduler
+
+    def submit(self, ask: str = "做一个 hello", tenant: str = "acme") -> str:
+        run_id = f"20261202-000000-{secrets.token_hex(16)}"
+        self.registry.create(id=run_id, tenant=tenant, ask=ask, options={}, repo=str(self.repo))
+        return run_id
+
+    def row(self, run_id: str) -> Run:
+        row = self.registry.get(run_id)
+        assert row is not None
+        return row
+
+    async def until(self, run_id: str, *statuses: str, passes: int = 50) -> Run:
+        """Passes until the run's row is in one of ``statuses`` (a stop runs in the background: it gets a turn)."""
+        for _ in range(passes):
+            await self.scheduler.tick()
+            if self.row(run_id).status in statuses:
+                return self.row(run_id)
+            await asyncio.sleep(0)
+            for task in list(self.scheduler._stopping.values()):
+                await task
+        raise AssertionError(f"run {run_id} stayed {self.row(run_id).status}, not {statuses}")
+
+    async def restarted(self) -> World:
+        """The service again, over the same registry and the same engine (its runs still there)."""
+        await self.scheduler.stop()
+        backend = MemoryBackend(self.backend.handler, runs=self.backend.runs)
+        scheduler = Scheduler(self.config, self.registry, Tenants(self.config.tenants), backend)
+        await scheduler.start(run_loop=False)
+        return World(self.root, self.repo, self.config, self.registry, backend, scheduler)
+
+
+def tenants_file(root: Path, repo: Path, creds: Path, **extra: object) -> Path:
+    lines = ["[[tenant]]", 'name = "acme"', 'token = "acme-token-0123456789"', f'repo = "{repo}"',
+             f'credentials = "{creds}"', "quota = 2"] + [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
+    path = root / "tenants.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture
+def make_world(tmp_path: Path, git_repo: Callable[..., Path]) -> Callable[..., AsyncIterator[World]]:
+    async def make(handler: Callable[[MemoryRun], Generator[None, None, None] | None] | None = None,
+                   tenant: dict[str, object] | None = None,
+                   backend: Callable[[ServiceConfig], Backend] | None = None, **config: object) -> World:
+        repo = git_repo(tmp_path / "repos" / "acme")
+        creds = tmp_path / "acme.env"
+        creds.write_text("ANTHROPIC_API_KEY=sk-test-not-used\n")
+        cfg = ServiceConfig(data_dir=str(tmp_path / "data"), backend="local", poll_s=0.05, min_free_mb=0,
+                            guard_canary=False,
+                            tenants=str(tenants_file(tmp_path, repo, creds, **(tenant or {}))),
+                            **config)  # type: ignore[arg-type]
+        cfg.data_path.mkdir(parents=True, exist_ok=True)
+        cfg.runs_root.mkdir(parents=True, exist_ok=True)
+        registry = Registry(cfg.db_path)
+        seam = backend(cfg) if backend is not None else MemoryBackend(handler)
+        scheduler = Scheduler(cfg, registry, Tenants(cfg.tenants), seam)
+        await scheduler.start(run_loop=False)
+        return World(tmp_path, repo, cfg, registry, seam, scheduler)  # type: ignore[arg-type]
+
+    return make  # type: ignore[return-value]
+
+
+def waits(run: MemoryRun) -> Generator[None, None, None]:
+    """A run that says it started and then waits (for a stop, or for the test to ``advance`` it)."""
+    run.event("step", "工作", payload={"index": 0, "total": 1})
+    yield
+    run.exit("succeeded", cost_usd=0.25)
+
+
+async def test_a_run_is_started_followed_and_finished_from_its_exit(make_world: Callable[..., World]) -> None:
+    def plays(run: MemoryRun) -> None:
+        run.event("step", "工作", payload={"index": 0, "total": 1})
+        run.event("result", "done", payload={"cost_usd": 0.5})
+        run.exit("succeeded", cost_usd=0.5)
+
+    w = await make_world(plays)
+    run_id = w.submit()
+    queue = w.scheduler.subscribe(run_id)
+    row = await w.until(run_id, "succeeded")
+    assert row.step == "工作" and row.claimed_cost_usd == 0.5 and row.error is None
+    assert row.branch == f"flower/{run_id}" and row.base and row.token_sha256 is None
+    kinds = [queue.get_nowait()[1].kind for _ in range(queue.qsize() - 1)]
+    assert kinds == ["system", "step", "result"], kinds
+    assert w.backend.calls[:2] == ["live", "start"] and "remove" in w.backend.calls  # recover, then the start
+    assert w.scheduler.gateway.grant(run_id) is None, "its token ended with it"
+
+
+async def test_cancel_stops_a_running_run(make_world: Callable[..., World]) -> None:
+    w = await make_world(waits)
+    run_id = w.submit()
+    await w.until(run_id, "running")
+    w.scheduler.request_cancel(run_id)
+    row = await w.until(run_id, "cancelled")
+    assert row.error == "cancelled on request" and "stop" in w.backend.calls
+
+
+async def test_a_vanished_sandbox_fails_its_run_and_frees_its_slot(make_world: Callable[..., World]) -> None:
+    w = await make_world(waits)
+    run_id = w.submit()
+    await w.until(run_id, "running")
+    w.backend.runs.by_handle.clear()  # the engine lost it
+    row = await w.until(run_id, "failed")
+    assert "disappeared without writing exit.json" in (row.error or ""), row.error
+    assert not w.scheduler.handles
+
+
+async def test_a_start_while_the_engine_is_down_requeues_the_run(make_world: Callable[..., World]) -> None:
+    w = await make_world()
+    run_id = w.submit()
+    w.backend.fail_next(BackendUnavailable("the engine does not answer"))
+    await w.scheduler.tick()
+    assert w.row(run_id).status == "queued", "the machine's fault, not the run's: it waits its turn"
+    assert not w.scheduler.health.backend_up
+    w.scheduler.backoff.reset()  # the backoff's wait, skipped
+    row = await w.until(run_id, "succeeded")
+    assert row.error is None and w.scheduler.health.backend_up
+
+
+async def test_a_run_over_its_budget_is_stopped(make_world: Callable[..., World]) -> None:
+    w = await make_world(waits, tenant={"budget_usd.run": 0.05})
+    run_id = w.submit()
+    await w.until(run_id, "running")
+    grant = w.scheduler.gateway.grant(run_id)
+    assert grant is not None
+    w.scheduler.gateway.metered(grant, Usage(input_tokens=1, output_tokens=1, cost_usd=0.06))  # what the wire saw
+    assert grant.refused and "over budget" in grant.refused
+    row = await w.until(run_id, "failed")
+    assert (row.error or "").startswith("over budget: this run has spent $0.06"), row.error
+    assert row.cost_usd == pytest.approx(0.06)
+
+
+async def test_a_run_over_its_disk_is_stopped(make_world: Callable[..., World]) -> None:
+    def fills(run: MemoryRun) -> Generator[None, None, None]:
+        (run.layout.run_dir / "big").write_bytes(b"x" * 2_000_000)
+        yield
+
+    w = await make_world(fills, max_run_disk_mb=1)
+    run_id = w.submit()
+    row = await w.until(run_id, "failed")
+    assert "more than the 1 MB a run may use" in (row.error or ""), row.error
+
+
+async def test_a_checkpoint_takes_the_runs_work_into_its_branch(make_world: Callable[..., World]) -> None:
+    def works(run: MemoryRun) -> Generator[None, None, None]:
+        assert run.spec is not None
+        (run.layout.workspace / "hello.py").write_text("print('hello')\n")
+        commit = checkpoint(run.layout.workspace, run.layout.bundle, branch=run.layout.branch, base=run.spec.base,
+                            message="work")
+        run.event("checkpoint", "work handed back", payload={"commit": commit})
+        yield
+        run.exit("succeeded")
+
+    w = await make_world(works)
+    run_id = w.submit()
+    await w.until(run_id, "running")
+    for _ in range(3):
+        await w.scheduler.tick()
+    assert w.row(run_id).commit_sha, "taken at the checkpoint, before the run ended"
+    w.backend.advance(w.scheduler.handles[run_id])
+    row = await w.until(run_id, "succeeded")
+    assert row.diffstat is not None and [f["path"] for f in row.diffstat["files"]] == ["hello.py"]
+
+
+async def test_a_restarted_scheduler_reattaches_to_a_live_run(make_world: Callable[..., World]) -> None:
+    w = await make_world(waits)
+    run_id = w.submit()
+    await w.until(run_id, "running")
+    handle = w.scheduler.handles[run_id]
+    again = await w.restarted()
+    assert again.scheduler.handles == {run_id: handle}, "re-found by the backend, not started again"
+    assert again.backend.calls.count("start") == 0
+    assert again.scheduler.gateway.grant(run_id) is not None, "its token keeps working"
+    again.backend.advance(handle)
+    row = await again.until(run_id, "succeeded")
+    assert row.claimed_cost_usd == 0.25
+
+
+async def test_an_error_handling_one_runs_output_fails_that_run_alone(make_world: Callable[..., World]) -> None:
+    w = await make_world(waits)
+    poisoned, other = w.submit(), w.submit("另一个")
+    await w.until(other, "running")
+    await w.until(poisoned, "running")
+    w.backend.fail_next(RuntimeError("an output nobody expected"))  # the next backend call, for the first run
+    row = await w.until(poisoned, "failed")
+    assert "could not handle this run's output" in (row.error or "") and "RuntimeError" in (row.error or "")
+    assert w.scheduler.gateway.grant(poisoned) is None and poisoned not in w.scheduler.handles
+    assert w.row(other).status == "running", "the other run goes on"
+    w.backend.advance(w.scheduler.handles[other])
+    assert (await w.until(other, "succeeded")).error is None
+
+
+async def test_a_tenant_removed_from_the_file_loses_its_live_runs(make_world: Callable[..., World]) -> None:
+    w = await make_world(waits)
+    run_id = w.submit()
+    await w.until(run_id, "running")
+    Path(w.config.tenants).write_text("tenant = []\n")
+    row = await w.until(run_id, "failed")
+    assert "removed from the tenants file" in (row.error or ""), row.error
+    assert w.scheduler.gateway.grant(run_id) is None
+
+
+async def test_a_kubernetes_start_during_an_api_outage_is_requeued_not_failed(make_world: Callable[..., World]) -> None:
+    class Api(http.server.BaseHTTPRequestHandler):  # the API server, up for the re-attach: no Job of ours yet
+        def do_GET(self) -> None:  # noqa: N802
+            body = b'{"items": []}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    api = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{api.server_address[1]}"
+    w = await make_world(backend=lambda cfg: KubernetesBackend(
+        KubeAPI(url, token="t", timeout=5), image="flower-sandbox:test", namespace="flower", claim="flower-data",
+        data_dir=cfg.data_path.parent))  # the volume holds the runs and the repository
+    assert w.scheduler.health.backend_up
+    api.shutdown()
+    api.server_close()  # the outage: nothing answers at that address any more
+    run_id = w.submit()
+    await w.scheduler.tick()
+    row = w.row(run_id)
+    assert (row.status, row.error, row.branch) == ("queued", None, None), "requeued, not failed, and nothing left"
+    assert not w.scheduler.health.backend_up and "did not answer" in (w.scheduler.health.backend_error or "")
