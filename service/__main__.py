@@ -17,7 +17,7 @@ import socket
 import sys
 from pathlib import Path
 
-from .config import ConfigError, load_config
+from .config import ServiceConfigError, load_config
 from .tenants import TenantError, hash_token
 
 MAX_HEAD = 32 * 1024  # bytes of request line + headers
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         config = load_config(args.config, host=args.host, port=args.port, log_format=args.log_format)
-    except ConfigError as e:
+    except ServiceConfigError as e:
         print(f"flower-service: {e}", file=sys.stderr)
         return 2
 
@@ -135,7 +135,7 @@ def _backup_or_restore(command: str, argv: list[str]) -> int:
             moved = restore(config.db_path, Path(args.file))
             aside = f"; the old registry was moved to {moved}" if moved else ""
             print(f"restored {config.db_path} from {Path(args.file).resolve()}{aside}")
-    except (ConfigError, RegistryDamaged, OSError) as e:
+    except (ServiceConfigError, RegistryDamaged, OSError) as e:
         print(f"flower-service: {e}", file=sys.stderr)
         return 2
     return 0

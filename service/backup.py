@@ -15,12 +15,9 @@ import os
 import sqlite3
 import time
 from pathlib import Path
+from .errors import RegistryDamaged
 
 __all__ = ["RegistryDamaged", "check_registry", "backup", "restore"]
-
-
-class RegistryDamaged(RuntimeError):
-    """The registry file fails SQLite's integrity check; the message names it and how to restore it."""
 
 
 def _problem(path: Path) -> str | None:

@@ -3,7 +3,7 @@
 Read from a TOML or JSON file (``$FLOWER_SERVICE_CONFIG`` or an explicit path), then
 overridden field by field by ``FLOWER_SERVICE_<FIELD>`` environment variables (e.g.
 ``FLOWER_SERVICE_MAX_RUNNING=8``). Relative paths in the file are relative to the file.
-Anything wrong raises ``ConfigError`` with one sentence saying what and where.
+Anything wrong raises ``ServiceConfigError`` with one sentence saying what and where.
 """
 
 from __future__ import annotations
@@ -16,15 +16,12 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import msgspec
+from .errors import ServiceConfigError
 
-__all__ = ["ServiceConfig", "ConfigError", "load_config", "CONFIG_ENV", "ENV_PREFIX"]
+__all__ = ["ServiceConfig", "ServiceConfigError", "load_config", "CONFIG_ENV", "ENV_PREFIX"]
 
 CONFIG_ENV = "FLOWER_SERVICE_CONFIG"
 ENV_PREFIX = "FLOWER_SERVICE_"
-
-
-class ConfigError(ValueError):
-    """The service configuration is unusable; the message says what to fix."""
 
 
 class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -105,16 +102,16 @@ def _read_file(path: Path) -> dict[str, Any]:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise ConfigError(f"service config {path} does not exist: create it or point {CONFIG_ENV} at the right file") from None
+        raise ServiceConfigError(f"service config {path} does not exist: create it or point {CONFIG_ENV} at the right file") from None
     except OSError as e:
-        raise ConfigError(f"cannot read service config {path}: {e.strerror or e}") from None
+        raise ServiceConfigError(f"cannot read service config {path}: {e.strerror or e}") from None
     try:
         data = json.loads(raw) if path.suffix == ".json" else tomllib.loads(raw.decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         kind = "JSON" if path.suffix == ".json" else "TOML"
-        raise ConfigError(f"service config {path} is not valid {kind}: {e}") from None
+        raise ServiceConfigError(f"service config {path} is not valid {kind}: {e}") from None
     if not isinstance(data, dict):
-        raise ConfigError(f"service config {path} must hold a table/object of settings")
+        raise ServiceConfigError(f"service config {path} must hold a table/object of settings")
     data = dict(data.get("service", data)) if isinstance(data.get("service"), dict) else data
     for key in ("data_dir", "tenants"):  # paths in the file are relative to the file
         value = data.get(key)
@@ -142,20 +139,20 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
     try:
         cfg = msgspec.convert(data, ServiceConfig, strict=False)
     except msgspec.ValidationError as e:
-        raise ConfigError(f"service config from {where} is invalid: {e} "
+        raise ServiceConfigError(f"service config from {where} is invalid: {e} "
                           f"(fields: {', '.join(ServiceConfig.__struct_fields__)})") from None
     for name in ("data_dir", "tenants"):
         setattr(cfg, name, str(Path(getattr(cfg, name)).expanduser().resolve()))
     if not Path(cfg.tenants).is_file():
-        raise ConfigError(f"tenants file {cfg.tenants} does not exist: create it (see service/tenants.py) "
+        raise ServiceConfigError(f"tenants file {cfg.tenants} does not exist: create it (see service/tenants.py) "
                           f"or set `tenants` in {where}")
     if cfg.backend == "kubernetes" and not cfg.image:
-        raise ConfigError("backend 'kubernetes' needs an `image` the cluster can pull: push the Dockerfile's "
+        raise ServiceConfigError("backend 'kubernetes' needs an `image` the cluster can pull: push the Dockerfile's "
                           "`sandbox` target and name it")
     if cfg.backend == "kubernetes" and cfg.warm:
-        raise ConfigError("`warm` is for the docker and local backends: on Kubernetes keep warm capacity in the "
+        raise ServiceConfigError("`warm` is for the docker and local backends: on Kubernetes keep warm capacity in the "
                           "cluster instead (see helm/README.md, 'Warm starts')")
     if cfg.backend == "kubernetes" and not (cfg.gateway_url and cfg.gateway_port is not None):
-        raise ConfigError("backend 'kubernetes' needs `gateway_port` (where the service serves the model gateway) "
+        raise ServiceConfigError("backend 'kubernetes' needs `gateway_port` (where the service serves the model gateway) "
                           "and `gateway_url` (how run pods reach it, e.g. http://flower:8081)")
     return cfg

@@ -49,18 +49,11 @@ from flower.core.credentials import TOKEN_KEYS
 from sandbox.spec import Egress
 
 from .wire import SERVER_TOOLS
+from .errors import TenantError, TenantNotReady
 
 __all__ = ["Tenant", "Tenants", "TenantError", "TenantNotReady", "hash_token"]
 
 NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-
-
-class TenantError(ValueError):
-    """The tenants file is unusable; the message says what to fix."""
-
-
-class TenantNotReady(ValueError):
-    """A tenant's repository or credentials cannot serve a run right now (one sentence, safe to show them)."""
 
 
 def hash_token(token: str) -> str:

@@ -11,14 +11,11 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import h11
+from .errors import UpstreamError
 
 __all__ = ["Upstream", "UpstreamResponse", "UpstreamError"]
 
 _IDLE_PER_ORIGIN = 32
-
-
-class UpstreamError(Exception):
-    """The upstream could not be reached or broke its answer off (the gateway answers 502)."""
 
 
 @dataclass(eq=False)

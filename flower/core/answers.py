@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from .errors import FlowerError
 from .files import write_atomic
 
 __all__ = ["Answers", "ChannelClosed", "MailboxAnswers", "ASK_ID"]
@@ -34,7 +35,7 @@ ASK_ID: ContextVar[str | None] = ContextVar("flower_ask_id", default=None)
 a source that names its questions uses it, so the ``ask`` event, the question and its answer share one id."""
 
 
-class ChannelClosed(Exception):
+class ChannelClosed(FlowerError):
     """Raised by an answer source when nobody can answer any more."""
 
 

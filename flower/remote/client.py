@@ -12,6 +12,7 @@ import httpx
 import msgspec
 from httpx_sse import ServerSentEvent, aconnect_sse
 
+from ..core.errors import FlowerError
 from .types import DiffFiles, Question, RunInfo, StreamEnd, StreamEvent
 from .url import check_server
 
@@ -21,7 +22,7 @@ RECONNECTS = 20
 """Drops in a row an event stream survives (each is resumed with Last-Event-ID) before the client gives up."""
 
 
-class RemoteError(Exception):
+class RemoteError(FlowerError):
     """The service said no (``status`` is its HTTP status), or could not be reached (``status`` 0)."""
 
     def __init__(self, status: int, message: str) -> None:
