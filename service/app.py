@@ -21,6 +21,8 @@ from litestar import Litestar, Router
 from litestar.datastructures import State
 from litestar.static_files import create_static_files_router
 
+from sandbox.backends.base import Backend
+
 from .api.deps import bearer_guard, dependencies
 from .api.errors import EXCEPTION_HANDLERS
 from .api.mailbox import MailboxController
@@ -43,7 +45,7 @@ log = get_logger("flower.service.api")
 MAX_BODY = 1024 * 1024
 
 
-def make_backend(config: ServiceConfig, tenants: int = 1) -> Any:
+def make_backend(config: ServiceConfig, tenants: int = 1) -> Backend:
     """The configured backend, scoped to this service's runs: a restarted service adopts its own runs only.
 
     The local backend walls runs in with bubblewrap; without it (not installed, or ``local_isolation="none"``)
@@ -107,7 +109,8 @@ async def _canary(scheduler: Scheduler, config: ServiceConfig) -> None:
     scheduler.wake()
 
 
-def create_app(config: ServiceConfig, *, backend: Any = None, clock: Callable[[], float] | None = None) -> Litestar:
+def create_app(config: ServiceConfig, *, backend: Backend | None = None,
+               clock: Callable[[], float] | None = None) -> Litestar:
     """The app; the scheduler starts with it and stops with it (runs themselves keep running).
     ``clock``: the wall time retention reads (a test moves it on by days)."""
     state_log = get_logger("flower.service")

@@ -79,19 +79,18 @@ def _allow(updated: dict[str, Any]) -> SyncHookJSONOutput:
                                    "updatedInput": updated}}
 
 
-def _on(event: HookEvent, fn: Callable[[Any], SyncHookJSONOutput]) -> HookCallback:
-    """The SDK's callback shape around a guard of one tool event; any other event gets no opinion."""
+def _on_pre(fn: PreHook) -> HookCallback:
+    """The SDK's callback shape around a PreToolUse guard; any other event gets no opinion."""
     async def hook(data: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
-        return fn(data) if data.get("hook_event_name") == event else {}
+        return fn(data) if data["hook_event_name"] == "PreToolUse" else {}
     return hook
 
 
-def _on_pre(fn: PreHook) -> HookCallback:
-    return _on("PreToolUse", fn)
-
-
 def _on_post(fn: PostHook) -> HookCallback:
-    return _on("PostToolUse", fn)
+    """The SDK's callback shape around a PostToolUse guard; any other event gets no opinion."""
+    async def hook(data: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
+        return fn(data) if data["hook_event_name"] == "PostToolUse" else {}
+    return hook
 
 
 def _matcher(pattern: str, hook: HookCallback, *, wall: bool = False) -> HookMatcher:

@@ -437,6 +437,10 @@ class KubernetesBackend:
         self.api.call("DELETE", self._jobs(handle), query={"propagationPolicy": "Background"}, missing_ok=True)
 
     # -- extras --------------------------------------------------------------------------------
+    def mail_owner(self) -> tuple[int, int] | None:
+        """None: a run's pod runs as the service's own uid:gid, so it reads what the service writes."""
+        return None
+
     def logs(self, handle: Handle) -> str:
         """What the run's pod printed (empty when the pod is gone)."""
         out = []

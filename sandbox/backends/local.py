@@ -400,6 +400,10 @@ class LocalBackend:
         return out
 
     # -- extras --------------------------------------------------------------
+    def mail_owner(self) -> tuple[int, int] | None:
+        """None: bubblewrap maps the service's uid to the run's, so the run reads what the service writes."""
+        return None
+
     def logs(self, handle: Handle) -> str:
         """What the run's process printed (its output.log)."""
         _, _, folder = self._handle(handle)
