@@ -19,7 +19,7 @@ from flower.testing import Rule, ScriptedModel, say, tool
 
 from .backends.memory import MemoryBackend, MemoryRun
 
-__all__ = ["MemoryBackend", "MemoryRun", "marked_pids",
+__all__ = ["MemoryBackend", "MemoryRun", "asking", "play", "marked_pids",
            "starter_rules", "waiting_rules", "credentials", "Person", "answer", "prepare", "read_events", "wait_asking",
            "GIT_CHECKED", "ASK", "CLARIFIER", "JUDGE", "LEAD", "BRIEF", "GOAL", "ACHIEVED", "REPORT", "QUESTION",
            "ANSWER"]
@@ -117,11 +117,34 @@ def read_events(layout: Any) -> list[dict[str, Any]]:
 
 def wait_asking(backend: Any, handle: str, layout: Any, timeout: float = 60) -> None:
     """Until the run has a question open in its mailbox; AssertionError (with its output) if it ends or never asks."""
+    from .backends.base import Inspectable
+
     deadline = time.monotonic() + timeout
     while not MailboxAnswers.pending(layout.mailbox, layout.questions):
-        assert backend.state(handle) == "running", backend.logs(handle)[-3000:]
+        if backend.state(handle) != "running":
+            output = backend.logs(handle)[-3000:] if isinstance(backend, Inspectable) else "(no output to show)"
+            raise AssertionError(f"the run ended before it asked: {output}")
         assert time.monotonic() < deadline, "the run never asked its question"
         time.sleep(0.05)
+
+
+def asking(run: MemoryRun) -> Any:
+    """A ``MemoryBackend`` handler that plays ``waiting_rules``' run: it asks its question and waits."""
+    play(run.layout)
+    yield
+
+
+def play(layout: Any) -> None:
+    """What a run that asks and waits writes once it started (for a harness where nothing really runs)."""
+    from .entrypoint import EventLog
+
+    if not layout.events.exists() or not layout.events.read_text(encoding="utf-8").strip():
+        log = EventLog(layout.events)
+        log.write("system", "sandbox started", payload={"played": True})
+        log.close()
+    layout.questions.mkdir(parents=True, exist_ok=True)
+    (layout.questions / "q-1.json").write_text(json.dumps({"id": "q-1", "question": QUESTION,
+                                                            "options": [ANSWER, "Go"]}), encoding="utf-8")
 
 
 def answer(mailbox: str | Path, qid: str, text: str) -> None:
