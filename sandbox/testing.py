@@ -17,6 +17,7 @@ from typing import Any
 from flower.core.channel import HumanChannel, MailboxAnswers
 from flower.testing import Rule, ScriptedModel, say, tool
 
+from .backends.base import Handle
 from .backends.memory import MemoryBackend, MemoryRun
 
 __all__ = ["MemoryBackend", "MemoryRun", "asking", "play", "marked_pids",
@@ -115,7 +116,7 @@ def read_events(layout: Any) -> list[dict[str, Any]]:
     return [json.loads(line) for line in layout.events.read_text(encoding="utf-8").splitlines()]
 
 
-def wait_asking(backend: Any, handle: str, layout: Any, timeout: float = 60) -> None:
+def wait_asking(backend: Any, handle: Handle, layout: Any, timeout: float = 60) -> None:
     """Until the run has a question open in its mailbox; AssertionError (with its output) if it ends or never asks."""
     from .backends.base import Inspectable
 

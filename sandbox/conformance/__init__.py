@@ -24,7 +24,7 @@ from ..layout import RunLayout
 from ..testing import waiting_rules
 from .capabilities import Capability, claimed
 
-__all__ = ["Capability", "Harness", "Report", "run_backend_conformance", "SPECS"]
+__all__ = ["Capability", "Contract", "Harness", "Report", "run_backend_conformance"]
 
 
 @dataclass(frozen=True)
@@ -57,9 +57,6 @@ def _specs() -> dict[Capability, list[Contract]]:
     from . import base, warm
 
     return {Capability.BASE: base.CONTRACTS, Capability.WARM: warm.CONTRACTS}
-
-
-SPECS = _specs
 
 
 def run_backend_conformance(harness: Harness) -> Report:

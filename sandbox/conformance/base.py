@@ -11,7 +11,7 @@ from ..backends.base import Backend, Handle, read_exit
 from ..layout import RunLayout
 from ..runfiles import list_files
 from ..testing import prepare, read_events, wait_asking
-from . import Harness
+from . import Contract, Harness
 
 __all__ = ["CONTRACTS"]
 
@@ -60,4 +60,4 @@ def contract_a_trapped_outbox_is_neither_followed_nor_waited_on(h: Harness, mode
     backend.remove(handle)
 
 
-CONTRACTS = [contract_start_events_reattach_stop_exit, contract_a_trapped_outbox_is_neither_followed_nor_waited_on]
+CONTRACTS: list[Contract] = [contract_start_events_reattach_stop_exit, contract_a_trapped_outbox_is_neither_followed_nor_waited_on]

@@ -10,7 +10,7 @@ from ..pool import Shape, WarmPool
 from ..spec import RunSpec
 from ..testing import credentials, wait_asking
 from ..worktree import make_workspace, objects_dir
-from . import Harness
+from . import Contract, Harness
 
 __all__ = ["CONTRACTS"]
 
@@ -54,4 +54,4 @@ def contract_a_warm_sandbox_waits_with_nothing_then_serves_one_run(h: Harness, m
         pool.close()
 
 
-CONTRACTS = [contract_a_warm_sandbox_waits_with_nothing_then_serves_one_run]
+CONTRACTS: list[Contract] = [contract_a_warm_sandbox_waits_with_nothing_then_serves_one_run]

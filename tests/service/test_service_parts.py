@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from sandbox.worktree import Changes, FileStat
-from service.config import ConfigError, load_config
+from service.config import ServiceConfigError, load_config
 from service.events import read_new
 from service.logging import configure_logging, get_logger
 from service.registry import Registry
@@ -65,13 +65,13 @@ def test_config_from_json_named_by_the_environment(tmp_path: Path):
 def test_bad_config_is_one_clear_error(tmp_path: Path, body: str, env: dict[str, str], fragment: str):
     _tenants_file(tmp_path)
     (tmp_path / "svc.toml").write_text(body)
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(ServiceConfigError) as e:
         load_config(tmp_path / "svc.toml", env=env)
     assert fragment in str(e.value) and "\n" not in str(e.value)
 
 
 def test_a_missing_config_file_and_the_command_line_say_so(tmp_path: Path):
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(ServiceConfigError, match="does not exist"):
         load_config(tmp_path / "absent.toml", env={})
     out = subprocess.run([sys.executable, "-m", "service", "--config", str(tmp_path / "absent.toml")], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
