@@ -513,6 +513,10 @@ MESSAGES: dict[str, tuple[str, str]] = {
                               "服务地址 {url} 不是 http(s)://主机[:端口] 的形式:照这个写"),
     "remote.err.config_unreadable": ("{path} cannot be read ({error}): fix it, or write it again with "
                                      "`flower remote login`", "{path} 读不了({error}):修好它,或用 `flower remote login` 重写"),
+    # -- the commit of a service run's work (sandbox/entrypoint.py) ---------------------------------------
+    "commit.step": ("flower run {run}: the work up to step {step}", "flower 运行 {run}:到步骤 {step} 为止的成果"),
+    "commit.end": ("flower run {run}: its work at the end", "flower 运行 {run}:结束时的成果"),
+    "commit.stopped": ("flower run {run}: its work when it was stopped", "flower 运行 {run}:被停下时的成果"),
     # -- demo ------------------------------------------------------------------------------------------
     "demo.title": ("flower demo — the main job, offline: a service, a team's repository, a scripted model",
                    "flower demo —— 离线看一遍主流程:一个服务、一个团队的仓库、一个脚本模型"),
