@@ -13,6 +13,6 @@ from .config import CONFIG_FILE, RemoteConfig, config_path, load_config, save_co
 from .types import DiffFiles, Question, RunInfo, StreamEnd, StreamEvent, TERMINAL
 from .url import BadSetting, check_server, in_the_clear, shown_url
 
-__all__ = ["BadSetting", "CONFIG_FILE", "DiffFiles", "Question", "Remote", "RemoteConfig", "RemoteError", "RunInfo", "StreamEnd",
-           "StreamEvent", "TERMINAL", "check_server", "config_path", "in_the_clear", "load_config", "save_config",
+__all__ = ["BadSetting", "CONFIG_FILE", "DiffFiles", "Question", "Remote", "RemoteConfig", "RemoteError", "RunInfo",
+           "StreamEnd", "StreamEvent", "TERMINAL", "check_server", "config_path", "in_the_clear", "load_config", "save_config",
            "shown_url"]

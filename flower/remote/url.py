@@ -36,7 +36,8 @@ def check_server(url: str) -> str:
                          key="url_unreadable", url=repr(shown_url(url))) from None
     if parts.username is not None or parts.password is not None:
         raise BadSetting("the service URL carries a user name or password (user:pass@): take them out and give "
-                         "the tenant token instead (--token, FLOWER_TOKEN or `flower remote login`)", key="url_userinfo")
+                         "the tenant token instead (--token, FLOWER_TOKEN or `flower remote login`)",
+                         key="url_userinfo")
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise BadSetting(f"the service URL {shown_url(url)!r} is not http(s)://host[:port]: write it that way",
                          key="url_scheme", url=repr(shown_url(url)))

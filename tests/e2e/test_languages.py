@@ -52,7 +52,8 @@ ENGLISH_WORDS = re.compile(r"\b[a-z]{2,} [a-z]{2,} [a-z]{2,}\b")
 def english_sentences(text: str) -> list[str]:
     """Lines that still say something in English, once the names that stay as they are (paths, flags, env names,
     commands, the CLI's own words like setting_sources) are taken out."""
-    names = re.compile(r"\S*[/\\~=]\S*|`[^`]*`|flower( \w+)?|--?[\w-]+|\b[A-Z_][A-Z_0-9]+\b|\{[^}]*\}|git \w+|https?\S*")
+    names = re.compile(r"\S*[/\\~=]\S*|`[^`]*`|flower( \w+)?|--?[\w-]+|\b[A-Z_][A-Z_0-9]+\b|\{[^}]*\}|git \w+"
+                       r"|https?\S*")
     return [line for line in text.splitlines() if ENGLISH_WORDS.search(names.sub(" ", line))]
 
 
