@@ -218,6 +218,14 @@ def _workflow(spec: RunSpec, layout: RunLayout) -> Any:
     return wf
 
 
+def commit_message(run_id: str, why: str) -> str:
+    """The commit of a run's work in the run's language (its FLOWER_LANG, else its locale; the tenant's settings
+    may set it): after which step (its name as the reference fixes it, glossed in English), or the run's end."""
+    from flower.cli.messages import name, t
+
+    return t({"end": "commit.end", "stopped": "commit.stopped"}.get(why, "commit.step"), run=run_id, step=name(why))
+
+
 class _Run:
     """One run of the entrypoint: the pieces the signal handler needs to reach."""
 
@@ -236,7 +244,7 @@ class _Run:
         with self._checkpointing:
             try:
                 tip = checkpoint(self.layout.workspace, self.layout.bundle, branch=self.layout.branch,
-                                 base=self.spec.base, message=f"flower run {self.spec.run_id}: {why}")
+                                 base=self.spec.base, message=commit_message(self.spec.run_id, why))
             except (CheckpointError, OSError, subprocess.SubprocessError) as e:
                 self.log.write("system", f"checkpoint failed: {_one_line(e, 300)}",
                                payload={"subtype": "checkpoint_failed"})

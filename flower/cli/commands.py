@@ -199,20 +199,44 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from ..core.credentials import check_credentials, load_dotenv
+    from ..core.errors import CredentialsError
 
     if getattr(args, "guards", False):
-        from ..testing.canary import main as canary
-
-        return canary([*(["--cli", args.cli] if args.cli else [])])
+        return _check_guards(args.cli)
 
     load_dotenv()
     try:
         key = check_credentials()
-    except RuntimeError as e:
-        echo(f"flower: {e}", err=True)
+    except CredentialsError as e:
+        looked = [t("creds.process_env") if place == "the process environment" else
+                  place.replace(" (not set)", t("check.not_set")) for place in e.looked]
+        echo("flower: " + t("check.no_creds", looked="; ".join(looked)), err=True)
         return 2
     echo("flower: " + t("creds.found", key=key))
     return 0
+
+
+def _check_guards(cli: str | None) -> int:
+    """The canary (``flower.testing.canary``) run here, its checks named in the person's language; a check that
+    failed shows its evidence as the canary found it (what the CLI and the model wrote)."""
+    from ..testing.canary import prove_guards
+
+    checks = asyncio.run(prove_guards(cli_path=cli))
+    for c in checks:
+        title = t(CANARY.get(c.name, "check.guard.unknown"), name=c.name)
+        echo(f"{'✓' if c.ok else '✗'} {title}" + ("" if c.ok else f" — {one_line(c.detail, 300)}"))
+    return 0 if all(c.ok for c in checks) else 1
+
+
+CANARY = {
+    "the coordinator's Write is denied": "check.guard.delegate",
+    "a worker's Write is allowed": "check.guard.worker",
+    "a big Bash output is spilled": "check.guard.spill",
+    "an isolated dispatch runs in its own git worktree": "check.guard.isolate",
+    "setting_sources=[] keeps project settings and CLAUDE.md out": "check.guard.settings",
+    "the CLI session ran": "check.guard.session",
+}
+"""The canary's checks by the names it gives them → the catalogue's words for each."""
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

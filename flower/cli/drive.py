@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .console import Console
 from .errors import Exit
-from .messages import t
+from .messages import name, t
 from .oracle import aside
 from .screen import Screen
 from .terminal import isatty, one_line, route_library_logs
@@ -65,7 +65,10 @@ def install_signals(loop: asyncio.AbstractEventLoop, runtime: Any, screen: Scree
 
 
 async def drive(wf: Any, runtime: Any, screen: Screen, *, listen: bool, oracle_ctx: dict[str, Any]) -> Any:
-    """Run a workflow with the screen, the stdin console, the oracle and the signal handlers around it."""
+    """Run a workflow with the screen, the stdin console, the oracle and the signal handlers around it; a
+    guard's denial is said on the screen as the service's stream says it."""
+    from ..core import audit
+
     loop = asyncio.get_running_loop()
     channel = getattr(wf, "channel", None)
     if channel is not None and hasattr(channel, "on_event"):
@@ -87,7 +90,8 @@ async def drive(wf: Any, runtime: Any, screen: Screen, *, listen: bool, oracle_c
         console.start()
     install_signals(loop, runtime, screen, console)
     try:
-        return await wf.run(runtime, on_event=screen.event)
+        with audit.listen(lambda ev: screen.denied(ev.fields) if ev.kind == "deny" else None):
+            return await wf.run(runtime, on_event=screen.event)
     except asyncio.CancelledError:
         if console is not None and console.quitting:
             raise Exit(130, t("drive.quit")) from None
@@ -108,4 +112,4 @@ def finish(ctx: dict[str, Any], runtime: Any, screen: Screen) -> int:
     why = ctx.get("_aborted") or (r.error if r is not None and r.error else "") or t("drive.not_passed")
     if re.search(r"\b401\b|invalid.{0,8}(api.?key|token)|authentication|unauthori[sz]ed", str(why), re.I):
         why += t("drive.creds_hint")
-    raise Exit(1, t("drive.stopped", step=stopped, why=one_line(why, 300)))
+    raise Exit(1, t("drive.stopped", step=name(stopped), why=one_line(why, 300)))

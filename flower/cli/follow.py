@@ -14,10 +14,11 @@ from collections.abc import Coroutine
 from typing import Any
 
 from ..core.events import Event
-from ..remote import Question, Remote, RemoteError, RunInfo, StreamEnd, StreamEvent
+from ..remote import BadSetting, Question, Remote, RemoteError, RunInfo, StreamEnd, StreamEvent
 from .console import Console
+from .messages import name, t
 from .screen import Screen
-from .terminal import isatty, one_line
+from .terminal import isatty
 
 EMPTY_INTERRUPT = "(interrupted from the terminal: carry on)"
 """What an interrupt says when the person pressed Ctrl-C and Enter without words (the API wants some text)."""
@@ -44,26 +45,24 @@ class RemoteView:
             self.cost += float(cost) if isinstance(cost, (int, float)) else 0.0
             turns = item.payload.get("num_turns")
             mark = "x" if item.payload.get("is_error") else "+"
-            self.screen.say(f"{mark} {item.step or '-'} · ${float(cost or 0):.4f} · {turns or 0} turns"
-                            f" · total ${self.cost:.4f}")
+            self.screen.say(t("remote.result", mark=mark, step=name(item.step or "-"), cost=float(cost or 0),
+                              turns=turns or 0, total=self.cost))
             return
         if item.kind == "audit":
             if item.text == "deny":
-                who = item.payload.get("role") or "agent"
-                why = one_line(item.payload.get("reason") or "", self.screen.width - 30)
-                self.screen.say(f"  ! guard stopped {who}'s {item.tool or 'tool call'}: {why}")
+                self.screen.denied({**item.payload, "tool": item.tool or item.payload.get("tool")})
             elif self.screen.verbose:
                 self.screen.say(f"  # audit {item.text} {item.tool}".rstrip())
             return
         if item.kind == "checkpoint":
             if self.screen.verbose:
-                self.screen.say(f"  # work handed back ({str(item.payload.get('commit') or '')[:12]})")
+                self.screen.say(t("remote.checkpoint", commit=str(item.payload.get("commit") or "")[:12]))
             return
         if item.kind == "system" and item.text == "sandbox started":
-            self.screen.say("- sandbox started")
+            self.screen.say(t("remote.sandbox_started"))
             return
         if item.kind == "system" and item.payload.get("subtype") == "killed":
-            self.screen.say("x the run was stopped")
+            self.screen.say(t("remote.killed"))
             return
         text = item.text
         if item.kind == "task" and isinstance(item.payload.get("summary"), str) and item.payload.get("tool_use_id"):
@@ -71,6 +70,11 @@ class RemoteView:
         if item.kind == "tool_result":  # the stream cuts a result at 500 characters: the report's gist is past that
             text = self._reports.pop(str(item.payload.get("tool_use_id") or ""), text)
         self.screen.event(Event(item.kind, text, item.tool, dict(item.payload), step=item.step, at=item.at))
+
+
+def said(error: RemoteError | BadSetting) -> str:
+    """A client error in the person's language; the service's own sentence as it wrote it."""
+    return t("remote.err." + error.key, **error.fields) if error.key else error.message
 
 
 class RemoteChannel:
@@ -89,22 +93,22 @@ class RemoteChannel:
         try:
             self.open = await self.api.questions(self.run_id)
         except RemoteError as e:
-            self.screen.say(f"x cannot read the open questions: {e.message}")
+            self.screen.say(t("remote.questions_unreadable", error=said(e)))
         self.screen.refresh()
 
     def answer(self, qid: str, text: str) -> None:
         self._answered.add(qid)
-        self._send(self.api.answer(self.run_id, qid, text), "the answer")
+        self._send(self.api.answer(self.run_id, qid, text), t("remote.what.answer"))
 
     def decline(self, qid: str) -> None:
         self.answer(qid, "")  # an empty answer: it decides for itself
 
     def send(self, text: str) -> None:
-        self._send(self.api.message(self.run_id, text), "the message")
-        self.screen.say("+ sent (it reads its inbox at the next checkpoint)")
+        self._send(self.api.message(self.run_id, text), t("remote.what.message"))
+        self.screen.say(t("remote.sent"))
 
     def interrupt(self, text: str) -> None:
-        self._send(self.api.interrupt(self.run_id, text or EMPTY_INTERRUPT), "the interrupt")
+        self._send(self.api.interrupt(self.run_id, text or EMPTY_INTERRUPT), t("remote.what.interrupt"))
 
     def close(self) -> None:
         """End of input: nothing to close on the service, the run keeps its own timeout for questions."""
@@ -114,7 +118,7 @@ class RemoteChannel:
             try:
                 await call
             except RemoteError as e:
-                self.screen.say(f"x {what} did not reach the run: {e.message}")
+                self.screen.say(t("remote.not_delivered", what=what, error=said(e)))
         asyncio.run_coroutine_threadsafe(go(), self.loop)
 
 
@@ -164,7 +168,7 @@ async def follow(api: Remote, run_id: str, *, screen: Screen | None = None, inte
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()  # the cancel was ours (the second Ctrl-C): following ends, the caller goes on
-            screen.say(f"- stopped following; run {run_id} goes on (flower remote attach {run_id})")
+            screen.say(t("remote.stopped_following", run=run_id))
             return await api.run(run_id)
         raise
     finally:

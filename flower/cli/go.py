@@ -13,7 +13,7 @@ from ..core.errors import ConfigError, ManifestError
 from . import credentials, places
 from .drive import drive, finish, shown_runtime
 from .errors import Exit
-from .messages import t
+from .messages import doc, t
 from .oracle import ask_once
 from .screen import EVENTS_FILE, Screen
 from .places import exclude_from_git
@@ -147,8 +147,8 @@ def cmd_go(args: argparse.Namespace) -> int:
             verdict = ctx.get(VERDICT_KEY)
             if isinstance(verdict, Verdict) and verdict.achieved and not args.clarify_only:
                 mark_done(rd, str(verdict.state))
-            screen.say(t("go.clarified" if args.clarify_only else "go.done", brief=tilde(paths.brief))
-                       + ("" if args.no_goal or args.clarify_only else t("go.goal_path", goal=tilde(paths.goal))))
+            screen.say(t("go.clarified" if args.clarify_only else "go.done", brief=doc(tilde(paths.brief)))
+                       + ("" if args.no_goal or args.clarify_only else t("go.goal_path", goal=doc(tilde(paths.goal)))))
         return code
     finally:
         runtime.close()

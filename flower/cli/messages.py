@@ -3,13 +3,16 @@
 ``t(key, **fields)`` picks the language each time it is called: Chinese when ``FLOWER_LANG``, else
 ``LC_ALL``, else ``LC_MESSAGES``, else ``LANG`` starts with ``zh``; English otherwise. What the seed fixes
 stays as it is in both languages and is passed in as a field: step names (确认需求, 设定目标, 工作),
-document titles and default file names (需求.md, 目标.md, 问答记录.md), and the model-facing texts.
+document titles and default file names (需求.md, 目标.md, 问答记录.md), and the model-facing texts. In English
+they are shown with a gloss (``name``, ``doc``, ``verdict``): ``工作 (work)``, ``achieved (达成)``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
+from pathlib import PurePath
 
 LANG_VARS = ("FLOWER_LANG", "LC_ALL", "LC_MESSAGES", "LANG")
 
@@ -29,6 +32,44 @@ def t(key: str, /, **fields: object) -> str:
     en, zh = MESSAGES[key]
     text = zh if language() == "zh" else en
     return text.format(**fields) if fields else text
+
+
+GLOSSARY: dict[str, str] = {
+    "确认需求": "clarify", "设定目标": "set the goal", "工作": "work", "判定": "verdict",
+    "需求.md": "the requirement", "目标.md": "the goal", "问答记录.md": "the Q&A log", "交接": "handoff",
+    "达成": "achieved", "未达成": "not achieved", "无法验证": "cannot be verified",
+}
+"""The names the reference fixes in Chinese, and what an English reader is told they mean."""
+
+_LABEL = re.compile(r"(?P<step>[^#·]+)(?:·判定#(?P<judge>\d+))?(?:#round(?P<round>\d+))?(?:#retry(?P<retry>\d+))?")
+
+
+def name(label: object) -> str:
+    """A step name or attempt label (``工作``, ``工作·判定#1``, ``确认需求#retry1``) as the reference wrote it, with
+    its meaning after it in English: ``工作·判定#1 (work, verdict 1)``. A name the reference does not fix (a
+    workflow's own step) is the user's text and stays as written."""
+    text = str(label or "")
+    m = _LABEL.fullmatch(text)
+    if language() == "zh" or m is None or m["step"] not in GLOSSARY:
+        return text
+    parts = [GLOSSARY[m["step"]]] + [f"{word} {m[key]}" for key, word in
+                                     (("judge", "verdict"), ("round", "round"), ("retry", "retry")) if m[key]]
+    return f"{text} ({', '.join(parts)})"
+
+
+def doc(path: object) -> str:
+    """A path to one of the reference's documents, glossed in English: ``…/需求.md (the requirement)``."""
+    text = str(path)
+    file = PurePath(text).name
+    meaning = GLOSSARY.get(file) or (GLOSSARY["交接"] if file.startswith("交接-") else None)
+    return text if language() == "zh" or meaning is None else f"{text} ({meaning})"
+
+
+def verdict(word: object) -> str:
+    """A judge's verdict word: ``达成`` in Chinese, ``achieved (达成)`` in English; another word stays as it is."""
+    text = str(word or "").strip()
+    meaning = GLOSSARY.get(text) if text in ("达成", "未达成", "无法验证") else None
+    return text if language() == "zh" or meaning is None else f"{meaning} ({text})"
 
 
 MESSAGES: dict[str, tuple[str, str]] = {
@@ -172,6 +213,20 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "creds.saved": ("\n+ saved: {path}", "\n+ 存好了:{path}"),
     "setup.needs_terminal": ("flower setup needs a terminal; without one write {path} by hand (ANTHROPIC_API_KEY=…)",
                              "flower setup 要在终端里跑;不在终端就手写 {path}(ANTHROPIC_API_KEY=…)"),
+    # -- check ---------------------------------------------------------------------------------------
+    "check.no_creds": ("No Anthropic credentials found: set ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN / "
+                       "CLAUDE_CODE_OAUTH_TOKEN) in one of: {looked}",
+                       "没找到 Anthropic 凭证:在以下任一处设置 ANTHROPIC_API_KEY(或 ANTHROPIC_AUTH_TOKEN / "
+                       "CLAUDE_CODE_OAUTH_TOKEN):{looked}"),
+    "check.not_set": (" (not set)", "(没设)"),
+    "check.guard.delegate": ("the coordinator's Write is denied", "协调者的 Write 被拦下"),
+    "check.guard.worker": ("a worker's Write is allowed", "干活的子代理的 Write 放行"),
+    "check.guard.spill": ("a big Bash output is spilled", "大段 Bash 输出落盘"),
+    "check.guard.isolate": ("an isolated dispatch runs in its own git worktree", "隔离派出的子代理在自己的 git worktree 里跑"),
+    "check.guard.settings": ("setting_sources=[] keeps project settings and CLAUDE.md out",
+                             "setting_sources=[] 挡住了项目设置和 CLAUDE.md"),
+    "check.guard.session": ("the CLI session ran", "CLI 会话跑起来了"),
+    "check.guard.unknown": ("{name}", "{name}"),
     # -- run / once / status ---------------------------------------------------------------------------
     "run.want_target": ("needs module:attribute, e.g. flows:main", "需要 模块:属性 形式,例如 flows:main"),
     "run.no_file": ("cannot find {mod} (current folder {cwd}). A file path must exist; to import by module name "
@@ -197,11 +252,11 @@ MESSAGES: dict[str, tuple[str, str]] = {
                     "什么都不做 —— 已经做完了(判定:达成);`flower` 会问你要不要开始新的"),
     "status.never": ("- nothing ran here yet (no run dir)", "- 这里还没跑过(没有运行目录)"),
     # -- state snapshot --------------------------------------------------------------------------------
-    "state.brief_ok": ("requirement confirmed ({path})", "需求已确认({path})"),
+    "state.brief_ok": ("requirement confirmed: {path}", "需求已确认({path})"),
     "state.goal_line": ("  goal: {text}", "  目标:{text}"),
     "state.brief_missing": ("requirement not confirmed yet", "需求还没确认"),
     "state.brief_incomplete": (" (the brief is incomplete)", "(确认书不完整)"),
-    "state.checks": ("goal: {n} checks{unverifiable} ({path})", "目标 {n} 条检查{unverifiable}({path})"),
+    "state.checks": ("goal: {n} checks{unverifiable}: {path}", "目标 {n} 条检查{unverifiable}({path})"),
     "state.unverifiable": (" ({n} of them cannot be verified here)", "(其中 {n} 条此环境无法验证)"),
     "state.sessions": ("sessions: {list}", "会话:{list}"),
     "state.woke": ("ran here {n} times", "这里跑过 {n} 次"),
@@ -233,9 +288,9 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "go.banner.checks": ("goal: {n} checks", "目标 {n} 条"),
     "go.banner.context": ("work context {k}", "干活上下文 {k}"),
     "go.banner.woke": ("wake-up {n}", "第 {n} 次唤醒"),
-    "go.done": ("+ done · requirement {brief}", "+ 完成 · 需求 {brief}"),
-    "go.clarified": ("+ requirement confirmed · requirement {brief}", "+ 需求已确认 · 需求 {brief}"),
-    "go.goal_path": (" · goal {goal}", " · 目标 {goal}"),
+    "go.done": ("+ done · {brief}", "+ 完成 · 需求 {brief}"),
+    "go.clarified": ("+ requirement confirmed · {brief}", "+ 需求已确认 · 需求 {brief}"),
+    "go.goal_path": (" · {goal}", " · 目标 {goal}"),
     # -- drive -----------------------------------------------------------------------------------------
     "drive.signal": ("! got {sig}: the step in flight is recorded in {manifest}", "! 收到 {sig}:在途的步骤已记进 {manifest}"),
     "drive.quit": ("quit (the step in flight is recorded in the manifest)", "已退出(在途的步骤已记进清单)"),
@@ -323,6 +378,146 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "screen.thinking": ("{label} · {elapsed:.0f}s", "{label} · {elapsed:.0f} 秒"),
     "screen.thinking_context": ("{label} · {elapsed:.0f}s · context {k}", "{label} · {elapsed:.0f} 秒 · 上下文 {k}"),
     "screen.waiting_model": ("waiting for the model", "等模型回复"),
+    "screen.step_head": ("== {step} · step {i} of {n} ", "== {step} ({i}/{n}) "),
+    "screen.retry_wait": ("attempt {n} failed, retrying in {delay:.0f}s", "第 {n} 次失败,{delay:.0f}s 后重试"),
+    "screen.retry_why": (": {why}", ":{why}"),
+    "screen.guard": ("  ! guard stopped {who}'s {tool}: {why}", "  ! 守卫拦下了 {who} 的 {tool}:{why}"),
+    "screen.guard_a_call": ("tool call", "工具调用"),
+    # -- guards: what a denial means (the guard's own sentence is the model's, in Chinese) -----------
+    "guard.whitelist": ("{role} has no {tool}, by design (not a missing setting)",
+                        "{role} 没有 {tool},这是有意的设计,不是配置遗漏"),
+    "guard.delegate": ("the coordinator does not do the work itself: {tool} is left to a subagent it dispatches",
+                       "协调者不亲自动手:{tool} 留给它派出的子代理"),
+    "guard.isolation": ("isolation failed: {role} must run in its own git worktree, not the shared checkout",
+                        "隔离失败:{role} 应在独立的 git worktree 里运行,而不是共享检出"),
+    "guard.other": ("the {guard} guard refused {tool} (its words to the model: --json)",
+                    "守卫 {guard} 拒绝了 {tool}(它对模型说的话:--json)"),
+    # -- remote: flower remote, its help, its lines and the client's errors ----------------------------
+    "help.remote": ("drive runs on a flower service: submit, follow, answer, list, show, diff, cancel, logs",
+                    "操作 flower 服务上的运行:提交、跟看、回答、列出、查看、差异、取消、日志"),
+    "help.remote.description": ("Drive runs on a flower service: submit, follow, answer, list, show, diff, cancel, "
+                                "logs. Config: --server/--token, FLOWER_SERVER/FLOWER_TOKEN, or "
+                                "~/.config/flower/remote.toml (written by `flower remote login`).",
+                                "操作 flower 服务上的运行:提交、跟看、回答、列出、查看、差异、取消、日志。配置:"
+                                "--server/--token,或 FLOWER_SERVER/FLOWER_TOKEN,或 ~/.config/flower/remote.toml"
+                                "(由 `flower remote login` 写)。"),
+    "help.remote.server": ("the service, e.g. http://127.0.0.1:8080", "服务地址,例如 http://127.0.0.1:8080"),
+    "help.remote.token": ("your tenant token", "你的租户 token"),
+    "help.remote.login": ("check the server and token, then save them to ~/.config/flower/remote.toml",
+                          "检查服务地址和 token,然后存到 ~/.config/flower/remote.toml"),
+    "help.remote.submit": ("submit an ask and follow the run live (answer questions at the prompt)",
+                           "提交一个诉求并实时跟着看(在提示符处回答提问)"),
+    "help.remote.ask": ("what you want done", "要做什么"),
+    "help.remote.rounds": ("work rounds at most", "干活轮数上限"),
+    "help.remote.asks": ("questions it may ask at most", "最多能问几次"),
+    "help.remote.timeout": ("how long a question waits", "一个提问等多久"),
+    "help.remote.no_goal": ("no goal and no judge", "不设目标,不判定"),
+    "help.remote.options": ("more run options, as a JSON object", "更多运行选项,写成一个 JSON 对象"),
+    "help.remote.detach": ("print the run id and return at once", "打印运行 id 后立刻返回"),
+    "help.remote.attach": ("follow a run live (interactive), from its first event", "从第一条事件起实时跟着一个运行(可交互)"),
+    "help.remote.list": ("your runs, newest first", "你的运行,最新的在前"),
+    "help.remote.status": ("only these statuses (comma-separated)", "只看这些状态(逗号分隔)"),
+    "help.remote.show": ("one run: status, step, cost, branch, changed files, open questions",
+                         "一个运行:状态、步骤、花费、分支、改动的文件、没回答的提问"),
+    "help.remote.diff": ("the run's diff against its base (its last checkpoint while live)",
+                         "运行相对基线的差异(还在跑时是它最近的检查点)"),
+    "help.remote.files": ("only the files it changed, with lines added and deleted", "只列改动的文件,带增删行数"),
+    "help.remote.path": ("only this file's diff (a path --files lists)", "只看这个文件的差异(--files 列出的路径)"),
+    "help.remote.cancel": ("stop a run (waits until it has ended)", "停掉一个运行(等到它结束)"),
+    "help.remote.logs": ("the run's events so far, drawn as in the terminal (-f: until it ends)",
+                         "运行到目前为止的事件,按终端的样子画出来(-f:一直到结束)"),
+    "help.remote.follow": ("keep streaming until the run ends", "一直跟到运行结束"),
+    "help.remote.json_lines": ("one JSON event per line", "每行一条 JSON 事件"),
+    "remote.needs_action": ("flower remote needs one of: {actions} (flower remote --help)",
+                            "flower remote 后面要跟其中一个:{actions}(flower remote --help 看用法)"),
+    "remote.in_the_clear": ("warning: {url} is plain http to another machine, so the tenant token crosses the "
+                            "network readable; use https",
+                            "警告:{url} 是到另一台机器的明文 http,租户 token 会以可读的形式经过网络;请用 https"),
+    "remote.ask_server": ("service URL: ", "服务地址:"),
+    "remote.ask_token": ("tenant token: ", "租户 token:"),
+    "remote.signed_in": ("signed in to {server} ({runs}); saved to {path}", "已登录 {server}({runs});已存到 {path}"),
+    "remote.no_runs_yet": ("no runs yet", "还没有运行"),
+    "remote.runs_found": ("runs found", "有运行"),
+    "remote.options_not_json": ("--options is not JSON ({why}): write an object, e.g. '{{\"rounds\": 2}}'",
+                                "--options 不是 JSON({why}):写成一个对象,例如 '{{\"rounds\": 2}}'"),
+    "remote.options_not_object": ("--options must be a JSON object, e.g. '{{\"rounds\": 2}}'",
+                                  "--options 必须是一个 JSON 对象,例如 '{{\"rounds\": 2}}'"),
+    "remote.blank_ask": ("the ask is blank: say what you want done", "诉求是空的:说说要做什么"),
+    "remote.submitted": ("- run {run} submitted to {server} ({status}); Ctrl-C interrupts, twice stops following",
+                         "- 运行 {run} 已提交到 {server}({status});Ctrl-C 打断,按两次不再跟看"),
+    "remote.attached": ("- run {run} ({status}) on {server}", "- 运行 {run}({status}),在 {server}"),
+    "remote.no_terminal": ("! not at a terminal: nobody here answers its questions (answer them in the web page, or "
+                           "with `flower remote attach {run}` at a terminal)",
+                           "! 不在终端里:这里没人回答它的提问(到网页上回答,或在终端里跑 `flower remote attach {run}`)"),
+    "remote.changed_files": (" · {n} file(s) changed on {branch} (flower remote diff {run})",
+                             " · 分支 {branch} 上改了 {n} 个文件(flower remote diff {run})"),
+    "remote.ended": ("{mark} run {run} {status}{why} · ${cost:.4f}{tail}",
+                     "{mark} 运行 {run} {status}{why} · ${cost:.4f}{tail}"),
+    "remote.none": ("no runs yet (flower remote submit \"...\")", "还没有运行(flower remote submit \"……\")"),
+    "remote.cancel_requested": (" (cancel requested)", "(已请求取消)"),
+    "remote.field.run": ("run", "运行"),
+    "remote.field.status": ("status", "状态"),
+    "remote.field.ask": ("ask", "诉求"),
+    "remote.field.step": ("step", "步骤"),
+    "remote.field.cost": ("cost", "花费"),
+    "remote.field.events": ("events", "事件"),
+    "remote.field.branch": ("branch", "分支"),
+    "remote.field.base": ("base", "基线"),
+    "remote.field.commit": ("commit", "提交"),
+    "remote.field.created": ("created", "创建"),
+    "remote.field.started": ("started", "开始"),
+    "remote.field.ended": ("ended", "结束"),
+    "remote.field.error": ("error", "错误"),
+    "remote.field.changed": ("changed", "改动"),
+    "remote.field.question": ("question", "提问"),
+    "remote.binary": ("binary", "二进制"),
+    "remote.more_files": ("(more files than listed: git fetch <your repository> {branch})",
+                          "(改动的文件比列出的多:git fetch <你的仓库> {branch})"),
+    "remote.unchanged": ("run {run} changed nothing (yet)", "运行 {run} (还)没有改动"),
+    "remote.cancelled": ("run {run} {status}", "运行 {run} {status}"),
+    "remote.stopping": (" (stopping; flower remote show to check)", "(正在停;用 flower remote show 查看)"),
+    "remote.result": ("{mark} {step} · ${cost:.4f} · {turns} turns · total ${total:.4f}",
+                      "{mark} {step} · ${cost:.4f} · {turns} 轮 · 累计 ${total:.4f}"),
+    "remote.checkpoint": ("  # work handed back ({commit})", "  # 成果已交回({commit})"),
+    "remote.sandbox_started": ("- sandbox started", "- 沙箱已启动"),
+    "remote.killed": ("x the run was stopped", "x 运行被停掉了"),
+    "remote.questions_unreadable": ("x cannot read the open questions: {error}", "x 读不了没回答的提问:{error}"),
+    "remote.what.answer": ("the answer", "回答"),
+    "remote.what.message": ("the message", "消息"),
+    "remote.what.interrupt": ("the interrupt", "打断"),
+    "remote.sent": ("+ sent (it reads its inbox at the next checkpoint)", "+ 已发送(它在下个检查点查收件箱)"),
+    "remote.not_delivered": ("x {what} did not reach the run: {error}", "x {what}没送到运行:{error}"),
+    "remote.stopped_following": ("- stopped following; run {run} goes on (flower remote attach {run})",
+                                 "- 不再跟看;运行 {run} 继续(flower remote attach {run})"),
+    "remote.err.no_server": ("no service URL: pass --server, set FLOWER_SERVER, or run `flower remote login`",
+                             "没有服务地址:加 --server,或设 FLOWER_SERVER,或跑 `flower remote login`"),
+    "remote.err.no_token": ("no tenant token: pass --token, set FLOWER_TOKEN, or run `flower remote login`",
+                            "没有租户 token:加 --token,或设 FLOWER_TOKEN,或跑 `flower remote login`"),
+    "remote.err.unreachable": ("cannot reach the service at {server}: {error}", "连不上 {server} 的服务:{error}"),
+    "remote.err.refused_token": ("the service refused the token: check it, or ask the operator for yours",
+                                 "服务拒绝了这个 token:检查一下,或向运维要你的 token"),
+    "remote.err.answered": ("the service answered {code} {reason}: {body}", "服务回答 {code} {reason}:{body}"),
+    "remote.err.diff_cut": ("the diff of run {run} was cut short: {error}", "运行 {run} 的差异没传完:{error}"),
+    "remote.err.diff_unreadable": ("cannot read the diff of run {run} from {server}: {error}",
+                                   "从 {server} 读不了运行 {run} 的差异:{error}"),
+    "remote.err.stream_drops": ("the event stream of run {run} keeps dropping: {error}",
+                                "运行 {run} 的事件流一直断:{error}"),
+    "remote.err.stream_closes": ("the event stream of run {run} keeps closing before the run ends",
+                                 "运行 {run} 的事件流总在运行结束前关闭"),
+    "remote.err.url_unreadable": ("the service URL {url} cannot be read: write it as http(s)://host:port",
+                                  "服务地址 {url} 读不懂:写成 http(s)://主机:端口"),
+    "remote.err.url_userinfo": ("the service URL carries a user name or password (user:pass@): take them out and "
+                                "give the tenant token instead (--token, FLOWER_TOKEN or `flower remote login`)",
+                                "服务地址里带了用户名或密码(user:pass@):去掉它们,改给租户 token(--token、"
+                                "FLOWER_TOKEN 或 `flower remote login`)"),
+    "remote.err.url_scheme": ("the service URL {url} is not http(s)://host[:port]: write it that way",
+                              "服务地址 {url} 不是 http(s)://主机[:端口] 的形式:照这个写"),
+    "remote.err.config_unreadable": ("{path} cannot be read ({error}): fix it, or write it again with "
+                                     "`flower remote login`", "{path} 读不了({error}):修好它,或用 `flower remote login` 重写"),
+    # -- the commit of a service run's work (sandbox/entrypoint.py) ---------------------------------------
+    "commit.step": ("flower run {run}: the work up to step {step}", "flower 运行 {run}:到步骤 {step} 为止的成果"),
+    "commit.end": ("flower run {run}: its work at the end", "flower 运行 {run}:结束时的成果"),
+    "commit.stopped": ("flower run {run}: its work when it was stopped", "flower 运行 {run}:被停下时的成果"),
     # -- demo ------------------------------------------------------------------------------------------
     "demo.title": ("flower demo — the main job, offline: a service, a team's repository, a scripted model",
                    "flower demo —— 离线看一遍主流程:一个服务、一个团队的仓库、一个脚本模型"),

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import Exit
+from .messages import name, t
 from .terminal import OUT, Style, ask, clean, echo, isatty, one_line
 
 if TYPE_CHECKING:  # the screen and the client are loaded when used, not when argv is parsed
@@ -23,62 +24,61 @@ if TYPE_CHECKING:  # the screen and the client are loaded when used, not when ar
     from .screen import Screen
 
 P = TypeVar("P", bound=argparse.ArgumentParser)
-HELP = "drive runs on a flower service: submit, follow, answer, list, show, diff, cancel, logs"
 ACTIONS = ("login", "submit", "attach", "list", "show", "diff", "cancel", "logs")
 
 
 def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
     """The ``remote`` subcommand and its own subcommands, on the ``flower`` parser's ``sub``."""
-    p = sub.add_parser(
-        "remote", help=HELP, description=HELP + ". Config: --server/--token, FLOWER_SERVER/FLOWER_TOKEN, or "
-        "~/.config/flower/remote.toml (written by `flower remote login`).")
-    p.add_argument("--server", default=None, metavar="URL", help="the service, e.g. http://127.0.0.1:8080")
-    p.add_argument("--token", default=None, metavar="TOKEN", help="your tenant token")
+    p = sub.add_parser("remote", help=t("help.remote"), description=t("help.remote.description"))
+    p.add_argument("--server", default=None, metavar="URL", help=t("help.remote.server"))
+    p.add_argument("--token", default=None, metavar="TOKEN", help=t("help.remote.token"))
     acts = p.add_subparsers(dest="remote_cmd", metavar="{" + ",".join(ACTIONS) + "}")
-    acts.add_parser("login", help="check the server and token, then save them to ~/.config/flower/remote.toml")
-    s = acts.add_parser("submit", help="submit an ask and follow the run live (answer questions at the prompt)")
-    s.add_argument("ask", nargs="+", help="what you want done")
-    s.add_argument("--rounds", type=int, default=None, metavar="N", help="work rounds at most")
-    s.add_argument("--asks", type=int, default=None, metavar="N", help="questions it may ask at most")
-    s.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help="how long a question waits")
-    s.add_argument("--clarify-only", action="store_true", help="only clarify the ask")
-    s.add_argument("--no-goal", action="store_true", help="no goal and no judge")
-    s.add_argument("-i", "--instructions", default=None, metavar="TEXT", help="domain instructions")
-    s.add_argument("--options", default=None, metavar="JSON", help="more run options, as a JSON object")
-    s.add_argument("-d", "--detach", action="store_true", help="print the run id and return at once")
-    a = acts.add_parser("attach", help="follow a run live (interactive), from its first event")
+    acts.add_parser("login", help=t("help.remote.login"))
+    s = acts.add_parser("submit", help=t("help.remote.submit"))
+    s.add_argument("ask", nargs="+", help=t("help.remote.ask"))
+    s.add_argument("--rounds", type=int, default=None, metavar="N", help=t("help.remote.rounds"))
+    s.add_argument("--asks", type=int, default=None, metavar="N", help=t("help.remote.asks"))
+    s.add_argument("--timeout", type=float, default=None, metavar="SECONDS", help=t("help.remote.timeout"))
+    s.add_argument("--clarify-only", action="store_true", help=t("help.go.clarify_only"))
+    s.add_argument("--no-goal", action="store_true", help=t("help.remote.no_goal"))
+    s.add_argument("-i", "--instructions", default=None, metavar="TEXT", help=t("help.instructions"))
+    s.add_argument("--options", default=None, metavar="JSON", help=t("help.remote.options"))
+    s.add_argument("-d", "--detach", action="store_true", help=t("help.remote.detach"))
+    a = acts.add_parser("attach", help=t("help.remote.attach"))
     a.add_argument("run_id")
-    ls = acts.add_parser("list", help="your runs, newest first")
-    ls.add_argument("--status", default=None, help="only these statuses (comma-separated)")
+    ls = acts.add_parser("list", help=t("help.remote.list"))
+    ls.add_argument("--status", default=None, help=t("help.remote.status"))
     ls.add_argument("--limit", type=int, default=50)
-    ls.add_argument("--json", action="store_true")
-    sh = acts.add_parser("show", help="one run: status, step, cost, branch, changed files, open questions")
+    ls.add_argument("--json", action="store_true", help=t("help.json"))
+    sh = acts.add_parser("show", help=t("help.remote.show"))
     sh.add_argument("run_id")
-    sh.add_argument("--json", action="store_true")
-    d = acts.add_parser("diff", help="the run's diff against its base (its last checkpoint while live)")
+    sh.add_argument("--json", action="store_true", help=t("help.json"))
+    d = acts.add_parser("diff", help=t("help.remote.diff"))
     d.add_argument("run_id")
-    d.add_argument("--files", action="store_true", help="only the files it changed, with lines added and deleted")
-    d.add_argument("--path", default=None, metavar="FILE", help="only this file's diff (a path --files lists)")
-    c = acts.add_parser("cancel", help="stop a run (waits until it has ended)")
+    d.add_argument("--files", action="store_true", help=t("help.remote.files"))
+    d.add_argument("--path", default=None, metavar="FILE", help=t("help.remote.path"))
+    c = acts.add_parser("cancel", help=t("help.remote.cancel"))
     c.add_argument("run_id")
-    lg = acts.add_parser("logs", help="the run's events so far, drawn as in the terminal (-f: until it ends)")
+    lg = acts.add_parser("logs", help=t("help.remote.logs"))
     lg.add_argument("run_id")
-    lg.add_argument("-f", "--follow", action="store_true", help="keep streaming until the run ends")
-    lg.add_argument("--json", action="store_true", help="one JSON event per line")
+    lg.add_argument("-f", "--follow", action="store_true", help=t("help.remote.follow"))
+    lg.add_argument("--json", action="store_true", help=t("help.remote.json_lines"))
     return p
 
 
 def cmd_remote(args: argparse.Namespace) -> int:
-    from ..remote import RemoteError
+    from ..remote import BadSetting, RemoteError
+    from .follow import said
 
     if not getattr(args, "remote_cmd", None):
-        raise Exit(2, f"flower remote needs one of: {', '.join(ACTIONS)} (flower remote --help)")
+        raise Exit(2, t("remote.needs_action", actions=", ".join(ACTIONS)))
     try:
         return asyncio.run(_dispatch(args))
-    except RemoteError as e:
-        raise Exit(1, e.message) from None
+    except (RemoteError, BadSetting) as e:
+        raise Exit(1, said(e)) from None
     except ValueError as e:
         raise Exit(1, str(e)) from None
+
 
 
 async def _dispatch(args: argparse.Namespace) -> int:
@@ -98,8 +98,7 @@ def _remote(server: str, token: str) -> Remote:
 
     checked = check_server(server) if server else ""  # a URL it cannot use, or with credentials in it: refused
     if in_the_clear(checked):
-        echo(f"flower: warning: {checked} is plain http to another machine, so the tenant token crosses the "
-             "network readable; use https", err=True)
+        echo("flower: " + t("remote.in_the_clear", url=checked), err=True)
     return Remote(server, token)
 
 
@@ -108,13 +107,14 @@ async def _login(server: str, token: str) -> int:
 
     tty = isatty(sys.stdin)
     if not server and tty:
-        server = ask("service URL: ").strip()
+        server = ask(t("remote.ask_server")).strip()
     if not token and tty:
-        token = getpass.getpass("tenant token: ").strip()
+        token = getpass.getpass(t("remote.ask_token")).strip()
     async with _remote(server, token) as api:
         runs = await api.runs(limit=1)  # proves both: the server answers, the token is a tenant's
     path = save_config(RemoteConfig(server=api.server, token=token))
-    echo(f"flower: signed in to {api.server} ({'no runs yet' if not runs else 'runs found'}); saved to {path}")
+    echo("flower: " + t("remote.signed_in", server=api.server, path=path,
+                        runs=t("remote.runs_found" if runs else "remote.no_runs_yet")))
     return 0
 
 
@@ -124,9 +124,9 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
         try:
             extra = json.loads(args.options)
         except json.JSONDecodeError as e:
-            raise ValueError(f"--options is not JSON ({e.msg}): write an object, e.g. '{{\"rounds\": 2}}'") from None
+            raise ValueError(t("remote.options_not_json", why=e.msg)) from None
         if not isinstance(extra, dict):
-            raise ValueError("--options must be a JSON object, e.g. '{\"rounds\": 2}'")
+            raise ValueError(t("remote.options_not_object"))
         opts.update(extra)
     for key, value in (("rounds", args.rounds), ("max_asks", args.asks), ("timeout_s", args.timeout),
                        ("instructions", args.instructions)):
@@ -142,7 +142,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
 async def _submit(api: Remote, args: argparse.Namespace) -> int:
     ask = " ".join(args.ask).strip()
     if not ask:
-        raise ValueError("the ask is blank: say what you want done")
+        raise ValueError(t("remote.blank_ask"))
     run = await api.submit(ask, _options(args))
     if args.detach:
         echo(run.id)
@@ -150,7 +150,7 @@ async def _submit(api: Remote, args: argparse.Namespace) -> int:
     from .screen import Screen
 
     screen = Screen(verbose=getattr(args, "verbose", False))
-    screen.say(f"- run {run.id} submitted to {api.server} ({run.status}); Ctrl-C interrupts, twice stops following")
+    screen.say(t("remote.submitted", run=run.id, server=api.server, status=run.status))
     return await _follow_to_end(api, run.id, screen)
 
 
@@ -159,7 +159,7 @@ async def _attach(api: Remote, args: argparse.Namespace) -> int:
 
     screen = Screen(verbose=getattr(args, "verbose", False))
     run = await api.run(args.run_id)
-    screen.say(f"- run {run.id} ({run.status}) on {api.server}")
+    screen.say(t("remote.attached", run=run.id, server=api.server, status=run.status))
     return await _follow_to_end(api, run.id, screen)
 
 
@@ -167,8 +167,7 @@ async def _follow_to_end(api: Remote, run_id: str, screen: Screen) -> int:
     from .follow import follow
 
     if not (isatty(sys.stdin) and screen.tty):
-        screen.say(f"! not at a terminal: nobody here answers its questions (answer them in the web page, or with "
-                   f"`flower remote attach {run_id}` at a terminal)")
+        screen.say(t("remote.no_terminal", run=run_id))
     try:
         final = await follow(api, run_id, screen=screen)
     finally:
@@ -180,10 +179,10 @@ def _summary(run: RunInfo, screen: Screen) -> int:
     if not run.ended_already:
         return 0  # stopped following; the run goes on
     files = len(run.diffstat.files) if run.diffstat else 0
-    tail = f" · {files} file(s) changed on {run.branch} (flower remote diff {run.id})" if files else ""
+    tail = t("remote.changed_files", n=files, branch=run.branch, run=run.id) if files else ""
     mark = "+" if run.status == "succeeded" else "x"
     why = f": {one_line(run.error, 300)}" if run.error else ""
-    screen.say(f"{mark} run {run.id} {run.status}{why} · ${run.cost_usd:.4f}{tail}")
+    screen.say(t("remote.ended", mark=mark, run=run.id, status=run.status, why=why, cost=run.cost_usd, tail=tail))
     return 0 if run.status == "succeeded" else 1
 
 
@@ -195,10 +194,10 @@ async def _list(api: Remote, args: argparse.Namespace) -> int:
         echo(_json(msgspec.to_builtins(runs)))
         return 0
     if not runs:
-        echo("no runs yet (flower remote submit \"...\")")
+        echo(t("remote.none"))
         return 0
     for r in runs:
-        echo(f"{r.id}  {r.status:<10} ${r.cost_usd:>8.4f}  {(r.step or '-'):<8}  {one_line(r.ask, 60)}")
+        echo(f"{r.id}  {r.status:<10} ${r.cost_usd:>8.4f}  {name(r.step or '-'):<8}  {one_line(r.ask, 60)}")
     return 0
 
 
@@ -210,24 +209,30 @@ async def _show(api: Remote, args: argparse.Namespace) -> int:
     if args.json:
         echo(_json({**msgspec.to_builtins(run), "questions": msgspec.to_builtins(questions)}, indent=2))
         return 0
-    rows = [("run", run.id), ("status", run.status + (" (cancel requested)" if run.cancel_requested else "")),
-            ("ask", one_line(run.ask, 200)), ("step", run.step or "-"), ("cost", f"${run.cost_usd:.4f}"),
+    rows = [("run", run.id), ("status", run.status + (t("remote.cancel_requested") if run.cancel_requested else "")),
+            ("ask", one_line(run.ask, 200)), ("step", name(run.step or "-")), ("cost", f"${run.cost_usd:.4f}"),
             ("events", str(run.events)), ("branch", run.branch or "-"), ("base", run.base or "-"),
             ("commit", run.commit or "-"), ("created", run.created or "-"), ("started", run.started or "-"),
             ("ended", run.ended or "-")]
     if run.error:
         rows.append(("error", one_line(run.error, 300)))
     for key, value in rows:
-        echo(f"{key:>8}  {value}")
+        echo(f"{_field(key)}  {value}")
     if run.diffstat and run.diffstat.files:
-        echo(f"{'changed':>8}  +{run.diffstat.insertions} -{run.diffstat.deletions}")
+        echo(f"{_field('changed')}  +{run.diffstat.insertions} -{run.diffstat.deletions}")
         for f in run.diffstat.files:
-            echo(f"{'':>8}  {clean(f.path)}  +{f.insertions} -{f.deletions}")
+            echo(f"{_field('')}  {clean(f.path)}  +{f.insertions} -{f.deletions}")
     for q in questions:
-        echo(f"{'question':>8}  {one_line(q.question, 200)}  [{q.id}]")
+        echo(f"{_field('question')}  {one_line(q.question, 200)}  [{q.id}]")
         for i, opt in enumerate(q.options, 1):
-            echo(f"{'':>8}    {i}) {clean(opt)}")
+            echo(f"{_field('')}    {i}) {clean(opt)}")
     return 0
+
+
+def _field(key: str) -> str:
+    """A row name of ``show``, right-aligned in eight columns (a Chinese character takes two)."""
+    label = t("remote.field." + key) if key else ""
+    return " " * max(0, 8 - sum(2 if ord(c) > 0x2e7f else 1 for c in label)) + label
 
 
 _COLOURS = (("diff --git", Style.BOLD), ("+++", Style.BOLD), ("---", Style.BOLD), ("@@", Style.CYAN),
@@ -239,9 +244,9 @@ async def _diff(api: Remote, args: argparse.Namespace) -> int:
     if args.files:
         listed = await api.diff_files(args.run_id)
         for f in listed.files:
-            OUT.line(f"{'binary' if f.binary else f'+{f.insertions} -{f.deletions}':>16}  {f.path}")
+            OUT.line(f"{t('remote.binary') if f.binary else f'+{f.insertions} -{f.deletions}':>16}  {f.path}")
         if listed.truncated:
-            echo(f"(more files than listed: git fetch <your repository> {listed.branch})", err=True)
+            echo(t("remote.more_files", branch=listed.branch), err=True)
         return 0
     colour, empty = OUT.isatty(), True
     async for line in api.diff_lines(args.run_id, path=args.path):
@@ -249,13 +254,13 @@ async def _diff(api: Remote, args: argparse.Namespace) -> int:
         safe = clean(line.rstrip("\n"))
         OUT.line(safe, style=next((c for head, c in _COLOURS if safe.startswith(head)), None) if colour else None)
     if empty:
-        echo(f"run {args.run_id} changed nothing (yet)", err=True)
+        echo(t("remote.unchanged", run=args.run_id), err=True)
     return 0
 
 
 async def _cancel(api: Remote, args: argparse.Namespace) -> int:
     run = await api.cancel(args.run_id)
-    echo(f"run {run.id} {run.status}" + ("" if run.ended_already else " (stopping; flower remote show to check)"))
+    echo(t("remote.cancelled", run=run.id, status=run.status) + ("" if run.ended_already else t("remote.stopping")))
     return 0
 
 

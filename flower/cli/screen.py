@@ -13,7 +13,7 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
-from .messages import t
+from .messages import doc, language, name, t
 from .terminal import ERR, Terminal, clean, one_line, tilde, tokens_k
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ class Screen:
         self._prompt_shown = False
         self._prompt_rows = 0
         self._seen_asks: set[str] = set()
+        self._denials: dict[str, str] = {}  # a guard's words to the model → what the person was shown instead
         self._tools: dict[str, str] = {}
         self._events = None
         self._busy = False  # an attempt is running: its model calls get the spinner
@@ -124,7 +125,7 @@ class Screen:
         if not self._busy or quiet < SPIN_AFTER_S:
             return None
         frame = SPINNER[int(quiet * 8) % len(SPINNER)]
-        what = self.label or t("screen.waiting_model")
+        what = name(self.label) or t("screen.waiting_model")
         if self._context:
             return f"{frame} " + t("screen.thinking_context", label=what, elapsed=quiet, k=tokens_k(self._context))
         return f"{frame} " + t("screen.thinking", label=what, elapsed=quiet)
@@ -191,9 +192,9 @@ class Screen:
         if k == "step":
             self.label = ev.text
             if p.get("skipped"):
-                self.say(t("screen.skipped", step=ev.text))
+                self.say(t("screen.skipped", step=name(ev.text)))
                 return
-            head = f"== {ev.text} ({int(p.get('index', 0)) + 1}/{p.get('total', '?')}) "
+            head = t("screen.step_head", step=name(ev.text), i=int(p.get("index", 0)) + 1, n=p.get("total", "?"))
             self.say("\n" + head + "=" * max(4, self.width - _cols(head)))
             if p.get("resumed"):
                 self.say(t("screen.resumed"))
@@ -226,6 +227,8 @@ class Screen:
                 self.say(f"{bar}* {ev.tool} {one_line(ev.text, self.width - len(ev.tool) - 8)}".rstrip())
         elif k == "tool_result":
             tool = self._tools.get(p.get("tool_use_id") or "", "")
+            if p.get("is_error") and self._said_by_guard(ev.text):
+                return  # the guard's line said it, in the person's language
             if p.get("is_error"):
                 self.say(f"{bar}x {one_line(ev.text, self.width - 6)}")
             elif tool in ("Agent", "Task") and not sub:
@@ -236,7 +239,9 @@ class Screen:
             self._ask(ev)
         elif k == "retry":
             why = one_line(p.get("error") or "", 100)
-            self.say(f"~ {ev.text}" + (f":{why}" if why else ""))
+            said = t("screen.retry_wait", n=p["attempt"], delay=float(p["delay"])) if "attempt" in p and "delay" in p \
+                else ev.text  # the runtime's own line is for the model's side; its numbers say the same
+            self.say(f"~ {said}" + (t("screen.retry_why", why=why) if why else ""))
         elif k == "handoff":
             self._handoff(ev)
         elif k == "error":
@@ -259,6 +264,20 @@ class Screen:
             return
         elif self.verbose:
             self.say(one_line(str(ev), self.width))
+
+    def denied(self, fields: dict[str, Any], *, who: str = "") -> None:
+        """A guard's denial (an audit ``deny``): one line in the person's language; the guard's own sentence is
+        the model's and stays in the events (``--json``). The tool result that repeats it is not drawn again."""
+        said = guard_said(fields)
+        reason = str(fields.get("reason") or "")
+        if reason:
+            self._denials[reason] = said
+        tool = str(fields.get("tool") or "") or t("screen.guard_a_call")
+        self.say(t("screen.guard", who=who or str(fields.get("role") or "agent"), tool=tool,
+                   why=one_line(said, self.width - 30)))
+
+    def _said_by_guard(self, text: str) -> bool:
+        return any(reason in text or text in reason for reason in self._denials if text.strip())
 
     def _ask(self, ev: Any) -> None:
         p = ev.payload or {}
@@ -308,7 +327,7 @@ class Screen:
             if p.get("degraded"):
                 self.say(t("screen.degraded"))
             if p.get("path"):
-                self.say(t("screen.handoff_at", path=tilde(p["path"])))
+                self.say(t("screen.handoff_at", path=doc(tilde(p["path"]))))
             self.say(t("screen.new_session"))
         else:
             self.say(f"# {one_line(ev.text, self.width)}")
@@ -319,11 +338,11 @@ class Screen:
         self._busy, self._context = True, 0
         self._alive()
         if "·判定#" in label:
-            self.say(t("screen.judging", label=label))
+            self.say(t("screen.judging", label=name(label)))
         elif "#round" in label:
-            self.say(t("screen.round", label=label))
+            self.say(t("screen.round", label=name(label)))
         elif "#retry" in label:
-            self.say(t("screen.retry", label=label))
+            self.say(t("screen.retry", label=name(label)))
 
     def attempt_done(self, r: Any, total: float) -> None:
         self._busy = False
@@ -336,10 +355,25 @@ class Screen:
             bits.append(t("screen.retired", n=len(r.retired)))
         bits.append(t("screen.total", cost=total))
         if r.ok:
-            self.say(f"+ {r.step} · " + " · ".join(bits))
+            self.say(f"+ {name(r.step)} · " + " · ".join(bits))
         else:
-            self.say(t("screen.step_failed", step=r.step, error=one_line(r.error or t("once.unknown_error"), 200),
+            self.say(t("screen.step_failed", step=name(r.step), error=one_line(r.error or t("once.unknown_error"), 200),
                        bits=" · ".join(bits)))
+
+
+GUARDS = ("whitelist", "delegate", "isolation")
+"""The guards whose denials the catalogue says in English (``guard.<name>``); another one is said generically."""
+
+
+def guard_said(fields: dict[str, Any]) -> str:
+    """What a guard's denial means, for a person: in Chinese its own sentence (the reference's, written for the
+    model); in English the catalogue's rendering of what happened, by the guard's name and the call's fields."""
+    reason, guard = str(fields.get("reason") or ""), str(fields.get("guard") or "")
+    if language() == "zh" and reason:
+        return reason
+    role = name(str(fields.get("role") or "agent"))
+    tool = str(fields.get("tool") or "") or t("screen.guard_a_call")
+    return t(f"guard.{guard}" if guard in GUARDS else "guard.other", role=role, tool=tool, guard=guard or "?")
 
 
 def _full_text(ev: Event) -> str:

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .messages import t
+from .messages import doc, name, t
 from .terminal import one_line, tilde
 
 
@@ -56,17 +56,17 @@ def snapshot(state: dict[str, Any]) -> list[str]:
     lines = []
     brief, goal = state.get("brief_doc"), state.get("goal_doc")
     if state.get("waking"):
-        lines.append(t("state.brief_ok", path=tilde(state["brief"])))
+        lines.append(t("state.brief_ok", path=doc(tilde(state["brief"]))))
         if brief is not None and brief.goal:
             lines.append(t("state.goal_line", text=one_line(brief.goal, 200)))
     else:
         lines.append(t("state.brief_missing") + (t("state.brief_incomplete") if brief is not None else ""))
     if state.get("checks"):
         unver = len(getattr(goal, "unverifiable", None) or [])
-        lines.append(t("state.checks", n=state["checks"], path=tilde(state["goal"]),
+        lines.append(t("state.checks", n=state["checks"], path=doc(tilde(state["goal"])),
                        unverifiable=t("state.unverifiable", n=unver) if unver else ""))
     if state.get("steps"):
-        lines.append(t("state.sessions", list=" · ".join(f"{k} {v[:8]}" for k, v in state["steps"].items())))
+        lines.append(t("state.sessions", list=" · ".join(f"{name(k)} {v[:8]}" for k, v in state["steps"].items())))
     done = state.get("done")
     if done:
         lines.append(t("state.done", when=done.get("at") or "?"))
@@ -79,7 +79,7 @@ def snapshot(state: dict[str, Any]) -> list[str]:
         for r in rows:
             mark = "+" if r.get("ok") else "x"
             err = f" —— {one_line(r.get('error'), 100)}" if r.get("error") else ""
-            lines.append(f"  {mark} {r.get('step')} ${float(r.get('cost_usd') or 0):.4f}{err}")
+            lines.append(f"  {mark} {name(r.get('step'))} ${float(r.get('cost_usd') or 0):.4f}{err}")
     for h in state.get("handoffs") or []:
-        lines.append(t("state.handoff", path=tilde(h)))
+        lines.append(t("state.handoff", path=doc(tilde(h))))
     return lines

@@ -11,8 +11,8 @@ from __future__ import annotations
 from .client import Remote, RemoteError
 from .config import CONFIG_FILE, RemoteConfig, config_path, load_config, save_config
 from .types import DiffFiles, Question, RunInfo, StreamEnd, StreamEvent, TERMINAL
-from .url import check_server, in_the_clear, shown_url
+from .url import BadSetting, check_server, in_the_clear, shown_url
 
-__all__ = ["CONFIG_FILE", "DiffFiles", "Question", "Remote", "RemoteConfig", "RemoteError", "RunInfo", "StreamEnd",
-           "StreamEvent", "TERMINAL", "check_server", "config_path", "in_the_clear", "load_config", "save_config",
+__all__ = ["BadSetting", "CONFIG_FILE", "DiffFiles", "Question", "Remote", "RemoteConfig", "RemoteError", "RunInfo",
+           "StreamEnd", "StreamEvent", "TERMINAL", "check_server", "config_path", "in_the_clear", "load_config", "save_config",
            "shown_url"]

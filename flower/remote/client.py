@@ -14,7 +14,7 @@ from httpx_sse import ServerSentEvent, aconnect_sse
 
 from ..core.errors import FlowerError
 from .types import DiffFiles, Question, RunInfo, StreamEnd, StreamEvent
-from .url import check_server
+from .url import BadSetting, check_server
 
 DIFF_ERROR = b"flower-diff-error: "
 """How a diff the service could not finish after it began ends: its last line starts with this."""
@@ -23,11 +23,13 @@ RECONNECTS = 20
 
 
 class RemoteError(FlowerError):
-    """The service said no (``status`` is its HTTP status), or could not be reached (``status`` 0)."""
+    """The service said no (``status`` is its HTTP status), or could not be reached (``status`` 0). ``message``
+    is in English, or the service's own sentence; when the client wrote it, ``key`` and ``fields`` let a front end
+    say it in the person's language (empty ``key``: the service's words)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, key: str = "", **fields: str) -> None:
         super().__init__(message)
-        self.status, self.message = status, message
+        self.status, self.message, self.key, self.fields = status, message, key, fields
 
 
 class Remote:
@@ -36,13 +38,15 @@ class Remote:
     def __init__(self, server: str, token: str, *, timeout: float = 30.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         if not server:
-            raise RemoteError(0, "no service URL: pass --server, set FLOWER_SERVER, or run `flower remote login`")
+            raise RemoteError(0, "no service URL: pass --server, set FLOWER_SERVER, or run `flower remote login`",
+                              key="no_server")
         if not token:
-            raise RemoteError(0, "no tenant token: pass --token, set FLOWER_TOKEN, or run `flower remote login`")
+            raise RemoteError(0, "no tenant token: pass --token, set FLOWER_TOKEN, or run `flower remote login`",
+                              key="no_token")
         try:
             self.server = check_server(server)
-        except ValueError as e:
-            raise RemoteError(0, str(e)) from None
+        except BadSetting as e:
+            raise RemoteError(0, e.message, key=e.key, **e.fields) from None
         self._http = httpx.AsyncClient(base_url=self.server, timeout=timeout, transport=transport,
                                        headers={"Authorization": f"Bearer {token}"})
 
@@ -62,9 +66,10 @@ class Remote:
             r = await self._http.request(method, "/v1" + path, json=body, params=params,
                                          timeout=timeout if timeout is not None else self._http.timeout)
         except httpx.HTTPError as e:
-            raise RemoteError(0, f"cannot reach the service at {self.server}: {e or type(e).__name__}") from None
+            raise RemoteError(0, f"cannot reach the service at {self.server}: {e or type(e).__name__}",
+                              key="unreachable", server=self.server, error=str(e or type(e).__name__)) from None
         if r.status_code >= 400:
-            raise RemoteError(r.status_code, _error_text(r))
+            raise _refusal(r)
         return r
 
     async def submit(self, ask: str, options: dict[str, Any] | None = None) -> RunInfo:
@@ -112,20 +117,22 @@ class Remote:
             async with self._http.stream("GET", f"/v1/runs/{run_id}/diff", params=params) as r:
                 if r.status_code >= 400:
                     await r.aread()
-                    raise RemoteError(r.status_code, _error_text(r))
+                    raise _refusal(r)
                 pending = b""
                 async for chunk in r.aiter_bytes():
                     *lines, pending = (pending + chunk).split(b"\n")
                     for raw in lines:
                         if raw.startswith(DIFF_ERROR):
-                            raise RemoteError(0, f"the diff of run {run_id} was cut short: "
-                                                 f"{raw[len(DIFF_ERROR):].decode('utf-8', 'replace')}")
+                            why = raw[len(DIFF_ERROR):].decode("utf-8", "replace")
+                            raise RemoteError(0, f"the diff of run {run_id} was cut short: {why}", key="diff_cut",
+                                              run=run_id, error=why)
                         yield raw.decode("utf-8", "replace") + "\n"
                 if pending:
                     yield pending.decode("utf-8", "replace")
         except httpx.HTTPError as e:
-            raise RemoteError(0, f"cannot read the diff of run {run_id} from {self.server}: {e or type(e).__name__}") \
-                from None
+            raise RemoteError(0, f"cannot read the diff of run {run_id} from {self.server}: {e or type(e).__name__}",
+                              key="diff_unreadable", run=run_id, server=self.server,
+                              error=str(e or type(e).__name__)) from None
 
     async def diff_files(self, run_id: str) -> DiffFiles:
         return msgspec.convert((await self._call("GET", f"/runs/{run_id}/diff/files")).json(), DiffFiles)
@@ -151,7 +158,7 @@ class Remote:
                         continue
                     if r.status_code >= 400:
                         await r.aread()
-                        raise RemoteError(r.status_code, _error_text(r))
+                        raise _refusal(r)
                     async for sse in source.aiter_sse():
                         item = _decode(sse)
                         if item is None:
@@ -166,12 +173,14 @@ class Remote:
             except httpx.HTTPError as e:
                 drops += 1
                 if drops > RECONNECTS:
-                    raise RemoteError(0, f"the event stream of run {run_id} keeps dropping: {e}") from None
+                    raise RemoteError(0, f"the event stream of run {run_id} keeps dropping: {e}", key="stream_drops",
+                                      run=run_id, error=str(e)) from None
                 await asyncio.sleep(min(5.0, 0.2 * drops))
                 continue
             drops += 1  # the stream closed without its `end`: resume it
             if drops > RECONNECTS:
-                raise RemoteError(0, f"the event stream of run {run_id} keeps closing before the run ends")
+                raise RemoteError(0, f"the event stream of run {run_id} keeps closing before the run ends",
+                                  key="stream_closes", run=run_id)
             await asyncio.sleep(min(5.0, 0.2 * drops))
 
 
@@ -186,17 +195,19 @@ def _decode(sse: ServerSentEvent) -> StreamEvent | StreamEnd | None:
         return None  # a line this client does not understand is skipped, not fatal
 
 
-def _error_text(r: httpx.Response) -> str:
-    """The service's one-sentence ``error``; else the status and the start of the body."""
+def _refusal(r: httpx.Response) -> RemoteError:
+    """The service's one-sentence ``error`` (its words); else the status and the start of the body."""
     try:
         body = r.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
         body = None
     if isinstance(body, dict) and isinstance(body.get("error"), str):
-        return str(body["error"])
+        return RemoteError(r.status_code, str(body["error"]))
     if r.status_code == 401:
-        return "the service refused the token: check it, or ask the operator for yours"
-    return f"the service answered {r.status_code} {r.reason_phrase}: {r.text[:200]}"
+        return RemoteError(401, "the service refused the token: check it, or ask the operator for yours",
+                           key="refused_token")
+    return RemoteError(r.status_code, f"the service answered {r.status_code} {r.reason_phrase}: {r.text[:200]}",
+                       key="answered", code=str(r.status_code), reason=r.reason_phrase, body=r.text[:200])
 
 
 def _retry_after(r: httpx.Response) -> float:

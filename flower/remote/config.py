@@ -13,6 +13,8 @@ from pathlib import Path
 
 import msgspec
 
+from .url import BadSetting
+
 CONFIG_FILE = "remote.toml"
 
 
@@ -36,8 +38,8 @@ def load_config(server: str | None = None, token: str | None = None, *, path: Pa
         try:
             saved = msgspec.convert(tomllib.loads(path.read_text(encoding="utf-8")), RemoteConfig)
         except (tomllib.TOMLDecodeError, msgspec.ValidationError, OSError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path} cannot be read ({e}): fix it, or write it again with `flower remote login`") \
-                from None
+            raise BadSetting(f"{path} cannot be read ({e}): fix it, or write it again with `flower remote login`",
+                             key="config_unreadable", path=str(path), error=str(e)) from None
     return RemoteConfig(server=server or os.environ.get("FLOWER_SERVER") or saved.server,
                         token=token or os.environ.get("FLOWER_TOKEN") or saved.token)
 

@@ -1,5 +1,6 @@
 // flower's web page: the tenant's runs, one run live over SSE, its questions, controls and diff.
 // Plain DOM, no build step. Everything a run reports is untrusted: it is only ever set as textContent.
+// Every word of the page's own comes from messages.js (T, stepName, verdictWord, guardSaid), in the browser's language.
 "use strict";
 
 const TOKEN_KEY = "flower.token";   // sessionStorage only: gone when the tab closes
@@ -8,7 +9,7 @@ const ACTIVE = ["starting", "running"], ENDED = ["succeeded", "failed", "aborted
 const $ = (id) => document.getElementById(id);
 
 const state = { token: sessionStorage.getItem(TOKEN_KEY) || "", runs: [], current: null, run: null,
-                stream: null, label: "", tools: {}, reports: {}, diffCommit: null, streamedCost: 0, timers: [] };
+                stream: null, label: "", tools: {}, reports: {}, denials: {}, diffCommit: null, streamedCost: 0, timers: [] };
 
 // -- the API ------------------------------------------------------------------------------------
 class ApiError extends Error { constructor(status, message) { super(message); this.status = status; } }
@@ -17,7 +18,7 @@ async function api(path, { method = "GET", body, text = false } = {}) {
   const headers = { Authorization: "Bearer " + state.token };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const r = await fetch("/v1" + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
-  if (r.status === 401) { signOut("The service refused the token: sign in again."); throw new ApiError(401, "signed out"); }
+  if (r.status === 401) { signOut(T("auth.refused")); throw new ApiError(401, "signed out"); }
   if (!r.ok) {
     let msg = r.status + " " + r.statusText;
     try { const j = await r.json(); if (j && typeof j.error === "string") msg = j.error; } catch (e) { /* not JSON */ }
@@ -49,7 +50,7 @@ async function signIn(token) {
     await api("/runs?limit=1");
   } catch (e) {
     state.token = "";
-    $("signin-error").textContent = e.status === 401 ? "This token belongs to no tenant: check it." : "Cannot reach the service: " + e.message;
+    $("signin-error").textContent = e.status === 401 ? T("auth.no_tenant") : T("auth.unreachable", { error: e.message });
     $("signin-error").hidden = false;
     return;
   }
@@ -69,7 +70,7 @@ function signOut(why) {
 
 function showApp() {
   $("signin").hidden = true; $("app").hidden = false; $("signout").hidden = false;
-  $("who").textContent = "signed in";
+  $("who").textContent = T("auth.signed_in");
   refreshRuns();
   state.timers.push(setInterval(refreshRuns, 2000), setInterval(refreshRun, 2000));
   const id = decodeURIComponent(location.hash.slice(1));
@@ -86,12 +87,12 @@ async function refreshRuns() {
     const li = el("li", r.id === state.current ? "selected" : "");
     li.dataset.id = r.id;
     const top = el("div");
-    top.append(el("span", "badge " + r.status, r.status), " ", el("span", "meta", money(r.cost_usd) + (r.step ? " · " + r.step : "")));
+    top.append(el("span", "badge " + r.status, r.status), " ", el("span", "meta", money(r.cost_usd) + (r.step ? " · " + stepName(r.step) : "")));
     li.append(top, el("span", "ask", oneLine(r.ask, 80)), el("span", "meta", (r.created || "").replace("T", " ").slice(0, 19)));
     li.addEventListener("click", () => selectRun(r.id));
     return li;
   }));
-  if (!runs.length) ul.append(el("li", "meta", "No runs yet: submit one above."));
+  if (!runs.length) ul.append(el("li", "meta", T("runs.none")));
 }
 
 async function submitRun(ev) {
@@ -100,12 +101,12 @@ async function submitRun(ev) {
   let options = {};
   const raw = $("new-options").value.trim();
   if (raw) {
-    try { options = JSON.parse(raw); } catch (e) { notice("The options are not JSON: write an object, e.g. {\"rounds\": 1}.", true); return; }
+    try { options = JSON.parse(raw); } catch (e) { notice(T("runs.options_not_json"), true); return; }
   }
   try {
     const run = await api("/runs", { method: "POST", body: { ask, options } });
     $("new-ask").value = "";
-    notice("Run " + run.id + " submitted.");
+    notice(T("runs.submitted", { run: run.id }));
     await refreshRuns();
     selectRun(run.id);
   } catch (e) { if (e.status !== 401) notice(e.message, true); }
@@ -141,7 +142,7 @@ async function refreshRun() {
   if (was && rank(was) > rank(run.status)) run.status = was;  // a poll sent before the events it lags behind
   state.run = run;
   if (was && was !== run.status) refreshRuns();
-  $("run-step").textContent = run.step ? "step " + run.step : "";
+  $("run-step").textContent = run.step ? T("run.step", { step: stepName(run.step) }) : "";
   $("run-cost").textContent = money(Math.max(run.cost_usd || 0, state.streamedCost));
   $("run-ask").textContent = run.ask;
   drawStatus();
@@ -170,14 +171,14 @@ function advanceStatus(status) {
 async function follow(id, signal) {
   let last = 0, drops = 0;
   while (!signal.aborted) {
-    setStream("live");
+    setStream(T("stream.live"));
     try {
       const headers = { Authorization: "Bearer " + state.token, Accept: "text/event-stream" };
       if (last) headers["Last-Event-ID"] = String(last);
       const r = await fetch("/v1/runs/" + encodeURIComponent(id) + "/events", { headers, signal });
-      if (r.status === 401) { signOut("The service refused the token: sign in again."); return; }
-      if (r.status === 429) { setStream("too many streams open: retrying"); await sleep(5000); continue; }
-      if (!r.ok) { setStream("unavailable (" + r.status + ")"); return; }
+      if (r.status === 401) { signOut(T("auth.refused")); return; }
+      if (r.status === 429) { setStream(T("stream.too_many")); await sleep(5000); continue; }
+      if (!r.ok) { setStream(T("stream.unavailable", { status: r.status })); return; }
       const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
       let buf = "", msg = { event: "message", data: [], id: null };
       for (;;) {
@@ -196,7 +197,7 @@ async function follow(id, signal) {
               if (end && typeof end.status === "string" && ENDED.includes(end.status)) {
                 advanceStatus(end.status); $("questions").replaceChildren();
               }
-              setStream("ended"); refreshRun(); loadDiff(); return;
+              setStream(T("stream.ended")); refreshRun(); loadDiff(); return;
             }
             let ev = null;
             try { ev = data.trim() ? JSON.parse(data) : null; } catch (e) { ev = null; }  // keep-alives carry an empty data line
@@ -215,7 +216,7 @@ async function follow(id, signal) {
       if (signal.aborted) return;
     }
     drops += 1;
-    setStream("reconnecting…");
+    setStream(T("stream.reconnecting"));
     await sleep(Math.min(5000, 300 * drops));
   }
 }
@@ -234,9 +235,9 @@ function line(cls, text, sub) {
 }
 
 function attempt(label) {
-  if (label.includes("·判定#")) line("attempt", "- " + label + ": the judge checks this round (a fresh session that did not do the work)");
-  else if (label.includes("#round")) line("attempt", "- " + label + ": not achieved yet, another round in the same session");
-  else if (label.includes("#retry")) line("attempt", "- " + label + ": retrying");
+  if (label.includes("·判定#")) line("attempt", T("ev.judging", { label: stepName(label) }));
+  else if (label.includes("#round")) line("attempt", T("ev.round", { label: stepName(label) }));
+  else if (label.includes("#retry")) line("attempt", T("ev.retry", { label: stepName(label) }));
 }
 
 function gist(report) {
@@ -251,20 +252,20 @@ function show(ev) {
   else if (ev.step && ev.step !== state.label) { state.label = ev.step; attempt(ev.step); }
   switch (k) {
     case "step": {
-      if (p.skipped) { line("muted", ". " + ev.text + " — already done, skipped"); break; }
-      line("stephead", "== " + ev.text + " (" + ((p.index || 0) + 1) + "/" + (p.total || "?") + ")");
-      if (p.resumed) line("muted", "<- resumes the last session");
+      if (p.skipped) { line("muted", T("ev.skipped", { step: stepName(ev.text) })); break; }
+      line("stephead", T("ev.step_head", { step: stepName(ev.text), i: (p.index || 0) + 1, n: p.total || "?" }));
+      if (p.resumed) line("muted", T("ev.resumed"));
       break;
     }
     case "text": {
       const verdict = state.label.includes("判定") && /##\s*结论\s*\n+\s*(\S[^\n]*)/.exec(ev.text || "");
       if (verdict) {
         const v = verdict[1].trim();
-        line("verdict " + (/^(达成|achieved)/i.test(v) ? "achieved" : "missed"), "verdict: " + v);
+        line("verdict " + (/^(达成|achieved)/i.test(v) ? "achieved" : "missed"), T("ev.verdict", { verdict: verdictWord(v) }));
       }
       const lines = String(ev.text || "").replace(/\n+$/, "").split("\n");
       const shown = lines.slice(0, 40).map((s) => "  " + s).join("\n");
-      line(sub ? "muted" : "", shown + (lines.length > 40 ? "\n  …(" + (lines.length - 40) + " more lines)" : ""), sub);
+      line(sub ? "muted" : "", shown + (lines.length > 40 ? "\n  " + T("ev.more_lines", { n: lines.length - 40 }) : ""), sub);
       break;
     }
     case "thinking": line("muted", "~ " + oneLine(ev.text, 200), sub); break;
@@ -272,36 +273,41 @@ function show(ev) {
       const inp = p.input && typeof p.input === "object" ? p.input : {};
       if (p.id) state.tools[p.id] = ev.tool;
       if (ev.tool === ASK_TOOL) break;  // the ask event shows the question
-      if (ev.tool === INBOX_TOOL) line("tool", "* checks its inbox", sub);
+      if (ev.tool === INBOX_TOOL) line("tool", T("ev.inbox"), sub);
       else if (ev.tool === "Agent" || ev.tool === "Task")
-        line("dispatch", "> dispatched to " + (inp.subagent_type || "subagent") + ": " + oneLine(inp.description || ev.text, 200), sub);
+        line("dispatch", T("ev.dispatch", { who: inp.subagent_type || "subagent", what: oneLine(inp.description || ev.text, 200) }), sub);
       else line("tool", "* " + ev.tool + " " + oneLine(ev.text, 200), sub);
       break;
     }
     case "tool_result": {
       const tool = state.tools[p.tool_use_id || ""] || "";
+      if (p.is_error && saidByGuard(ev.text)) break;  // the guard's line said it, in the reader's language
       if (p.is_error) line("bad", "x " + oneLine(ev.text, 300), sub);
       else if ((tool === "Agent" || tool === "Task") && !sub)  // the stream cuts results at 500 characters: the report comes whole with the task
-        line("report", "<- report handed back: " + oneLine(gist(state.reports[p.tool_use_id] || ev.text), 200));
+        line("report", T("ev.report", { gist: oneLine(gist(state.reports[p.tool_use_id] || ev.text), 200) }));
       break;
     }
     case "ask": {
-      if (p.kind === "mail") { line("answer", "+ message received (it sees it when it next checks its inbox)"); break; }
+      if (p.kind === "mail") { line("answer", T("ev.mail")); break; }
       if (p.state === "asked") {
         line("ask", "? " + ev.text);
         (p.options || []).forEach((o, i) => line("ask", "   " + (i + 1) + ") " + o));
         refreshQuestions();
-      } else if (p.state === "answered") { line("answer", "+ " + (p.answer || "(empty answer)")); refreshQuestions(); }
-      else if (p.state === "timeout") { line("warn", "! nobody answered: it decides for itself"); refreshQuestions(); }
-      else if (p.state === "over_budget") { line("warn", "! out of questions: it decides for itself"); refreshQuestions(); }
-      else if (p.state === "declined") { line("warn", ". skipped" + (p.answer ? " (" + p.answer + ")" : "") + ": it decides for itself"); refreshQuestions(); }
-      else if (p.state === "invalid") line("bad", "x the question was empty");
+      } else if (p.state === "answered") { line("answer", "+ " + (p.answer || T("ev.empty_answer"))); refreshQuestions(); }
+      else if (p.state === "timeout") { line("warn", T("ev.timeout")); refreshQuestions(); }
+      else if (p.state === "over_budget") { line("warn", T("ev.over_budget")); refreshQuestions(); }
+      else if (p.state === "declined") { line("warn", T("ev.declined", { why: p.answer ? " (" + p.answer + ")" : "" })); refreshQuestions(); }
+      else if (p.state === "invalid") line("bad", T("ev.invalid"));
       break;
     }
-    case "retry": line("warn", "~ " + ev.text + (p.error ? ": " + oneLine(p.error, 100) : "")); break;
-    case "handoff": line("muted", "# " + (p.phase === "done" ? "a fresh session takes over (handoff written)" : oneLine(ev.text || p.phase, 200))); break;
+    case "retry": {  // the runtime's own line is for the model's side; its numbers say the same
+      const said = "attempt" in p && "delay" in p ? T("ev.retry_wait", { n: p.attempt, delay: Math.round(p.delay) }) : "~ " + ev.text;
+      line("warn", said + (p.error ? ": " + oneLine(p.error, 100) : ""));
+      break;
+    }
+    case "handoff": line("muted", handoffLine(ev, p)); break;
     case "error": line("bad", "x " + oneLine(ev.text, 300), sub); break;
-    case "reset": line("muted", "# context compacted"); break;
+    case "reset": line("muted", T("ev.reset")); break;
     case "task":
       if (typeof p.summary === "string" && p.tool_use_id) state.reports[p.tool_use_id] = p.summary;
       if (ev.text) line("warn", "! " + oneLine(ev.text, 400));
@@ -310,20 +316,39 @@ function show(ev) {
     case "result": {
       const c = Number(p.cost_usd || 0);
       state.streamedCost += c;
-      line(p.is_error ? "bad" : "cost", (p.is_error ? "x " : "+ ") + (ev.step || "-") + " · " + money(c) + " · " + (p.num_turns || 0) + " turns · total " + money(state.streamedCost));
+      line(p.is_error ? "bad" : "cost", T("ev.result", { mark: p.is_error ? "x" : "+", step: stepName(ev.step || "-"), cost: money(c),
+        turns: p.num_turns || 0, total: money(state.streamedCost) }));
       $("run-cost").textContent = money(Math.max(state.run ? state.run.cost_usd || 0 : 0, state.streamedCost));
       break;
     }
     case "audit":
-      if (ev.text === "deny") line("warn", "  ! guard stopped " + (p.role || "agent") + "'s " + (ev.tool || "tool call") + ": " + oneLine(p.reason, 200));
+      if (ev.text === "deny") {
+        const why = guardSaid(p, ev.tool);
+        if (p.reason) state.denials[String(p.reason)] = why;
+        line("warn", T("ev.guard", { who: p.role || "agent", tool: ev.tool || T("ev.a_call"), why: oneLine(why, 200) }));
+      }
       break;
-    case "checkpoint": line("muted", "  ✓ work handed back " + String(p.commit || "").slice(0, 12)); loadDiff(); break;
+    case "checkpoint": line("muted", T("ev.checkpoint", { commit: String(p.commit || "").slice(0, 12) })); loadDiff(); break;
     case "system":
-      if (ev.text === "sandbox started") line("muted", "- sandbox started");
-      else if (p.subtype === "killed") line("bad", "x the run was stopped");
+      if (ev.text === "sandbox started") line("muted", T("ev.sandbox"));
+      else if (p.subtype === "killed") line("bad", T("ev.killed"));
       break;
     default: break;
   }
+}
+
+function saidByGuard(text) {
+  const t = String(text || "");
+  return t.trim() !== "" && Object.keys(state.denials).some((reason) => t.includes(reason) || reason.includes(t));
+}
+
+const kTokens = (n) => (Number(n || 0) / 1000).toFixed(1) + "K";
+
+function handoffLine(ev, p) {
+  if (p.phase === "done") return T("ev.handoff_done");
+  if (p.phase === "near") return T("ev.handoff_near", { used: kTokens(p.used), at: kTokens(p.at) });
+  if (p.phase === "writing") return T("ev.handoff_writing");
+  return "# " + oneLine(ev.text || p.phase, 200);
 }
 
 // -- questions ----------------------------------------------------------------------------------
@@ -346,11 +371,11 @@ async function refreshQuestions() {
       b.addEventListener("click", () => answer(q.id, o, d));
       row.append(b);
     });
-    const input = el("input"); input.placeholder = "your answer";
-    const send = el("button", "send", "Answer"); send.type = "button";
+    const input = el("input"); input.placeholder = T("q.placeholder");
+    const send = el("button", "send", T("q.answer")); send.type = "button";
     send.addEventListener("click", () => { if (input.value.trim()) answer(q.id, input.value.trim(), d); });
     input.addEventListener("keydown", (e) => { if (e.key === "Enter" && input.value.trim()) answer(q.id, input.value.trim(), d); });
-    const skip = el("button", "skip", "Skip"); skip.type = "button"; skip.title = "let it decide for itself";
+    const skip = el("button", "skip", T("q.skip")); skip.type = "button"; skip.title = T("q.skip_title");
     skip.addEventListener("click", () => answer(q.id, "", d));
     row.append(input, send, skip);
     d.append(row);
@@ -363,7 +388,7 @@ async function answer(qid, text, box) {
   try {
     await api("/runs/" + encodeURIComponent(state.current) + "/answers", { method: "POST", body: { question_id: qid, text } });
     box.remove();
-    notice(text ? "Answered: " + oneLine(text, 80) : "Skipped: it decides for itself.");
+    notice(text ? T("q.answered", { text: oneLine(text, 80) }) : T("q.skipped"));
   } catch (e) {
     box.querySelectorAll("button, input").forEach((b) => { b.disabled = false; });
     if (e.status !== 401) notice(e.message, true);
@@ -375,15 +400,15 @@ async function control(what) {
   const id = state.current, text = $("say").value.trim();
   try {
     if (what === "message") {
-      if (!text) { notice("Write the message first.", true); return; }
+      if (!text) { notice(T("ctl.write_first"), true); return; }
       await api("/runs/" + encodeURIComponent(id) + "/messages", { method: "POST", body: { text } });
-      notice("Message sent: it reads its inbox at the next checkpoint.");
+      notice(T("ctl.sent"));
     } else if (what === "interrupt") {
       await api("/runs/" + encodeURIComponent(id) + "/interrupt", { method: "POST", body: { text: text || "(interrupted from the web page: carry on)" } });
-      notice("Interrupted: the step in flight goes on with your words.");
+      notice(T("ctl.interrupted"));
     } else {
       const run = await api("/runs/" + encodeURIComponent(id) + "/cancel?wait=0", { method: "POST" });
-      notice(ENDED.includes(run.status) ? "The run is " + run.status + "." : "Cancel requested: the run is stopping.");
+      notice(ENDED.includes(run.status) ? T("ctl.ended", { status: run.status }) : T("ctl.cancelling"));
     }
     $("say").value = "";
     refreshRun();
@@ -415,7 +440,7 @@ function colourCode(target, code, hashComments) {
 // files up to FILE_LINES while SHOWN_LINES last, the others (and binary ones) only when the user opens them.
 const WHOLE_LINES = 2000, FILE_LINES = 500, SHOWN_LINES = 2000, MAX_SECTIONS = 500;
 const runPath = (id) => "/runs/" + encodeURIComponent(id);
-const counts = (f) => f.binary ? "binary" : "+" + f.insertions + " -" + f.deletions;
+const counts = (f) => f.binary ? T("diff.binary") : "+" + f.insertions + " -" + f.deletions;
 
 function diffRows(text) {
   const rows = [];
@@ -437,12 +462,12 @@ function diffRows(text) {
 // At every checkpoint: the file list first (git counts, cheap); the diff itself only when the commit moved.
 async function loadDiff() {
   const id = state.current, box = $("diff"), list = $("diff-files");
-  if (!id || !state.run || !state.run.base) { list.replaceChildren(); box.replaceChildren(el("div", "empty", "No diff yet: the run has handed back no work.")); return; }
+  if (!id || !state.run || !state.run.base) { list.replaceChildren(); box.replaceChildren(el("div", "empty", T("diff.none_yet"))); return; }
   let stat;
   try { stat = await api(runPath(id) + "/diff/files"); }
   catch (e) { if (id === state.current) box.replaceChildren(el("div", "empty", e.message)); return; }
   if (id !== state.current) return;
-  $("diff-state").textContent = state.run && ENDED.includes(state.run.status) ? "" : "(its last checkpoint)";
+  $("diff-state").textContent = state.run && ENDED.includes(state.run.status) ? "" : T("diff.checkpoint");
   if (stat.commit === state.diffCommit && box.childElementCount) return;  // unchanged: no redraw
   state.diffCommit = stat.commit;
   const current = () => id === state.current && stat.commit === state.diffCommit;
@@ -451,9 +476,9 @@ async function loadDiff() {
     li.append(el("span", "path", f.path), " ", el("span", f.binary ? "n" : "n add", counts(f)));
     return li;
   }));
-  const fetchBranch = "fetch the branch to see them all: git fetch <your repository> " + stat.branch;
-  if (stat.truncated || stat.files.length > MAX_SECTIONS) list.append(el("li", "meta", "More files changed than are listed here: " + fetchBranch));
-  if (!stat.files.length) { box.replaceChildren(el("div", "empty", "No changes (yet).")); return; }
+  const fetchBranch = T("diff.fetch", { branch: stat.branch });
+  if (stat.truncated || stat.files.length > MAX_SECTIONS) list.append(el("li", "meta", T("diff.more", { fetch: fetchBranch })));
+  if (!stat.files.length) { box.replaceChildren(el("div", "empty", T("diff.empty"))); return; }
   if (stat.insertions + stat.deletions <= WHOLE_LINES) {
     try {
       const text = await api(runPath(id) + "/diff", { text: true });
@@ -464,14 +489,14 @@ async function loadDiff() {
   // large: a section per file, small ones fetched one after another, the rest on a click
   let budget = SHOWN_LINES;
   const queue = [];
-  box.replaceChildren(el("div", "empty", "A large diff: files over " + FILE_LINES + " changed lines are collapsed, open one to fetch it."),
+  box.replaceChildren(el("div", "empty", T("diff.large", { n: FILE_LINES })),
     ...stat.files.slice(0, MAX_SECTIONS).map((f) => {
       const sec = el("div", "section"); sec.dataset.path = f.path;
       const body = el("div", "body");
       sec.append(el("div", "file", f.path + "  " + counts(f)), body);
       const lines = f.insertions + f.deletions;
       if (!f.binary && lines <= FILE_LINES && lines <= budget) { budget -= lines; queue.push([f, body]); return sec; }
-      const open = el("button", "show", "Show diff (" + (f.binary ? "binary" : lines + " lines") + ")"); open.type = "button";
+      const open = el("button", "show", T("diff.show", { what: f.binary ? T("diff.binary") : T("diff.lines", { n: lines }) })); open.type = "button";
       open.addEventListener("click", () => { open.disabled = true; loadFile(id, f, body, current); });
       body.append(open);
       return sec;
@@ -488,6 +513,7 @@ async function loadFile(id, f, body, current) {
 
 // -- wiring -------------------------------------------------------------------------------------
 document.addEventListener("DOMContentLoaded", () => {
+  translatePage();
   $("signin-form").addEventListener("submit", (e) => { e.preventDefault(); signIn($("token").value); });
   $("signout").addEventListener("click", () => signOut(""));
   $("new-run").addEventListener("submit", submitRun);

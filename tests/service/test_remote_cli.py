@@ -56,7 +56,7 @@ def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: 
         assert config.stat().st_mode & 0o077 == 0 and TOKENS["acme"] in config.read_text()
 
         child = spawn(env, "submit", ASK_TEXT, "--rounds", "1")  # server and token from the config file
-        child.expect(r"run (\S+) submitted")
+        child.expect(r"运行 (\S+) 已提交")
         run_id = child.match.group(1)
         child.expect("== 确认需求")
         child.expect(re.escape(f"? {ASK_TEXT} 用什么语言?"))
@@ -70,7 +70,7 @@ def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: 
         child.expect("报告交回来了:写好了 hello.py")  # the worker's report, its conclusion
         child.expect("判定#1")  # the judge's round
         child.expect("达成")  # its verdict
-        child.expect(rf"\+ run {run_id} succeeded")
+        child.expect(rf"\+ 运行 {run_id} succeeded")
         child.expect(pexpect.EOF)
         child.close()
         assert child.exitstatus == 0, child.before
@@ -93,7 +93,7 @@ def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: 
     logs = flower(env, "logs", run_id)
     assert logs.returncode == 0 and "== 确认需求" in logs.stdout and "达成" in logs.stdout, logs
     again = flower(env, "attach", run_id)  # an ended run: its events replayed, then how it ended
-    assert again.returncode == 0 and "派给 coder" in again.stdout and f"run {run_id} succeeded" in again.stdout, again
+    assert again.returncode == 0 and "派给 coder" in again.stdout and f"运行 {run_id} succeeded" in again.stdout, again
     late = flower(env, "cancel", run_id)
     assert late.returncode == 1 and "already ended" in late.stderr, late.stderr
     missing = flower(env, "show", "no-such-run")
@@ -110,7 +110,7 @@ def test_ctrl_c_at_the_terminal_interrupts_the_run_on_the_service(deployment: De
         service = serve(deployment, services, model)
         env = {**client_env(home), "FLOWER_SERVER": service.url, "FLOWER_TOKEN": TOKENS["acme"]}
         child = spawn(env, "submit", "打断我", "--clarify-only")
-        child.expect(r"run (\S+) submitted")
+        child.expect(r"运行 (\S+) 已提交")
         run_id = child.match.group(1)
         child.expect(re.escape("? 用什么语言?"))
         child.expect("你的回答")
@@ -118,25 +118,25 @@ def test_ctrl_c_at_the_terminal_interrupts_the_run_on_the_service(deployment: De
         child.expect("要打断这一轮")
         child.send("别问了,用 Python\r")
         child.expect("已打断这一轮")
-        child.expect(rf"\+ run {run_id} succeeded")
+        child.expect(rf"\+ 运行 {run_id} succeeded")
         child.expect(pexpect.EOF)
         child.close()
         assert child.exitstatus == 0
         # twice Ctrl-C: the client stops following, the run goes on; `cancel` then stops it
         child = spawn(env, "submit", "跟一半", "--clarify-only")
-        child.expect(r"run (\S+) submitted")
+        child.expect(r"运行 (\S+) 已提交")
         other = child.match.group(1)
         child.expect("你的回答")
         child.send("\x03")
         child.expect("要打断这一轮")
         child.send("\x03")
-        child.expect(f"stopped following; run {other} goes on")
+        child.expect(f"不再跟看;运行 {other} 继续")
         child.expect(pexpect.EOF)
         child.close()
         assert child.exitstatus == 0
         assert run_status(service.client("acme"), other)["status"] == "running"
         stopped = flower(env, "cancel", other)
-        assert stopped.returncode == 0 and f"run {other} cancelled" in stopped.stdout, stopped
+        assert stopped.returncode == 0 and f"运行 {other} cancelled" in stopped.stdout, stopped
     # only the cancelled run may have asked past its script (its question was settled by the cancel)
     assert all("跟一半" in r.prompt for r in model.unmatched), \
         [(r.system[:40], r.prompt[:80], r.user[:80]) for r in model.unmatched]

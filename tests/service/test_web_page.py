@@ -110,13 +110,14 @@ def test_a_run_is_submitted_its_question_answered_in_the_page_and_its_diff_shown
         driver.save_screenshot(str(ARTIFACTS / "02-question-open.png"))
         question.find_element("xpath", ".//button[text()='Python']").click()  # answered in the page
 
-        until(driver, lambda d: "verdict: 达成" in text_of(d, "events"), "the judge's verdict")
+        until(driver, lambda d: "verdict: achieved (达成)" in text_of(d, "events"), "the judge's verdict")
         until(driver, lambda d: text_of(d, "run-status") == "succeeded", "the run to succeed")
         until(driver, lambda d: d.find_elements("css selector", "#diff .add"), "the diff")
         log = text_of(driver, "events")
-        for expected in ("== 确认需求 (1/3)", "+ Python", "== 设定目标 (2/3)", "== 工作 (3/3)",
-                         "> dispatched to coder: 实现 hello.py", "* Write hello.py", "<- report handed back: 写好了 hello.py",
-                         "- 工作·判定#1: the judge checks this round", "verdict: 达成"):
+        for expected in ("== 确认需求 (clarify) · step 1 of 3", "+ Python", "== 设定目标 (set the goal) · step 2 of 3",
+                         "== 工作 (work) · step 3 of 3", "> dispatched to coder: 实现 hello.py", "* Write hello.py",
+                         "<- report handed back: 写好了 hello.py",
+                         "- 工作·判定#1 (work, verdict 1): the judge checks this round", "verdict: achieved (达成)"):
             assert expected in log, (expected, log)
         diff = driver.execute_script(  # read in one go: the page may redraw the diff between two reads
             "const all = (q) => [...document.querySelectorAll(q)].map((e) => e.textContent);"
