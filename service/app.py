@@ -24,7 +24,8 @@ from litestar.static_files import create_static_files_router
 from .api.deps import bearer_guard, dependencies
 from .api.errors import EXCEPTION_HANDLERS
 from .api.mailbox import MailboxController
-from .api.ops import docs_assets, docs_redirect, healthz, openapi_config, security_headers
+from .api.docs import docs_assets, docs_redirect, openapi_config
+from .api.ops import healthz, security_headers
 from .api.ops import metrics as metrics_handler
 from .api.runs import RunController, new_run_id, usage
 from .api.schemas import AnswerIn, SubmitIn, TextIn
