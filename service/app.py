@@ -13,13 +13,14 @@ import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 from litestar import Litestar, Router
 from litestar.datastructures import State
 from litestar.static_files import create_static_files_router
+
+from flower import __version__
 
 from .api.deps import bearer_guard, dependencies
 from .api.errors import EXCEPTION_HANDLERS
@@ -86,13 +87,6 @@ def make_backend(config: ServiceConfig, tenants: int = 1) -> Any:
     return DockerBackend(image, network_mode=config.network_mode, labels={"flower.service": scope},
                          user=config.run_user, mem_limit=config.run_memory or None, cpus=config.run_cpus or None,
                          pids_limit=config.run_pids or None, tmp_size=config.run_tmp_size)
-
-
-def _version() -> str:
-    try:
-        return version("flower")
-    except PackageNotFoundError:
-        return "0"
 
 
 async def _canary(scheduler: Scheduler, config: ServiceConfig) -> None:
@@ -162,6 +156,6 @@ def create_app(config: ServiceConfig, *, backend: Any = None, clock: Callable[[]
         before_send=[security_headers],
         request_max_body_size=MAX_BODY,
         logging_config=None,
-        openapi_config=openapi_config(_version()),
+        openapi_config=openapi_config(__version__),
     )
 
