@@ -55,6 +55,8 @@ async def healthz(scheduler: SchedulerDep, config: ConfigDep) -> Response[Health
      responses=ok(200, METRICS, "the text exposition format", media_type=CONTENT_TYPE))
 async def metrics(metrics: MetricsDep, scheduler: SchedulerDep) -> Response[bytes]:
     """Runs, queue wait, durations, failures by reason, guard denials, model tokens and cost per tenant, and
-    the disk, backend and canary gauges; helm/ and ops/ hold a dashboard and alert rules over them."""
+    the disk, backend and canary gauges; helm/files/ holds a Grafana dashboard and alert rules over them."""
     health = scheduler.health.prometheus().encode()  # disk and backend gauges (service/health.py)
-    return Response(metrics.render() + health, media_type=CONTENT_TYPE)
+    refusing = ("# HELP flower_refusing_runs 1 while the guard canary refuses runs for this CLI (GET /healthz says "
+                f"why).\n# TYPE flower_refusing_runs gauge\nflower_refusing_runs {int(bool(scheduler.refusal))}\n")
+    return Response(metrics.render() + health + refusing.encode(), media_type=CONTENT_TYPE)
