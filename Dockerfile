@@ -10,6 +10,7 @@
 # Where nothing can be pulled, `python -m sandbox.image` makes a local base with debootstrap
 # (flower/base:bookworm) and passes --build-arg BASE=flower/base:bookworm.
 ARG BASE=python:3.11-slim-bookworm
+ARG VERSION=0
 
 FROM ${BASE} AS base
 LABEL org.flower.build="1"
@@ -34,25 +35,43 @@ COPY plugin/ /plugin/
 # The plugin is not a Python package: it goes where flower looks for it (flower.core.agent.PLUGIN_DIR).
 RUN set -eux; \
     python3 -m venv /opt/flower; \
-    /opt/flower/bin/pip install --no-index --find-links /wheelhouse flower; \
+    /opt/flower/bin/pip install --no-index --find-links /wheelhouse flower-agents; \
     cp -r /plugin "$(/opt/flower/bin/python -c 'from flower.core.agent import PLUGIN_DIR; print(PLUGIN_DIR)')"
 
 FROM venv-sandbox AS venv-service
-RUN /opt/flower/bin/pip install --no-index --find-links /wheelhouse 'flower[service]'
+RUN /opt/flower/bin/pip install --no-index --find-links /wheelhouse 'flower-agents[service]'
 
 # -- sandbox: what one run executes in ----------------------------------------------------------------
 FROM base AS sandbox
+ARG VERSION
+LABEL org.opencontainers.image.title="flower sandbox" \
+      org.opencontainers.image.description="What one flower run executes in: the runner, the Claude Code CLI, git" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.vendor="flower"
 COPY --from=venv-sandbox /opt/flower /opt/flower
 ENV PATH=/opt/flower/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/home/flower
 USER 10001:10001
 WORKDIR /home/flower
 ENTRYPOINT ["python", "-m", "sandbox.entrypoint"]
+# the interpreter and the runner are there (-I: nothing the run wrote in its folder is imported)
+HEALTHCHECK --interval=60s --timeout=10s --start-period=10s --retries=3 \
+    CMD ["python", "-I", "-c", "import sandbox.entrypoint"]
 
 # -- service: the REST service ----------------------------------------------------------------------------
 FROM base AS service
+ARG VERSION
+LABEL org.opencontainers.image.title="flower service" \
+      org.opencontainers.image.description="The flower REST service: runs each tenant's ask in its own sandbox" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.vendor="flower"
 COPY --from=venv-service /opt/flower /opt/flower
 ENV PATH=/opt/flower/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/home/flower
 USER 10001:10001
 WORKDIR /home/flower
 EXPOSE 8080
 CMD ["python", "-m", "service"]
+# GET /healthz of the service its config names (a fixed port: with port = 0 there is nothing to ask)
+HEALTHCHECK --interval=15s --timeout=6s --start-period=30s --retries=3 \
+    CMD ["python", "-I", "-m", "service.healthcheck"]

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from flower import __version__
+
 from .errors import ImageError
 
 __all__ = ["BASE_TAG", "PROJECT", "build_base", "build_wheelhouse", "build_image", "ensure_image", "image_tag",
@@ -134,7 +136,7 @@ def build_wheelhouse(dest: str | Path | None = None, *, project: str | Path = PR
     dest = Path(dest) if dest else project / "build" / "wheelhouse"
     dest.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    for old in dest.glob("flower-*.whl"):
+    for old in [*dest.glob("flower-*.whl"), *dest.glob("flower_agents-*.whl")]:  # the old name and the new
         old.unlink()
     for stale in [project / "build" / "lib", *(project / "build").glob("bdist.*")]:  # setuptools would reuse them,
         shutil.rmtree(stale, ignore_errors=True)  # and a module deleted from the tree would live on in the wheel
@@ -200,7 +202,8 @@ def build_image(target: str = "sandbox", *, base: str = BASE_TAG, tag: str | Non
     lines: list[str] = []
     for chunk in client.api.build(path=str(project), dockerfile="Dockerfile", target=target, tag=tag, rm=True,
                                   forcerm=True, pull=False, decode=True,
-                                  buildargs={"BASE": base, "WHEELHOUSE": rel.replace(os.sep, "/")}):
+                                  buildargs={"BASE": base, "WHEELHOUSE": rel.replace(os.sep, "/"),
+                                             "VERSION": __version__}):
         if "stream" in chunk:
             lines += chunk["stream"].splitlines()
         if "error" in chunk:

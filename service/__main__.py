@@ -1,6 +1,7 @@
 """``python -m service``: serve the API under uvicorn; ``python -m service hash-token`` for the tenants file.
 
     python -m service [--config FILE] [--host HOST] [--port PORT]
+    python -m service --version
     python -m service hash-token [TOKEN]     # prints the sha256 to put in token_sha256 (TOKEN or stdin)
     python -m service backup FILE            # a consistent copy of the registry (SQLite online backup), live
     python -m service restore FILE           # with the service stopped: that copy back, the old file moved aside
@@ -16,6 +17,8 @@ import os
 import socket
 import sys
 from pathlib import Path
+
+from flower import __version__
 
 from .config import ServiceConfigError, load_config
 from .tenants import TenantError, hash_token
@@ -36,6 +39,7 @@ def _parser() -> argparse.ArgumentParser:
                                 description="flower service: runs asks in sandboxes. Without a subcommand it "
                                             "serves the API.",
                                 epilog=f"subcommands:\n{listing}")
+    p.add_argument("--version", action="version", version=f"flower service {__version__}")
     p.add_argument("--config", help="TOML/JSON config file (default: $FLOWER_SERVICE_CONFIG)")
     p.add_argument("--host", help="address to listen on (default from config: 127.0.0.1)")
     p.add_argument("--port", type=int, help="port to listen on; 0 picks a free one")

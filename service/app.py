@@ -13,7 +13,6 @@ import asyncio
 import hashlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,14 @@ from litestar import Litestar, Router
 from litestar.datastructures import State
 from litestar.static_files import create_static_files_router
 
+from flower import __version__
 from sandbox.backends.base import Backend
 
 from .api.deps import bearer_guard, dependencies
 from .api.errors import EXCEPTION_HANDLERS
 from .api.mailbox import MailboxController
-from .api.ops import docs_assets, docs_redirect, healthz, openapi_config, security_headers
+from .api.docs import docs_assets, docs_redirect, openapi_config
+from .api.ops import healthz, security_headers
 from .api.ops import metrics as metrics_handler
 from .api.runs import RunController, new_run_id, usage
 from .api.schemas import AnswerIn, SubmitIn, TextIn
@@ -87,13 +88,6 @@ def make_backend(config: ServiceConfig, tenants: int = 1) -> Backend:
     return DockerBackend(image, network_mode=config.network_mode, labels={"flower.service": scope},
                          user=config.run_user, mem_limit=config.run_memory or None, cpus=config.run_cpus or None,
                          pids_limit=config.run_pids or None, tmp_size=config.run_tmp_size)
-
-
-def _version() -> str:
-    try:
-        return version("flower")
-    except PackageNotFoundError:
-        return "0"
 
 
 async def _canary(scheduler: Scheduler, config: ServiceConfig) -> None:
@@ -164,6 +158,6 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
         before_send=[security_headers],
         request_max_body_size=MAX_BODY,
         logging_config=None,
-        openapi_config=openapi_config(_version()),
+        openapi_config=openapi_config(__version__),
     )
 

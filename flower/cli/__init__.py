@@ -11,6 +11,7 @@ Subcommands (``go`` is the default when none is written — ``flower "做 X"`` i
     check   are credentials found (no network)
     demo    the main job, offline: the service, a sample repository, the scripted model (``--here``: in-process)
     remote  runs on a flower service: ``flower remote submit "做 X"``, list, show, diff, cancel, logs, attach
+    completion  a shell completion script: ``source <(flower completion bash)``
 
 Global flags (before or after the subcommand): ``-w`` workspace, ``-r`` run dir, ``-v``, ``-W``, ``-T``.
 Mid-run, the last line of the terminal always takes input: an answer when a question waits, else a

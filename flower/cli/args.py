@@ -9,10 +9,11 @@ from typing import Any, Callable, TypeVar
 
 from .. import __version__
 from . import remote
+from .completion import SHELLS
 from .messages import t
 
 
-CMDS = ("go", "run", "once", "status", "ask", "setup", "check", "demo", "remote")
+CMDS = ("go", "run", "once", "status", "ask", "setup", "check", "demo", "remote", "completion")
 """Words that name a subcommand; any other first word is the ask of ``go`` (``flower go run`` asks "run")."""
 PERMISSION_MODES = ("default", "acceptEdits", "plan", "bypassPermissions")
 
@@ -147,6 +148,8 @@ def parser() -> argparse.ArgumentParser:
     demo.add_argument("--keep", action="store_true", help=t("help.demo.keep"))
     demo.add_argument("--here", action="store_true", help=t("help.demo.here"))
     remote.add_parser(sub)
+    sub.add_parser("completion", help=t("help.completion")).add_argument("shell", choices=SHELLS,
+                                                                       help=t("help.completion.shell"))
     for action in sub.choices.values():
         _add_globals(action, sub=True)
     p.epilog = t("help.epilog") + "\n" + _flag_lines(go)

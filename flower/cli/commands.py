@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import __version__
 from . import credentials, places
+from .completion import bash_script
 from .args import parse, parser
 from .demo import cmd_demo
 from .drive import drive, finish, install_signals, shown_runtime
@@ -239,10 +241,15 @@ CANARY = {
 """The canary's checks by the names it gives them → the catalogue's words for each."""
 
 
+def cmd_completion(args: argparse.Namespace) -> int:
+    OUT.write(bash_script(parser(), __version__))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "go": cmd_go, "run": cmd_run, "once": cmd_once, "status": cmd_status, "ask": cmd_ask,
     "setup": cmd_setup, "check": cmd_check, "demo": cmd_demo,
-    "remote": cmd_remote,
+    "remote": cmd_remote, "completion": cmd_completion,
 }
 
 

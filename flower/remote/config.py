@@ -1,7 +1,8 @@
 """Where ``flower remote`` finds its service and token: flags, then the environment, then a file.
 
-The file is ``~/.config/flower/remote.toml`` (``server = "..."``, ``token = "..."``), written 0600 by
-``flower remote login``; ``FLOWER_REMOTE_CONFIG`` names another one.
+The file is ``$XDG_CONFIG_HOME/flower/remote.toml`` (``~/.config/flower/remote.toml`` when that is unset, empty or
+not absolute, as the XDG spec says), ``server = "..."``, ``token = "..."``, written 0600 by ``flower remote login``;
+``FLOWER_REMOTE_CONFIG`` names another one.
 """
 
 from __future__ import annotations
@@ -27,7 +28,9 @@ def config_path(home: Path | None = None) -> Path:
     named = os.environ.get("FLOWER_REMOTE_CONFIG")
     if named:
         return Path(named).expanduser()
-    return (home or Path.home()) / ".config" / "flower" / CONFIG_FILE
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    base = Path(xdg) if home is None and os.path.isabs(xdg) else (home or Path.home()) / ".config"
+    return base / "flower" / CONFIG_FILE
 
 
 def load_config(server: str | None = None, token: str | None = None, *, path: Path | None = None) -> RemoteConfig:

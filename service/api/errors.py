@@ -14,6 +14,7 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import ClientException, HTTPException, SerializationException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import Example
 from litestar.status_codes import (
     HTTP_409_CONFLICT,
     HTTP_410_GONE,
@@ -24,7 +25,7 @@ from litestar.status_codes import (
 from ..logging import get_logger
 from .schemas import ErrorOut
 
-__all__ = ["Conflict", "Gone", "Unprocessable", "TooManyRequests", "InsufficientStorage", "errors",
+__all__ = ["Conflict", "Gone", "Unprocessable", "TooManyRequests", "InsufficientStorage", "errors", "example_error",
            "EXCEPTION_HANDLERS"]
 
 log = get_logger("flower.service.api")
@@ -57,14 +58,29 @@ _WHY = {400: "the request is malformed (the error names the field)", 401: "no or
         429: "too many event streams open for this tenant",
         503: "the service takes no runs: the guard canary failed for this CLI (the error says which guard)",
         507: "the service's disk is full or below its free-space floor: nothing was saved"}
+# what each status says, for the document's examples (sentences the handlers really send)
+_SAYS = {400: "invalid request: body.ask: Expected `str` of length >= 1",
+         401: "this token belongs to no tenant: check it, or ask the operator for yours",
+         404: "run 20250612-093015-3f9c2a7e5b1d4c6a8e0f1b2c3d4e5f60 not found",
+         409: "run 20250612-093015-3f9c2a7e5b1d4c6a8e0f1b2c3d4e5f60 has already ended (succeeded)",
+         410: "run 20250612-093015-3f9c2a7e5b1d4c6a8e0f1b2c3d4e5f60 was deleted, and its events with it",
+         413: "Request Entity Too Large", 422: "tenant acme cannot run here: its repository is not a git repository",
+         429: "tenant acme already has 4 event streams open (at most 4); close one first",
+         503: "the Bash guard let `rm -rf /` through for this CLI: no run starts until the operator fixes it",
+         507: "the service's disk is full: nothing was queued; submit again once the operator has freed space"}
 
 
 def errors(*codes: int) -> dict[int, ResponseSpec]:
     """OpenAPI responses for these error statuses (400 and 401 always: every /v1 route validates its input and
     needs a token)."""
     return {code: ResponseSpec(data_container=ErrorOut, description=_WHY.get(code, HTTPStatus(code).phrase),
-                               generate_examples=False)
+                               generate_examples=False, examples=[example_error(code)])
             for code in sorted({400, 401, *codes})}
+
+
+def example_error(code: int, error: str | None = None) -> Example:
+    says = error or _SAYS.get(code, HTTPStatus(code).phrase)
+    return Example(summary=HTTPStatus(code).phrase, value={"status_code": code, "error": says})
 
 
 def _body(status: int, error: str, extra: Any = None) -> Response[ErrorOut]:

@@ -1,31 +1,25 @@
-"""For operators: health, Prometheus metrics, and the API's own documentation (served from this process:
-clusters are often air-gapped, so the docs page loads nothing from a CDN)."""
+"""For operators: health, Prometheus metrics, and the security headers every response carries (the API's own
+documentation is ``docs.py``)."""
 
 from __future__ import annotations
 
 from litestar import Response, get
 from litestar.datastructures import MutableScopeHeaders
-from litestar.openapi import OpenAPIConfig, ResponseSpec
-from litestar.openapi.plugins import SwaggerRenderPlugin
-from litestar.openapi.spec import Components, SecurityScheme
-from litestar.response import Redirect
-from litestar.static_files import create_static_files_router
-from litestar.types import ControllerRouterHandler, Message, Scope
+from litestar.types import Message, Scope
 
-from ..config import ServiceConfig
-from ..metrics import CONTENT_TYPE, Metrics
-from ..scheduler import Scheduler
+from ..metrics import CONTENT_TYPE
 from .deps import ConfigDep, MetricsDep, SchedulerDep
+from .examples import HEALTHY, METRICS, REFUSING, ok
 from .schemas import HealthOut
 
-__all__ = ["healthz", "metrics", "docs_redirect", "openapi_config", "docs_assets", "security_headers", "PAGE_POLICY"]
+__all__ = ["healthz", "metrics", "security_headers", "PAGE_POLICY", "DOCS_POLICY"]
 
-ASSETS = "/schema/assets"
 # The web page loads only its own files and talks only to its own origin; nothing may frame it (clickjacking).
 PAGE_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
                "object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
-# The docs page Litestar renders starts Swagger UI with an inline script: it gets the rules that do not break it.
-DOCS_POLICY = "object-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+# The docs page (/schema, service/api/docs.py) is the page's policy but for Swagger UI's icons, which its
+# stylesheet carries as data: URLs.
+DOCS_POLICY = PAGE_POLICY.replace("img-src 'self'", "img-src 'self' data:")
 _ALWAYS = {"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 
@@ -41,10 +35,12 @@ async def security_headers(message: Message, scope: Scope) -> None:
         headers["Content-Security-Policy"] = DOCS_POLICY if scope["path"].startswith("/schema") else PAGE_POLICY
 
 
-@get("/healthz", tags=["ops"], summary="Is the service taking runs (503 when not)",
-     responses={503: ResponseSpec(HealthOut, description="the scheduler is not running, or the guard canary failed",
-                                  generate_examples=False)})
+@get("/healthz", tags=["ops"], operation_id="get_health", summary="Is the service taking runs (503 when not)",
+     responses={**ok(200, HEALTHY, "taking runs (`degraded` with `reasons` still answers 200)"),
+                **ok(503, REFUSING, "the scheduler is not running, or the guard canary failed")})
 async def healthz(scheduler: SchedulerDep, config: ConfigDep) -> Response[HealthOut]:
+    """For probes, without a token. A full disk or an engine away is `degraded` (200: restarting would not
+    help); a failed guard canary or a stopped scheduler is a 503."""
     ok = scheduler.healthy
     reasons = scheduler.health.reasons()  # degraded still answers 200: a full disk is no reason to restart
     out = HealthOut(status=("degraded" if reasons else "ok") if ok else "scheduler stopped", backend=config.backend,
@@ -54,32 +50,13 @@ async def healthz(scheduler: SchedulerDep, config: ConfigDep) -> Response[Health
     return Response(out, status_code=200 if ok else 503)
 
 
-@get("/metrics", tags=["ops"], media_type=CONTENT_TYPE, summary="Prometheus metrics (text exposition format)")
+@get("/metrics", tags=["ops"], media_type=CONTENT_TYPE, operation_id="get_metrics",
+     summary="Prometheus metrics (text exposition format)",
+     responses=ok(200, METRICS, "the text exposition format", media_type=CONTENT_TYPE))
 async def metrics(metrics: MetricsDep, scheduler: SchedulerDep) -> Response[bytes]:
+    """Runs, queue wait, durations, failures by reason, guard denials, model tokens and cost per tenant, and
+    the disk, backend and canary gauges; helm/files/ holds a Grafana dashboard and alert rules over them."""
     health = scheduler.health.prometheus().encode()  # disk and backend gauges (service/health.py)
-    return Response(metrics.render() + health, media_type=CONTENT_TYPE)
-
-
-@get("/docs", include_in_schema=False)
-async def docs_redirect() -> Redirect:
-    return Redirect("/schema")
-
-
-def openapi_config(version: str) -> OpenAPIConfig:
-    swagger = SwaggerRenderPlugin(path="/swagger", js_url=f"{ASSETS}/swagger-ui-bundle.js",
-                                  css_url=f"{ASSETS}/swagger-ui.css",
-                                  standalone_preset_js_url=f"{ASSETS}/swagger-ui-standalone-preset.js",
-                                  favicon=f"<link rel='icon' type='image/png' href='{ASSETS}/favicon-32x32.png'>")
-    return OpenAPIConfig(
-        title="flower service", version=version, path="/schema", render_plugins=[swagger],
-        description="Runs each tenant's ask in its own sandbox. Every /v1 route needs "
-                    "`Authorization: Bearer <tenant token>` and sees only the caller's runs.",
-        components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
-        use_handler_docstrings=True, create_examples=False)
-
-
-def docs_assets() -> ControllerRouterHandler:
-    """Swagger UI's files from the ``swagger-ui-bundle`` wheel."""
-    from swagger_ui_bundle import swagger_ui_path
-
-    return create_static_files_router(path=ASSETS, directories=[swagger_ui_path], include_in_schema=False)
+    refusing = ("# HELP flower_refusing_runs 1 while the guard canary refuses runs for this CLI (GET /healthz says "
+                f"why).\n# TYPE flower_refusing_runs gauge\nflower_refusing_runs {int(bool(scheduler.refusal))}\n")
+    return Response(metrics.render() + health + refusing.encode(), media_type=CONTENT_TYPE)

@@ -14,7 +14,7 @@ from litestar import Controller, Response, delete, get, post
 from litestar.di import Provide
 from litestar.exceptions import NotFoundException, ServiceUnavailableException, ValidationException
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.params import JSONBody, Parameter
+from litestar.params import Parameter
 from litestar.response import Stream
 
 from sandbox.layout import RunLayout
@@ -27,9 +27,10 @@ from ..registry import STATUSES, Registry, Run
 from ..scheduler import Scheduler
 from ..tenants import Tenant, TenantNotReady
 from .deps import ConfigDep, RegistryDep, RunDep, SchedulerDep, TenantDep, provide_run
-from .errors import Conflict, Gone, InsufficientStorage, Unprocessable, errors
-from .schemas import (Budget, DiffFile, DiffFilesOut, ErrorOut, ManifestOut, RunList, RunOut, SubmitIn, SubmitOut,
-                      UsageOut, run_out)
+from .errors import Conflict, Gone, InsufficientStorage, Unprocessable, errors, example_error
+from .examples import DIFF, FILES, MANIFEST, RUN, RUNS, SUBMITTED, USAGE, SubmitBody, ok
+from .schemas import (Budget, DiffFile, DiffFilesOut, ErrorOut, ManifestOut, RunList, RunOut, SubmitOut, UsageOut,
+                      run_out)
 
 if TYPE_CHECKING:
     from sandbox.worktree import Changes
@@ -66,15 +67,25 @@ async def _changes(run: Run, tenant: Tenant, scheduler: Scheduler) -> tuple[str,
                                 "or its base is gone from the repository") from None
 
 
+_TOO_LARGE = ("the diff of run 20250612-093015-3f9c2a7e5b1d4c6a8e0f1b2c3d4e5f60 is larger than the service's "
+              "max_diff_mb (20 MB), so it is not sent: fetch the branch into a clone of your repository (git fetch "
+              "<your repository> flower/20250612-093015-3f9c2a7e5b1d4c6a8e0f1b2c3d4e5f60) and diff it there or ask "
+              "for one file at a time (?path=, from GET …/diff/files)")
+
+
 class RunController(Controller):
     path = "/runs"
     tags = ["runs"]
     dependencies = {"run": Provide(provide_run, sync_to_thread=False)}
 
-    @post("/", status_code=201, responses=errors(400, 413, 422, 503, 507),
-          response_headers=None, summary="Submit an ask; the run is queued")
+    @post("/", status_code=201, operation_id="create_run", summary="Submit an ask; the run is queued",
+          responses={**ok(201, SUBMITTED, "queued: `id` names the run, `branch` is where its work will be"),
+                     **errors(400, 413, 422, 503, 507)})
     async def submit(self, tenant: TenantDep, scheduler: SchedulerDep, registry: RegistryDep,
-                     data: JSONBody[SubmitIn]) -> Response[SubmitOut]:
+                     data: SubmitBody) -> Response[SubmitOut]:
+        """The ask is queued as a new run of the caller's tenant (`Location` names it); it starts when a slot
+        is free. `options` may set only what the tenant's `allowed_options` list; nothing is queued on a 4xx or
+        5xx."""
         if scheduler.refusal:
             raise ServiceUnavailableException(scheduler.refusal)
         ask = data.ask.strip()
@@ -113,13 +124,16 @@ class RunController(Controller):
         return Response(SubmitOut(id=run.id, status=run.status, branch=layout.branch),  # type: ignore[arg-type]
                         status_code=201, headers={"Location": f"/v1/runs/{run.id}"})
 
-    @get("/", responses=errors(400), summary="The tenant's runs, newest first")
+    @get("/", operation_id="list_runs", summary="The tenant's runs, newest first",
+         responses={**ok(200, RUNS, "the runs, newest first"), **errors(400)})
     async def list_runs(self, tenant: TenantDep, registry: RegistryDep,
                         status: Annotated[str | None, Parameter(
                             description="comma-separated statuses to keep, e.g. `running,queued`")] = None,
                         limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
                         deleted: Annotated[bool, Parameter(description="include deleted runs (tombstones)")] = True,
                         ) -> RunList:
+        """Only the caller's own runs, filtered by status; deleted runs stay listed as tombstones unless
+        `deleted=false`."""
         statuses = None
         if status:
             statuses = [s.strip() for s in status.split(",") if s.strip()]
@@ -129,25 +143,34 @@ class RunController(Controller):
         runs = registry.list(tenant=tenant.name, statuses=statuses, limit=limit, deleted=None if deleted else False)
         return RunList(runs=[run_out(r) for r in runs])
 
-    @get("/{run_id:str}", responses=errors(404), summary="One run")
+    @get("/{run_id:str}", operation_id="get_run", summary="One run",
+         responses={**ok(200, RUN, "the run as it is now"), **errors(404)})
     async def get_run(self, run: RunDep) -> RunOut:
+        """Its status, times, cost, last step and, once it ended, its diffstat; a live run's counters move on
+        between two reads."""
         return run_out(run)
 
-    @delete("/{run_id:str}", status_code=200, responses=errors(400, 404, 409),
-            summary="Delete an ended run's files (and, with branch=true, its branch); the row stays as a tombstone")
+    @delete("/{run_id:str}", status_code=200, operation_id="delete_run",
+            summary="Delete an ended run's files (and, with branch=true, its branch); the row stays as a tombstone",
+            responses={**ok(200, RUN, "the run's tombstone: `deleted` says when"), **errors(400, 404, 409)})
     async def delete_run(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep,
                          branch: Annotated[bool, Parameter(
                              description="also delete the branch flower/<run> from the tenant's repository")] = False,
                          ) -> RunOut:
+        """Only an ended run (cancel a live one first). Its events, manifest and sandbox folder go; its branch
+        stays in the tenant's repository unless `branch=true`."""
         if not run.terminal:
             raise Conflict(f"run {run.id} is {run.status}: only an ended run can be deleted (cancel it first)")
         done = await scheduler.delete(run, branch=branch)
         log.info("run.deleted", tenant=tenant.name, run=run.id, branch=branch)
         return run_out(done)
 
-    @post("/{run_id:str}/cancel", status_code=200, responses={
-        **errors(400, 404, 409), 202: ResponseSpec(RunOut, description="asked to stop; not ended within `wait`")},
-        summary="Cancel: a queued run at once, a running one is stopped")
+    @post("/{run_id:str}/cancel", status_code=200, operation_id="cancel_run",
+          summary="Cancel: a queued run at once, a running one is stopped",
+          responses={**ok(200, msgspec.structs.replace(RUN, status="cancelled"), "the run, ended"),
+                     **ok(202, msgspec.structs.replace(RUN, status="running", cancel_requested=True),
+                          "asked to stop; not ended within `wait`"),
+                     **errors(400, 404, 409)})
     async def cancel(self, run: RunDep, tenant: TenantDep, registry: RegistryDep, scheduler: SchedulerDep,
                      config: ConfigDep,
                      wait: Annotated[float, Parameter(ge=0, le=120,
@@ -167,11 +190,12 @@ class RunController(Controller):
             await asyncio.sleep(min(0.05, config.poll_s))
         return Response(run_out(current), status_code=200 if current.terminal else 202)
 
-    @get("/{run_id:str}/diff", media_type="text/x-diff", summary="git diff of the run's branch against its base",
-         response_description="the whole diff (or the one file's), streamed",
-         responses={**errors(404, 409, 410), 422: ResponseSpec(ErrorOut, generate_examples=False, description=(
+    @get("/{run_id:str}/diff", media_type="text/x-diff", operation_id="get_run_diff",
+         summary="git diff of the run's branch against its base",
+         responses={**ok(200, DIFF, "the whole diff (or the one file's), streamed", media_type="text/x-diff"),
+                    **errors(404, 409, 410), 422: ResponseSpec(ErrorOut, generate_examples=False, description=(
              "the diff (or the one file's) is larger than the service's `max_diff_mb`: nothing of it was sent; "
-             "the error says how to fetch the branch instead"))})
+             "the error says how to fetch the branch instead"), examples=[example_error(422, _TOO_LARGE)])})
     async def diff(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep, config: ConfigDep,
                    path: Annotated[str | None, Parameter(
                        max_length=4096, description="only this file's diff: a `path` as GET …/diff/files lists it"
@@ -214,8 +238,9 @@ class RunController(Controller):
                       headers={"X-Flower-Branch": branch, "X-Flower-Base": run.base or "",
                                "X-Flower-Commit": changes.commit, "X-Flower-Status": run.status})
 
-    @get("/{run_id:str}/diff/files", responses=errors(404, 409, 410),
-         summary="The files the run changed, with lines added and deleted (git diff --numstat)")
+    @get("/{run_id:str}/diff/files", operation_id="list_run_files",
+         summary="The files the run changed, with lines added and deleted (git diff --numstat)",
+         responses={**ok(200, FILES, "the changed files, as of `commit`"), **errors(404, 409, 410)})
     async def diff_files(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep) -> DiffFilesOut:
         """Cheap however large the diff: git counts, the service reads only the counts. The first
         10,000 files are listed (`truncated` if there were more)."""
@@ -226,8 +251,12 @@ class RunController(Controller):
                             insertions=sum(f.insertions for f in files), deletions=sum(f.deletions for f in files),
                             truncated=changes.truncated)
 
-    @get("/{run_id:str}/manifest", responses=errors(404, 410), summary="The run's steps and exit, as it wrote them")
+    @get("/{run_id:str}/manifest", operation_id="get_run_manifest",
+         summary="The run's steps and exit, as it wrote them",
+         responses={**ok(200, MANIFEST, "the run's manifest rows and its exit.json"), **errors(404, 410)})
     async def manifest(self, run: RunDep, scheduler: SchedulerDep) -> ManifestOut:
+        """What the run itself wrote (claims, not the service's measurements: those are on GET /v1/runs/{id});
+        `exit` is null until it ended."""
         from sandbox.backends.base import read_exit
         from sandbox.runfiles import read_json
 
@@ -239,7 +268,8 @@ class RunController(Controller):
         return ManifestOut(id=run.id, status=run.status, steps=rows, exit=exit_data)  # type: ignore[arg-type]
 
 
-@get("/usage", tags=["runs"], responses=errors(400), summary="The tenant's spend on one UTC day (the gateway's)")
+@get("/usage", tags=["runs"], operation_id="get_usage", summary="The tenant's spend on one UTC day (the gateway's)",
+     responses={**ok(200, USAGE, "the day's spend and the tenant's budgets"), **errors(400)})
 async def usage(tenant: TenantDep, registry: RegistryDep,
                 day: Annotated[str | None, Parameter(pattern=r"^\d{4}-\d{2}-\d{2}$")] = None) -> UsageOut:
     """Cost and tokens the model gateway measured for this tenant's runs on ``day`` (default today), and its

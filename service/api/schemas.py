@@ -15,7 +15,8 @@ from ..registry import Run
 
 __all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
            "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget",
-           "ErrorOut", "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "MAX_ASK", "MAX_TEXT", "QID_RE"]
+           "ErrorOut", "EventMessage", "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "MAX_ASK",
+           "MAX_TEXT", "QID_RE"]
 
 MAX_ASK = 100_000
 MAX_TEXT = 20_000
@@ -174,6 +175,14 @@ class UsageOut(msgspec.Struct):
     input_tokens: int
     output_tokens: int
     budget_usd: Budget
+
+
+class EventMessage(msgspec.Struct, omit_defaults=True):
+    """One server-sent event as an EventSource reads it off GET …/events: ``event`` is the event's kind (``end``
+    last), ``data`` its JSON, ``id`` its number (none on ``end``, whose data is the final status)."""
+    event: str
+    data: str
+    id: str | None = None
 
 
 class ErrorOut(msgspec.Struct):

@@ -27,6 +27,7 @@ from ..scheduler import Scheduler
 from ..tenants import Tenant
 from .deps import RegistryDep, RunDep, SchedulerDep, TenantDep, provide_run
 from .errors import Gone, TooManyRequests, errors
+from .examples import EVENTS, ok
 
 __all__ = ["events", "KEEPALIVE_S"]
 
@@ -57,16 +58,19 @@ def _message(item: Numbered | KeepAlive | Ended) -> ServerSentEventMessage:
     return ServerSentEventMessage(data=data, event=item.event.kind, id=item.seq)  # a kind is [a-z0-9_.-]
 
 
-@get("/runs/{run_id:str}/events", tags=["runs"], media_type="text/event-stream",
+@get("/runs/{run_id:str}/events", tags=["runs"], media_type="text/event-stream", operation_id="stream_run_events",
      dependencies={"run": Provide(provide_run, sync_to_thread=False)}, middleware=[_give_back_slot],
-     responses=errors(400, 404, 410, 429),
      summary="The run's events: every line from `after` (or Last-Event-ID) on, then live; `end` last",
-     response_description="text/event-stream: `id` is the event's number, `event` its kind, `data` its JSON "
-                          "({seq, kind, text, payload, …}); an `ask` event's payload.id is the question id")
+     responses={**ok(200, EVENTS, "text/event-stream: `id` is the event's number, `event` its kind, `data` its "
+                     "JSON ({seq, kind, text, payload, …}); an `ask` event's payload.id is the question id",
+                     media_type="text/event-stream"),
+                **errors(400, 404, 410, 429)})
 async def events(request: Request[Any, Any, Any], run: RunDep, tenant: TenantDep, registry: RegistryDep,
                  scheduler: SchedulerDep, after: Annotated[int | None, Parameter(ge=0)] = None,
                  last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID", required=False)] = None,
                  ) -> ServerSentEvent:
+    """Server-sent events: what the run wrote so far, then each new event as it comes, then an `end` event
+    with the final status. Reconnect with `Last-Event-ID` (or `?after=`) to miss nothing and repeat nothing."""
     if after is None:
         last = (last_event_id or "").strip()
         if last and not re.fullmatch(r"[0-9]{1,18}", last):

@@ -4,7 +4,9 @@ tmpfs ``/tmp``, no capabilities, the config, the tenants file and the tenant's e
 Docker socket mounted (its group added) so the service starts each run's container as a sibling on the same
 engine, and the data dir and the team's repository at the same path inside and out (the run containers' bind
 mounts name host paths). A scripted run is driven to its end over the API from the host, through the real CLI
-inside the sibling, against the scripted model on the host's 127.0.0.1 (so the runs use host networking)."""
+inside the sibling, against the scripted model on the host's 127.0.0.1 (so the runs use host networking). Both
+images carry OCI labels and a HEALTHCHECK: the service's container turns healthy through GET /healthz, and the
+sandbox image's own check passes in a container of it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -25,6 +28,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
 
+import flower  # noqa: E402
 from _service_helpers import ALL_OPTIONS, make_repo, sse, wait_for, wait_status  # noqa: E402
 from flower.testing import Rule, ScriptedModel, say, tool  # noqa: E402
 from sandbox.testing import ACHIEVED, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT  # noqa: E402
@@ -64,6 +68,45 @@ def images(docker_engine: None) -> tuple[str, str]:
     service, sandbox = ensure_image("service"), ensure_image("sandbox")
     print(f"\nimages {service}, {sandbox} ready in {time.monotonic() - t0:.1f}s")
     return service, sandbox
+
+
+def free_port() -> int:
+    """A port for the service to listen on: its HEALTHCHECK asks the port its config names (0 names none)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def oci_labels(image: str) -> dict[str, str]:
+    import docker
+
+    labels = docker.from_env().images.get(image).labels or {}
+    return {k.removeprefix("org.opencontainers.image."): v for k, v in labels.items()
+            if k.startswith("org.opencontainers.image.")}
+
+
+def test_both_images_carry_oci_labels_and_the_sandbox_image_passes_its_own_healthcheck(
+        images: tuple[str, str]) -> None:
+    import docker
+
+    client = docker.from_env()
+    for image, title in zip(images, ("flower service", "flower sandbox")):
+        labels = oci_labels(image)
+        assert labels.get("title") == title and labels.get("version") == flower.__version__, (image, labels)
+        assert labels.get("licenses") == "Apache-2.0" and labels.get("description"), (image, labels)
+        assert client.images.get(image).attrs["Config"].get("Healthcheck", {}).get("Test"), image
+    test = client.images.get(images[1]).attrs["Config"]["Healthcheck"]["Test"]
+    box = client.containers.run(images[1], entrypoint=["sleep", "120"], detach=True, network_mode="none",
+                                read_only=True, healthcheck={"test": test, "interval": 500_000_000, "retries": 1})
+    try:
+        def health() -> str | None:
+            box.reload()
+            status = box.attrs["State"].get("Health", {}).get("Status")
+            return status if status in ("healthy", "unhealthy") else None
+
+        assert wait_for(health, 60, every=0.2, what="the sandbox image's healthcheck") == "healthy", box.attrs
+    finally:
+        box.remove(force=True)
 
 
 def chown_tree(path: Path, uid: int = UID) -> None:
@@ -173,7 +216,7 @@ def test_the_service_image_runs_a_scripted_ask_in_a_sibling_container(images: tu
         "allowed_options": ALL_OPTIONS}.items()))
     config = etc / "service.toml"
     config.write_text(f'data_dir = "{data}"\ntenants = "{tenants}"\nbackend = "docker"\nimage = "{sandbox_image}"\n'
-                      f'network_mode = "host"\nhost = "127.0.0.1"\nport = 0\npoll_s = 0.1\nlog_format = "json"\n')
+                      f'network_mode = "host"\nhost = "127.0.0.1"\nport = {free_port()}\npoll_s = 0.1\nlog_format = "json"\n')
     for f in (tenants, config):
         f.chmod(0o644)
     scope = hashlib.sha256(str(data / "runs").encode()).hexdigest()[:16]  # service.app.make_backend's label
@@ -219,6 +262,13 @@ def test_the_service_image_runs_a_scripted_ask_in_a_sibling_container(images: tu
             # the service removed its run's container itself when the run ended
             leftover = siblings.client.containers.list(all=True, filters={"label": f"flower.run={run_id}"})
             worker = [x["text"] for req in model.conversation for x in req.results if DONE in x["text"]]
+
+            def health() -> str | None:  # the image's HEALTHCHECK: GET /healthz every 15 s
+                container.reload()
+                state = container.get_wrapped_container().attrs["State"].get("Health", {})
+                return "healthy" if state.get("Status") == "healthy" else None
+
+            healthy = wait_for(health, 120, every=0.5, what="the service's container to be healthy")
             info = container.get_wrapped_container()
             info.reload()
             attrs = info.attrs
@@ -250,6 +300,7 @@ def test_the_service_image_runs_a_scripted_ask_in_a_sibling_container(images: tu
     assert host_git(repo, "rev-parse", "main").strip() == main_head
     assert host_git(repo, "status", "--porcelain") == ""
     assert leftover == [], leftover
+    assert healthy == "healthy", "the service's HEALTHCHECK found it answering /healthz"
     assert siblings.client.containers.list(all=True, filters={"label": f"flower.service={scope}"}) == []
     from docker.errors import NotFound
 

@@ -334,3 +334,31 @@ def test_prometheus_scrapes_by_annotation_or_a_service_monitor_behind_a_value() 
     service = docs["Service"]
     assert selects(monitor["spec"]["selector"], service["metadata"]["labels"]), "the monitor selects the chart's Service"
     assert "http" in [p["name"] for p in service["spec"]["ports"]]
+
+
+def test_the_alert_rules_come_as_a_prometheusrule_only_when_asked_and_pass_promtool(tmp_path) -> None:
+    import os
+    import shutil
+    import subprocess
+
+    from _k8s_checks import check_names
+
+    assert "PrometheusRule" not in rendered(), "no PrometheusRule unless asked (its CRD may not exist)"
+    docs = rendered({"metrics": {"prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}}}},
+                    release="team-a", namespace="agents")
+    rule = docs["PrometheusRule"]
+    check_names(rule)
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1" and rule["metadata"]["namespace"] == "agents"
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    assert rule["spec"] == yaml.safe_load((CHART / "files" / "alerts.yaml").read_text()), "the file, as it is"
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r}
+    assert {"FlowerRunsFailing", "FlowerBudgetStops", "FlowerQueueWaitHigh", "FlowerDiskLow", "FlowerBackendDown",
+            "FlowerRefusingRuns"} <= alerts, alerts
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("FLOWER_REQUIRE_PROMETHEUS") == "1":
+            pytest.fail("FLOWER_REQUIRE_PROMETHEUS=1 but promtool is not installed (apt-get install prometheus)")
+        pytest.skip("no promtool (apt-get install prometheus)")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule["spec"]))
+    out = subprocess.run([promtool, "check", "rules", str(tmp_path / "rules.yaml")], capture_output=True, text=True)
+    assert out.returncode == 0 and f"SUCCESS: {len(alerts) + 2} rules found" in out.stdout, out.stdout + out.stderr
