@@ -7,7 +7,7 @@ import sys
 import urllib.error
 import urllib.request
 
-from .config import ConfigError, load_config
+from .config import ServiceConfigError, load_config
 
 TIMEOUT_S = 4.0
 
@@ -15,7 +15,7 @@ TIMEOUT_S = 4.0
 def main() -> int:
     try:
         config = load_config()
-    except ConfigError as e:
+    except ServiceConfigError as e:
         print(f"unhealthy: {e}")
         return 1
     if config.port == 0:

@@ -6,6 +6,7 @@ fails at import, and the schema test checks every example against the document a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import msgspec
@@ -78,11 +79,12 @@ def example(value: msgspec.Struct | str, summary: str) -> Example:
     return Verbatim(summary=summary, value=value if isinstance(value, str) else msgspec.to_builtins(value))
 
 
-def ok(status: int, value: msgspec.Struct | str | list[tuple[msgspec.Struct, str]], description: str, *,
+def ok(status: int, value: msgspec.Struct | str | Sequence[tuple[msgspec.Struct, str]], description: str, *,
        media_type: str | None = None) -> dict[int, ResponseSpec]:
     """The success answer of a handler: ``value``'s type is its schema (text for a string) and ``value`` its
     example; a list gives several examples of one type, each with its summary."""
-    values = value if isinstance(value, list) else [(value, description)]
+    values: list[tuple[msgspec.Struct | str, str]] = (
+        [(value, description)] if isinstance(value, (msgspec.Struct, str)) else list(value))
     kind: Any = str if isinstance(values[0][0], str) else type(values[0][0])
     extra = {"media_type": media_type} if media_type else {}
     return {status: ResponseSpec(data_container=kind, description=description, generate_examples=False,
