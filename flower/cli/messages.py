@@ -348,4 +348,17 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "demo.here": ("- in-process (--here): no service, the flow runs right here in {ws}", "- 本进程(--here):不起服务,流程就在这里跑,工作区 {ws}"),
     "demo.here_work": ("- the work is in the working tree of {repo} (base {base}; --here makes no branch)",
                        "- 成果在 {repo} 的工作区里(基于 {base};--here 不建分支)"),
+    # -- issue 24: answers by number, flags where people put them, the demo to explore -----------------------
+    "console.no_such_option": ("there is no option {n}: type a number from 1 to {count}, or the answer in words",
+                               "没有第 {n} 项:输入 1 到 {count} 之间的编号,或者直接写回答"),
+    "remote.json_where": ("--json is for {verbs}; `flower remote {verb}` has no JSON output",
+                          "--json 只用于 {verbs};`flower remote {verb}` 没有 JSON 输出"),
+    "remote.no_tty_exit": ("nobody at a terminal here to answer it: answer in the web page, with "
+                           "`flower remote attach {run}` at a terminal, or submit with --wait to wait for an answer "
+                           "(exit {code})",
+                           "这里没有终端,没人能回答:去网页回答,或在终端里 `flower remote attach {run}`,"
+                           "或加 --wait 提交以等别人回答(退出码 {code})"),
+    "demo.explore": ("- ask it anything else: flower remote --server {url} --token {token} submit \"your ask\" "
+                     "(its scripted model answers any ask with the starter flow)",
+                     "- 随便再问点别的:flower remote --server {url} --token {token} submit \"你的诉求\"(脚本模型对任何诉求都走一遍起步流程)"),
 }

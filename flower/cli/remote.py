@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import Exit
+from .messages import t
 from .terminal import OUT, Style, ask, clean, echo, isatty, one_line
 
 if TYPE_CHECKING:  # the screen and the client are loaded when used, not when argv is parsed
@@ -23,6 +24,8 @@ if TYPE_CHECKING:  # the screen and the client are loaded when used, not when ar
     from .screen import Screen
 
 P = TypeVar("P", bound=argparse.ArgumentParser)
+ASKED_EXIT = 3
+"""``flower remote submit`` without a terminal (and without --wait): the run asked a question nobody here answers."""
 HELP = "drive runs on a flower service: submit, follow, answer, list, show, diff, cancel, logs"
 ACTIONS = ("login", "submit", "attach", "list", "show", "diff", "cancel", "logs")
 
@@ -31,9 +34,12 @@ def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
     """The ``remote`` subcommand and its own subcommands, on the ``flower`` parser's ``sub``."""
     p = sub.add_parser(
         "remote", help=HELP, description=HELP + ". Config: --server/--token, FLOWER_SERVER/FLOWER_TOKEN, or "
-        "~/.config/flower/remote.toml (written by `flower remote login`).")
-    p.add_argument("--server", default=None, metavar="URL", help="the service, e.g. http://127.0.0.1:8080")
-    p.add_argument("--token", default=None, metavar="TOKEN", help="your tenant token")
+        "~/.config/flower/remote.toml (written by `flower remote login`). A run id may be shortened to any unique "
+        "start of at least 8 characters.",
+        epilog=f"exit status: 0 done (the run succeeded, or you stopped following), 1 the run did not succeed or the "
+        f"service said no, 2 a usage mistake, {ASKED_EXIT} `submit` without a terminal: the run asked a question "
+        "(printed) and nobody here can answer it (--wait waits instead).")
+    _shared(p, sub=False)
     acts = p.add_subparsers(dest="remote_cmd", metavar="{" + ",".join(ACTIONS) + "}")
     acts.add_parser("login", help="check the server and token, then save them to ~/.config/flower/remote.toml")
     s = acts.add_parser("submit", help="submit an ask and follow the run live (answer questions at the prompt)")
@@ -46,15 +52,15 @@ def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
     s.add_argument("-i", "--instructions", default=None, metavar="TEXT", help="domain instructions")
     s.add_argument("--options", default=None, metavar="JSON", help="more run options, as a JSON object")
     s.add_argument("-d", "--detach", action="store_true", help="print the run id and return at once")
+    s.add_argument("--wait", action="store_true", help="without a terminal, wait for its questions to be answered "
+                   f"elsewhere (web page, API) instead of printing the first one and exiting {ASKED_EXIT}")
     a = acts.add_parser("attach", help="follow a run live (interactive), from its first event")
     a.add_argument("run_id")
     ls = acts.add_parser("list", help="your runs, newest first")
     ls.add_argument("--status", default=None, help="only these statuses (comma-separated)")
     ls.add_argument("--limit", type=int, default=50)
-    ls.add_argument("--json", action="store_true")
     sh = acts.add_parser("show", help="one run: status, step, cost, branch, changed files, open questions")
     sh.add_argument("run_id")
-    sh.add_argument("--json", action="store_true")
     d = acts.add_parser("diff", help="the run's diff against its base (its last checkpoint while live)")
     d.add_argument("run_id")
     d.add_argument("--files", action="store_true", help="only the files it changed, with lines added and deleted")
@@ -64,8 +70,28 @@ def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
     lg = acts.add_parser("logs", help="the run's events so far, drawn as in the terminal (-f: until it ends)")
     lg.add_argument("run_id")
     lg.add_argument("-f", "--follow", action="store_true", help="keep streaming until the run ends")
-    lg.add_argument("--json", action="store_true", help="one JSON event per line")
+    for action in acts.choices.values():
+        _shared(action, sub=True)
     return p
+
+
+def _shared(p: argparse.ArgumentParser, *, sub: bool) -> None:
+    """--server, --token and --json on ``flower remote`` and on each of its verbs, so they go before or after the
+    verb as people write them (``flower remote login --server URL``); on a verb they default to SUPPRESS."""
+    def d(value: object) -> object:
+        return argparse.SUPPRESS if sub else value
+
+    verb = p.prog.rsplit(" ", 1)[-1] if sub else ""
+    hidden = argparse.SUPPRESS if sub else None
+    p.add_argument("--server", default=d(None), metavar="URL",
+                   help=hidden or "the service, e.g. http://127.0.0.1:8080")
+    p.add_argument("--token", default=d(None), metavar="TOKEN", help=hidden or "your tenant token")
+    p.add_argument("--json", action="store_true", default=d(False),
+                   help=JSON_HELP.get(verb, hidden) if sub else f"JSON output ({', '.join(JSON_HELP)})")
+
+
+JSON_HELP = {"list": "one JSON array of runs", "show": "the run and its open questions as JSON",
+             "logs": "one JSON event per line"}
 
 
 def cmd_remote(args: argparse.Namespace) -> int:
@@ -73,6 +99,8 @@ def cmd_remote(args: argparse.Namespace) -> int:
 
     if not getattr(args, "remote_cmd", None):
         raise Exit(2, f"flower remote needs one of: {', '.join(ACTIONS)} (flower remote --help)")
+    if args.json and args.remote_cmd not in JSON_HELP:
+        raise Exit(2, t("remote.json_where", verb=args.remote_cmd, verbs=", ".join(JSON_HELP)))
     try:
         return asyncio.run(_dispatch(args))
     except RemoteError as e:
@@ -151,7 +179,7 @@ async def _submit(api: Remote, args: argparse.Namespace) -> int:
 
     screen = Screen(verbose=getattr(args, "verbose", False))
     screen.say(f"- run {run.id} submitted to {api.server} ({run.status}); Ctrl-C interrupts, twice stops following")
-    return await _follow_to_end(api, run.id, screen)
+    return await _follow_to_end(api, run.id, screen, wait=args.wait)
 
 
 async def _attach(api: Remote, args: argparse.Namespace) -> int:
@@ -163,16 +191,19 @@ async def _attach(api: Remote, args: argparse.Namespace) -> int:
     return await _follow_to_end(api, run.id, screen)
 
 
-async def _follow_to_end(api: Remote, run_id: str, screen: Screen) -> int:
+async def _follow_to_end(api: Remote, run_id: str, screen: Screen, *, wait: bool = True) -> int:
     from .follow import follow
 
-    if not (isatty(sys.stdin) and screen.tty):
+    alone = not (isatty(sys.stdin) and screen.tty)
+    if alone:
         screen.say(f"! not at a terminal: nobody here answers its questions (answer them in the web page, or with "
                    f"`flower remote attach {run_id}` at a terminal)")
     try:
-        final = await follow(api, run_id, screen=screen)
+        final = await follow(api, run_id, screen=screen, until_asked=alone and not wait)
     finally:
         screen.close()
+    if not final.ended_already and alone and not wait:
+        raise Exit(ASKED_EXIT, t("remote.no_tty_exit", run=run_id, code=ASKED_EXIT))
     return _summary(final, screen)
 
 
