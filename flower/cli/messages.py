@@ -361,4 +361,5 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "demo.explore": ("- ask it anything else: flower remote --server {url} --token {token} submit \"your ask\" "
                      "(its scripted model answers any ask with the starter flow)",
                      "- 随便再问点别的:flower remote --server {url} --token {token} submit \"你的诉求\"(脚本模型对任何诉求都走一遍起步流程)"),
+    "demo.any_question": ("Shall I do it just as you asked it?", "就按你说的原样去做吗?"),
 }
