@@ -29,19 +29,15 @@ SUBCOMMANDS = {  # name → (arguments, what it does): `--help` lists every one
 }
 
 
-_OPTIONS = (  # (flags, keywords): accepted before or after a subcommand, as people write them
-    (("--config",), {"metavar": "FILE", "help": f"TOML/JSON config file (default: ${CONFIG_ENV})"}),
-    (("--host",), {"help": "address to listen on (default from config: 127.0.0.1)"}),
-    (("--port",), {"type": int, "help": "port to listen on; 0 picks a free one"}),
-    (("--log-format",), {"choices": ["json", "console", "auto"],
-                         "help": "auto (default): key=value on a terminal, JSON lines otherwise"}),
-)
-
-
 def _options(p: argparse.ArgumentParser, *, sub: bool) -> None:
-    """The service's options; on a subcommand they default to SUPPRESS, so either position sets them."""
-    for flags, kw in _OPTIONS:
-        p.add_argument(*flags, **{**kw, "default": argparse.SUPPRESS} if sub else {**kw, "default": None})
+    """The service's options, before or after a subcommand: on a subcommand they default to SUPPRESS, so either
+    position sets them."""
+    default = argparse.SUPPRESS if sub else None
+    p.add_argument("--config", default=default, metavar="FILE", help=f"TOML/JSON config file (default: ${CONFIG_ENV})")
+    p.add_argument("--host", default=default, help="address to listen on (default from config: 127.0.0.1)")
+    p.add_argument("--port", default=default, type=int, help="port to listen on; 0 picks a free one")
+    p.add_argument("--log-format", default=default, choices=["json", "console", "auto"],
+                   help="auto (default): key=value on a terminal, JSON lines otherwise")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -90,8 +90,8 @@ def any_ask_rules() -> list[Rule]:
 
     def note(req: Request) -> Reply:
         asked = Brief.parse(req.prompt).goal or "what was asked"
-        return tool("Agent", {"description": f"write {EXPLORE_FILE}", "subagent_type": "coder",
-                              "prompt": f"Write {EXPLORE_FILE} in the workspace for this ask, then report.\n\n{asked}",
+        task = f"Write {EXPLORE_FILE} in the workspace for this ask, then report.\n\n{asked}"
+        return tool("Agent", {"description": f"write {EXPLORE_FILE}", "subagent_type": "coder", "prompt": task,
                               "run_in_background": False})
 
     def write(req: Request) -> Reply:
