@@ -1,6 +1,6 @@
 """``python -m service``: serve the API under uvicorn; ``python -m service hash-token`` for the tenants file.
 
-    python -m service [--config FILE] [--host HOST] [--port PORT]
+    python -m service [--config FILE] [--host HOST] [--port PORT]   # options before or after a subcommand
     python -m service --version
     python -m service hash-token [TOKEN]     # prints the sha256 to put in token_sha256 (TOKEN or stdin)
     python -m service backup FILE            # a consistent copy of the registry (SQLite online backup), live
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from flower import __version__
 
-from .config import ServiceConfigError, load_config
+from .config import CONFIG_ENV, ENV_PREFIX, ServiceConfig, ServiceConfigError, load_config
 from .tenants import TenantError, hash_token
 
 MAX_HEAD = 32 * 1024  # bytes of request line + headers
@@ -32,40 +32,70 @@ SUBCOMMANDS = {  # name → (arguments, what it does): `--help` lists every one
 }
 
 
+def _options(p: argparse.ArgumentParser, *, sub: bool) -> None:
+    """The service's options, before or after a subcommand: on a subcommand they default to SUPPRESS, so either
+    position sets them."""
+    default = argparse.SUPPRESS if sub else None
+    p.add_argument("--config", default=default, metavar="FILE", help=f"TOML/JSON config file (default: ${CONFIG_ENV})")
+    p.add_argument("--host", default=default, help="address to listen on (default from config: 127.0.0.1)")
+    p.add_argument("--port", default=default, type=int, help="port to listen on; 0 picks a free one")
+    p.add_argument("--log-format", default=default, choices=["json", "console", "auto"],
+                   help="auto (default): key=value on a terminal, JSON lines otherwise")
+
+
 def _parser() -> argparse.ArgumentParser:
     listing = "\n".join(f"  python -m service {name} {args}\n      {what}"
                         for name, (args, what) in SUBCOMMANDS.items())
     p = argparse.ArgumentParser(prog="python -m service", formatter_class=argparse.RawDescriptionHelpFormatter,
                                 description="flower service: runs asks in sandboxes. Without a subcommand it "
-                                            "serves the API.",
+                                            "serves the API. Options go before or after a subcommand.",
                                 epilog=f"subcommands:\n{listing}")
     p.add_argument("--version", action="version", version=f"flower service {__version__}")
-    p.add_argument("--config", help="TOML/JSON config file (default: $FLOWER_SERVICE_CONFIG)")
-    p.add_argument("--host", help="address to listen on (default from config: 127.0.0.1)")
-    p.add_argument("--port", type=int, help="port to listen on; 0 picks a free one")
-    p.add_argument("--log-format", choices=["json", "console", "auto"],
-                   help="auto (default): key=value on a terminal, JSON lines otherwise")
+    _options(p, sub=False)
+    verbs = p.add_subparsers(dest="command", metavar="{" + ",".join(SUBCOMMANDS) + "}")
+    for name, (usage, what) in SUBCOMMANDS.items():
+        v = verbs.add_parser(name, help=what, description=what)
+        if name == "hash-token":
+            v.add_argument("token", nargs="?", metavar="TOKEN", help="the token (else a line on stdin)")
+        else:
+            v.add_argument("file", metavar="FILE", help="the backup file to write" if name == "backup"
+                           else "the backup file to restore")
+        _options(v, sub=True)
     return p
+
+
+def _raw_token(argv: list[str]) -> list[str]:
+    """``hash-token -x…``: a token may start with a dash; it is the token, not a flag."""
+    if "hash-token" in argv:
+        i = argv.index("hash-token") + 1
+        if i < len(argv) and argv[i].startswith("-") and argv[i] not in ("-h", "--help", "--"):
+            return [*argv[:i], "--", *argv[i:]]
+    return argv
+
+
+def _config(args: argparse.Namespace) -> ServiceConfig:
+    """The config as the service finds it: ``--config`` (either side of the verb), else ``$FLOWER_SERVICE_CONFIG``,
+    then the ``FLOWER_SERVICE_*`` variables and the flags; none of these at all is said in one sentence."""
+    if args.config is None and not os.environ.get(CONFIG_ENV) and not os.environ.get(ENV_PREFIX + "DATA_DIR"):
+        raise ServiceConfigError(f"no service config: give --config FILE (before or after the subcommand) or set "
+                                 f"{CONFIG_ENV}=FILE")
+    return load_config(args.config, host=args.host, port=args.port, log_format=args.log_format)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["hash-token"]:
-        if argv[1:2] in (["-h"], ["--help"]):
-            usage, what = SUBCOMMANDS["hash-token"]
-            print(f"usage: python -m service hash-token {usage}\n\n{what}")
-            return 0
-        token = argv[1] if len(argv) > 1 else sys.stdin.readline().strip()
+    args = _parser().parse_args(_raw_token(argv))
+    if args.command == "hash-token":
+        token = args.token if args.token is not None else sys.stdin.readline().strip()
         if not token:
             print("flower-service: give the token as an argument or on stdin", file=sys.stderr)
             return 2
         print(hash_token(token))
         return 0
-    if argv[:1] in (["backup"], ["restore"]):
-        return _backup_or_restore(argv[0], argv[1:])
-    args = _parser().parse_args(argv)
+    if args.command in ("backup", "restore"):
+        return _backup_or_restore(args)
     try:
-        config = load_config(args.config, host=args.host, port=args.port, log_format=args.log_format)
+        config = _config(args)
     except ServiceConfigError as e:
         print(f"flower-service: {e}", file=sys.stderr)
         return 2
@@ -121,18 +151,14 @@ def _raise_nofile() -> None:
     get_logger("flower.service").info("service.nofile", old=soft, new=new)
 
 
-def _backup_or_restore(command: str, argv: list[str]) -> int:
+def _backup_or_restore(args: argparse.Namespace) -> int:
     """``backup FILE``: a consistent copy of the live registry. ``restore FILE``: that copy back in place (service
     stopped), the damaged registry moved aside, never deleted."""
     from .backup import RegistryDamaged, backup, restore
 
-    p = argparse.ArgumentParser(prog=f"python -m service {command}")
-    p.add_argument("file", help="the backup file to write" if command == "backup" else "the backup file to restore")
-    p.add_argument("--config", help="TOML/JSON config file (default: $FLOWER_SERVICE_CONFIG)")
-    args = p.parse_args(argv)
     try:
-        config = load_config(args.config)
-        if command == "backup":
+        config = _config(args)
+        if args.command == "backup":
             size = backup(config.db_path, Path(args.file))
             print(f"backed up {config.db_path} to {Path(args.file).resolve()} ({size} bytes)")
         else:

@@ -288,6 +288,14 @@ class Registry:
             r = self._db.execute(sql, args).fetchone()
         return _row(r) if r else None
 
+    def ids_starting(self, prefix: str, *, tenant: str, limit: int = 6) -> list[str]:
+        """The ids of ``tenant``'s runs that start with ``prefix`` (at most ``limit``, oldest first): how a short
+        id a person typed is resolved, never across tenants."""
+        sql = "SELECT id FROM runs WHERE tenant = ? AND substr(id, 1, ?) = ? ORDER BY created, rowid LIMIT ?"
+        with self._lock:
+            rows = self._db.execute(sql, (tenant, len(prefix), prefix, int(limit))).fetchall()
+        return [str(r[0]) for r in rows]
+
     def list(self, *, tenant: str | None = None, statuses: Iterable[str] | None = None,
              limit: int | None = None, oldest_first: bool = False, deleted: bool | None = None,
              ended_before: float | None = None) -> list[Run]:

@@ -11,6 +11,7 @@ import sys
 import threading
 from typing import Any, Callable
 
+from ..core.asks import numbered
 from .messages import t
 from .screen import Screen
 from .terminal import one_line
@@ -19,6 +20,15 @@ from .terminal import one_line
 PROMPT_ANSWER, PROMPT_IDLE, PROMPT_INTERRUPT = "console.answer", "console.idle", "console.interrupt"
 """Catalogue keys of the three prompts the last line shows."""
 ORACLE_WAIT_S = 120.0
+
+
+def chosen(text: str, options: list[str]) -> str | None:
+    """What an answer says: an option's number is that option's text, any other words are themselves;
+    None for a number past the options (the person meant one and missed)."""
+    n = numbered(text) if options else None
+    if n is None:
+        return text
+    return options[n - 1] if 1 <= n <= len(options) else None
 
 
 class Console:
@@ -203,10 +213,14 @@ class Console:
             return
         pending = self.channel.pending() if self.channel is not None else []
         if pending:
-            if text:
-                self.channel.answer(pending[0].id, text)
-            else:
+            if not text:
                 self.channel.decline(pending[0].id)
+                return
+            answer = chosen(text, list(getattr(pending[0], "options", None) or []))
+            if answer is None:
+                self.screen.say(t("console.no_such_option", n=text, count=len(pending[0].options)))
+                return  # the question still waits: asked again on the prompt line
+            self.channel.answer(pending[0].id, answer)
             return
         if not text:
             return

@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 AUTO_ANSWER_S = 3.0
 """--yes (or nobody at a terminal): the clarifier's question is answered by itself after this long."""
 OPTIONS = ("Python", "Shell")
+EXPLORE_FILE = "flower-demo.md"
+"""What the generic script's worker writes for any other ask (``--keep``: explore with your own asks)."""
+EXPLORE_OPTIONS = ("Go ahead as asked", "Keep it small")
 FILES = {
     "hello.py": 'import sys\n\n\ndef greet(name: str = "world") -> str:\n    return f"hello, {name}"\n\n\n'
                 'if __name__ == "__main__":\n    print(greet(*sys.argv[1:2]))\n',
@@ -51,11 +54,65 @@ START_S = 60.0
 
 
 def demo_rules() -> list[Rule]:
-    """The demo's script: the starter flow, with the coordinator first trying to write ``hello.py`` itself."""
+    """The demo's script: the starter flow, with the coordinator first trying to write ``hello.py`` itself —
+    used up by the first run — then ``any_ask_rules()``, so a kept service answers every later ask too."""
     from ..testing import starter_script
 
-    return starter_script(t("demo.ask"), question=t("demo.question"), options=OPTIONS, files=FILES,
-                          coordinator_writes="hello.py")
+    first = starter_script(t("demo.ask"), question=t("demo.question"), options=OPTIONS, files=FILES,
+                           coordinator_writes="hello.py")
+    for rule in first:
+        rule.repeat = False  # its verdict answers once: a later run's judge gets the generic rules below
+    return [*first, *any_ask_rules()]
+
+
+def any_ask_rules() -> list[Rule]:
+    """The starter flow for whatever was asked, every time: one question, a brief built from the ask, a goal, a
+    worker that writes ``EXPLORE_FILE``, a judge that says 达成. Each rule goes by role and by what the
+    conversation holds so far (no tool result yet, or one), never by a count, so it answers run after run."""
+    from ..core.channel_tools import ASK_TOOL
+    from ..docs.brief import Brief
+    from ..docs.goal import Goal
+    from ..testing import ACHIEVED, CLARIFIER, COORDINATOR, JUDGE, WORKER, Reply, Request, Rule, say, tool
+    from ..workflow.goal import SET_GOAL_PROMPT
+
+    def fresh(req: Request) -> bool:
+        return not req.results
+
+    def brief(req: Request) -> Reply:
+        said = req.prompt.split("\n\n", 1)[0].split("\n", 1)[-1].strip()  # the clarifier's prompt opens with the ask
+        return say(Brief(goal=said or "what was asked", accept=f"{EXPLORE_FILE} records the ask and the answer",
+                         bounds=f"Only {EXPLORE_FILE}", unknowns=f"The person answered: {req.result_text.strip()}"
+                         ).to_markdown())
+
+    def goal(req: Request) -> Reply:
+        asked = Brief.parse(req.prompt).goal or "what was asked"
+        return say(Goal(statement=asked, checks=[f"{EXPLORE_FILE} exists and names the ask"]).to_markdown())
+
+    def note(req: Request) -> Reply:
+        asked = Brief.parse(req.prompt).goal or "what was asked"
+        task = f"Write {EXPLORE_FILE} in the workspace for this ask, then report.\n\n{asked}"
+        return tool("Agent", {"description": f"write {EXPLORE_FILE}", "subagent_type": "coder", "prompt": task,
+                              "run_in_background": False})
+
+    def write(req: Request) -> Reply:
+        asked = req.prompt.split("\n\n", 1)[-1].strip()
+        return tool("Write", {"file_path": EXPLORE_FILE, "content": f"# {asked}\n\nWritten by the demo's scripted "
+                                                                    "worker: the real flow, a scripted model.\n"})
+
+    report = f"## 结论\nWrote {EXPLORE_FILE}\n## 证据\nThe file is on disk\n## 交付物\n{EXPLORE_FILE}\n## 未验证\n无"
+    verdict = "## 结论\n" + ACHIEVED + "\n## 理由\nThe file is there and names the ask\n## 未通过\n无"
+    return [
+        Rule(lambda req: tool(ASK_TOOL, {"question": t("demo.any_question"), "options": list(EXPLORE_OPTIONS)}),
+             role=CLARIFIER, when=fresh, repeat=True, name="any ask: the clarifier asks"),
+        Rule(brief, role=CLARIFIER, repeat=True, name="any ask: the brief"),
+        Rule(goal, role=JUDGE, prompt=SET_GOAL_PROMPT.split("{brief}")[0], repeat=True, name="any ask: the goal"),
+        Rule(note, role=COORDINATOR, when=fresh, repeat=True, name="any ask: the dispatch"),
+        Rule(say("Done: the worker wrote the note and the judge will check it."), role=COORDINATOR, repeat=True,
+             name="any ask: the coordinator's answer"),
+        Rule(write, role=WORKER, when=fresh, repeat=True, name="any ask: the worker writes"),
+        Rule(say(report), role=WORKER, repeat=True, name="any ask: the report"),
+        Rule(say(verdict), role=JUDGE, repeat=True, name="any ask: the verdict"),
+    ]
 
 
 def sample_project(path: Path) -> Path:
@@ -183,6 +240,7 @@ async def _served(screen: Screen, yes: bool, *, keep: bool) -> int:
                            await api.diff(run.id))
             if keep:
                 screen.say(t("demo.kept", url=url, token=service.token))
+                screen.say(t("demo.explore", url=url, token=service.token))
                 try:
                     while service.proc is not None and service.proc.poll() is None:
                         await asyncio.sleep(0.5)

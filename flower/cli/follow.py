@@ -133,8 +133,11 @@ class _Interrupts:
 
 
 async def follow(api: Remote, run_id: str, *, screen: Screen | None = None, interactive: bool | None = None,
-                 after: int = 0) -> RunInfo:
+                 after: int = 0, until_asked: bool = False) -> RunInfo:
     """Draw run ``run_id``'s events from ``after`` on until it ends; return the run as it ended.
+
+    ``until_asked`` (not interactive): stop as soon as the run asks a question that is still open — the question
+    is on the screen, the run goes on and waits for an answer; the run is returned as it is then.
 
     Interactive (default: when stdin and stdout are terminals), what the person types answers the oldest
     open question, else goes to the run's inbox; Ctrl-C interrupts the step in flight (the next line is
@@ -163,6 +166,10 @@ async def follow(api: Remote, run_id: str, *, screen: Screen | None = None, inte
             view.show(item)
             if item.kind == "ask" and interactive:
                 await channel.refresh()
+            elif until_asked and item.kind == "ask" and item.payload.get("state") == "asked":
+                qid = str(item.payload.get("id") or "")
+                if any(q.id == qid for q in await api.questions(run_id)):
+                    break
     except asyncio.CancelledError:
         if console is not None and console.quitting:
             task = asyncio.current_task()

@@ -400,10 +400,21 @@ MESSAGES: dict[str, tuple[str, str]] = {
                     "操作 flower 服务上的运行:提交、跟看、回答、列出、查看、差异、取消、日志"),
     "help.remote.description": ("Drive runs on a flower service: submit, follow, answer, list, show, diff, cancel, "
                                 "logs. Config: --server/--token, FLOWER_SERVER/FLOWER_TOKEN, or "
-                                "~/.config/flower/remote.toml (written by `flower remote login`).",
+                                "~/.config/flower/remote.toml (written by `flower remote login`). A run id may be "
+                                "shortened to any unique start of at least 8 characters.",
                                 "操作 flower 服务上的运行:提交、跟看、回答、列出、查看、差异、取消、日志。配置:"
                                 "--server/--token,或 FLOWER_SERVER/FLOWER_TOKEN,或 ~/.config/flower/remote.toml"
-                                "(由 `flower remote login` 写)。"),
+                                "(由 `flower remote login` 写)。运行 id 可以只写开头,至少 8 个字符且不重复即可。"),
+    "help.remote.exit_status": ("exit status: 0 done (the run succeeded, or you stopped following), 1 the run did "
+                                "not succeed or the service said no, 2 a usage mistake, {code} `submit` without a "
+                                "terminal: the run asked a question (printed) and nobody here can answer it (--wait "
+                                "waits instead).",
+                                "退出码:0 完成(运行成功,或你不再跟看),1 运行没有成功或服务拒绝,2 用法有误,{code} 没有终端时"
+                                "的 `submit`:运行提了问题(已打印),这里没人能回答(--wait 则一直等)。"),
+    "help.remote.wait": ("without a terminal, wait for its questions to be answered elsewhere (web page, API) "
+                         "instead of printing the first one and exiting {code}",
+                         "没有终端时,等别处(网页、API)回答它的问题,而不是打印第一个问题后以 {code} 退出"),
+    "help.remote.json": ("JSON output ({verbs})", "以 JSON 输出({verbs})"),
     "help.remote.server": ("the service, e.g. http://127.0.0.1:8080", "服务地址,例如 http://127.0.0.1:8080"),
     "help.remote.token": ("your tenant token", "你的租户 token"),
     "help.remote.login": ("check the server and token, then save them to ~/.config/flower/remote.toml",
@@ -546,4 +557,18 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "demo.here": ("- in-process (--here): no service, the flow runs right here in {ws}", "- 本进程(--here):不起服务,流程就在这里跑,工作区 {ws}"),
     "demo.here_work": ("- the work is in the working tree of {repo} (base {base}; --here makes no branch)",
                        "- 成果在 {repo} 的工作区里(基于 {base};--here 不建分支)"),
+    # -- issue 24: answers by number, flags where people put them, the demo to explore -----------------------
+    "console.no_such_option": ("there is no option {n}: type a number from 1 to {count}, or the answer in words",
+                               "没有第 {n} 项:输入 1 到 {count} 之间的编号,或者直接写回答"),
+    "remote.json_where": ("--json is for {verbs}; `flower remote {verb}` has no JSON output",
+                          "--json 只用于 {verbs};`flower remote {verb}` 没有 JSON 输出"),
+    "remote.no_tty_exit": ("nobody at a terminal here to answer it: answer in the web page, with "
+                           "`flower remote attach {run}` at a terminal, or submit with --wait to wait for an answer "
+                           "(exit {code})",
+                           "这里没有终端,没人能回答:去网页回答,或在终端里 `flower remote attach {run}`,"
+                           "或加 --wait 提交以等别人回答(退出码 {code})"),
+    "demo.explore": ("- ask it anything else: flower remote --server {url} --token {token} submit \"your ask\" "
+                     "(its scripted model answers any ask with the starter flow)",
+                     "- 随便再问点别的:flower remote --server {url} --token {token} submit \"你的诉求\"(脚本模型对任何诉求都走一遍起步流程)"),
+    "demo.any_question": ("Shall I do it just as you asked it?", "就按你说的原样去做吗?"),
 }

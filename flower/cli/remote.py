@@ -24,14 +24,16 @@ if TYPE_CHECKING:  # the screen and the client are loaded when used, not when ar
     from .screen import Screen
 
 P = TypeVar("P", bound=argparse.ArgumentParser)
+ASKED_EXIT = 3
+"""``flower remote submit`` without a terminal (and without --wait): the run asked a question nobody here answers."""
 ACTIONS = ("login", "submit", "attach", "list", "show", "diff", "cancel", "logs")
 
 
 def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
     """The ``remote`` subcommand and its own subcommands, on the ``flower`` parser's ``sub``."""
-    p = sub.add_parser("remote", help=t("help.remote"), description=t("help.remote.description"))
-    p.add_argument("--server", default=None, metavar="URL", help=t("help.remote.server"))
-    p.add_argument("--token", default=None, metavar="TOKEN", help=t("help.remote.token"))
+    p = sub.add_parser("remote", help=t("help.remote"), description=t("help.remote.description"),
+                       epilog=t("help.remote.exit_status", code=ASKED_EXIT))
+    _shared(p, sub=False)
     acts = p.add_subparsers(dest="remote_cmd", metavar="{" + ",".join(ACTIONS) + "}")
     acts.add_parser("login", help=t("help.remote.login"))
     s = acts.add_parser("submit", help=t("help.remote.submit"))
@@ -44,15 +46,14 @@ def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
     s.add_argument("-i", "--instructions", default=None, metavar="TEXT", help=t("help.instructions"))
     s.add_argument("--options", default=None, metavar="JSON", help=t("help.remote.options"))
     s.add_argument("-d", "--detach", action="store_true", help=t("help.remote.detach"))
+    s.add_argument("--wait", action="store_true", help=t("help.remote.wait", code=ASKED_EXIT))
     a = acts.add_parser("attach", help=t("help.remote.attach"))
     a.add_argument("run_id")
     ls = acts.add_parser("list", help=t("help.remote.list"))
     ls.add_argument("--status", default=None, help=t("help.remote.status"))
     ls.add_argument("--limit", type=int, default=50)
-    ls.add_argument("--json", action="store_true", help=t("help.json"))
     sh = acts.add_parser("show", help=t("help.remote.show"))
     sh.add_argument("run_id")
-    sh.add_argument("--json", action="store_true", help=t("help.json"))
     d = acts.add_parser("diff", help=t("help.remote.diff"))
     d.add_argument("run_id")
     d.add_argument("--files", action="store_true", help=t("help.remote.files"))
@@ -62,8 +63,29 @@ def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
     lg = acts.add_parser("logs", help=t("help.remote.logs"))
     lg.add_argument("run_id")
     lg.add_argument("-f", "--follow", action="store_true", help=t("help.remote.follow"))
-    lg.add_argument("--json", action="store_true", help=t("help.remote.json_lines"))
+    for action in acts.choices.values():
+        _shared(action, sub=True)
     return p
+
+
+JSON_HELP = {"list": "help.json", "show": "help.json", "logs": "help.remote.json_lines"}
+"""The verbs with JSON output, and the help of their --json."""
+
+
+def _shared(p: argparse.ArgumentParser, *, sub: bool) -> None:
+    """--server, --token and --json on ``flower remote`` and on each of its verbs, so they go before or after the
+    verb as people write them (``flower remote login --server URL``); on a verb they default to SUPPRESS."""
+    def d(value: object) -> object:
+        return argparse.SUPPRESS if sub else value
+
+    verb = p.prog.rsplit(" ", 1)[-1] if sub else ""
+    p.add_argument("--server", default=d(None), metavar="URL",
+                   help=argparse.SUPPRESS if sub else t("help.remote.server"))
+    p.add_argument("--token", default=d(None), metavar="TOKEN",
+                   help=argparse.SUPPRESS if sub else t("help.remote.token"))
+    json_help = (t(JSON_HELP[verb]) if verb in JSON_HELP else argparse.SUPPRESS) if sub \
+        else t("help.remote.json", verbs=", ".join(JSON_HELP))
+    p.add_argument("--json", action="store_true", default=d(False), help=json_help)
 
 
 def cmd_remote(args: argparse.Namespace) -> int:
@@ -72,6 +94,8 @@ def cmd_remote(args: argparse.Namespace) -> int:
 
     if not getattr(args, "remote_cmd", None):
         raise Exit(2, t("remote.needs_action", actions=", ".join(ACTIONS)))
+    if args.json and args.remote_cmd not in JSON_HELP:
+        raise Exit(2, t("remote.json_where", verb=args.remote_cmd, verbs=", ".join(JSON_HELP)))
     try:
         return asyncio.run(_dispatch(args))
     except (RemoteError, BadSetting) as e:
@@ -151,7 +175,7 @@ async def _submit(api: Remote, args: argparse.Namespace) -> int:
 
     screen = Screen(verbose=getattr(args, "verbose", False))
     screen.say(t("remote.submitted", run=run.id, server=api.server, status=run.status))
-    return await _follow_to_end(api, run.id, screen)
+    return await _follow_to_end(api, run.id, screen, wait=args.wait)
 
 
 async def _attach(api: Remote, args: argparse.Namespace) -> int:
@@ -163,15 +187,18 @@ async def _attach(api: Remote, args: argparse.Namespace) -> int:
     return await _follow_to_end(api, run.id, screen)
 
 
-async def _follow_to_end(api: Remote, run_id: str, screen: Screen) -> int:
+async def _follow_to_end(api: Remote, run_id: str, screen: Screen, *, wait: bool = True) -> int:
     from .follow import follow
 
-    if not (isatty(sys.stdin) and screen.tty):
+    alone = not (isatty(sys.stdin) and screen.tty)
+    if alone:
         screen.say(t("remote.no_terminal", run=run_id))
     try:
-        final = await follow(api, run_id, screen=screen)
+        final = await follow(api, run_id, screen=screen, until_asked=alone and not wait)
     finally:
         screen.close()
+    if not final.ended_already and alone and not wait:
+        raise Exit(ASKED_EXIT, t("remote.no_tty_exit", run=run_id, code=ASKED_EXIT))
     return _summary(final, screen)
 
 

@@ -26,16 +26,20 @@ FinalState = Literal["answered", "timeout", "declined", "over_budget", "invalid"
 FINAL_STATES: tuple[FinalState, ...] = ("answered", "timeout", "declined", "over_budget", "invalid")
 
 
+def numbered(text: str) -> int | None:
+    """The option number an answer is, in any of the ways people type one ("2", "2.", "2)", "第2个"), else None."""
+    m = re.fullmatch(r"(?:第\s*)?(\d{1,3})\s*(?:[.)、:：]|个|项)?", text.strip())
+    return int(m[1]) if m else None
+
+
 def pick(text: str, options: list[str] | None) -> int | None:
     """Index of the option an answer picks: "2", "2.", "第2个" or the option's exact text."""
     if not options:
         return None
-    s = text.strip()
-    m = re.fullmatch(r"(?:第\s*)?(\d{1,3})\s*(?:[.)、:：]|个|项)?", s)
-    if m:
-        n = int(m[1])
+    n = numbered(text)
+    if n is not None:
         return n - 1 if 1 <= n <= len(options) else None
-    folded = s.casefold()
+    folded = text.strip().casefold()
     for i, opt in enumerate(options):
         if opt.strip().casefold() == folded:
             return i

@@ -18,9 +18,10 @@ from ..metrics import Metrics
 from ..registry import Registry, Run
 from ..scheduler import Scheduler
 from ..tenants import Tenant, Tenants
+from .errors import Conflict
 
 __all__ = ["bearer_guard", "dependencies", "provide_run", "ConfigDep", "RegistryDep", "SchedulerDep", "MetricsDep",
-           "TenantDep", "RunDep"]
+           "TenantDep", "RunDep", "MIN_PREFIX"]
 
 # what a handler declares to be given (by name: ``registry: RegistryDep``)
 ConfigDep = NamedDependency[ServiceConfig]
@@ -29,6 +30,10 @@ SchedulerDep = NamedDependency[Scheduler]
 MetricsDep = NamedDependency[Metrics]
 TenantDep = NamedDependency[Tenant]
 RunDep = NamedDependency[Run]
+
+MIN_PREFIX = 8
+"""The fewest characters of a run id that are looked up as its start (the date alone is eight)."""
+AMBIGUOUS_SHOWN = 5
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="flower"'}
 
@@ -56,8 +61,19 @@ def _tenant(request: Request[Any, Any, Any]) -> Tenant:
 
 
 def provide_run(registry: RegistryDep, tenant: TenantDep, run_id: FromPath[str]) -> Run:
-    """The run ``run_id`` of the caller's tenant; 404 when it has none by that id."""
+    """The run ``run_id`` of the caller's tenant, or the one of its runs whose id starts with ``run_id`` (at least
+    ``MIN_PREFIX`` characters); 404 when it has none, 409 naming the candidates when several start so."""
     run = registry.get(run_id, tenant=tenant.name)
+    if run is not None:
+        return run
+    if len(run_id) < MIN_PREFIX:
+        raise NotFoundException(f"run {run_id} not found (a shortened id needs at least {MIN_PREFIX} characters)")
+    found = registry.ids_starting(run_id, tenant=tenant.name, limit=AMBIGUOUS_SHOWN + 1)
+    if len(found) > 1:
+        more = ", …" if len(found) > AMBIGUOUS_SHOWN else ""
+        raise Conflict(f"run id {run_id} is ambiguous: more than one of your runs starts with it "
+                       f"({', '.join(found[:AMBIGUOUS_SHOWN])}{more}); give more of the id")
+    run = registry.get(found[0], tenant=tenant.name) if found else None
     if run is None:
         raise NotFoundException(f"run {run_id} not found")
     return run

@@ -293,7 +293,7 @@ def test_at_a_terminal_it_asks_takes_answers_and_continues_next_time(tmp_path):
         first.expect("? 用什么语言?")
         first.expect("你的回答 (回车=跳过")
         first.type("1")
-        first.expect("+ 1")  # the answer as typed; the model reads the option it picks
+        first.expect("+ Python")  # the answer by its number: the option it picks, in words
         first.expect("== 设定目标")
         first.type("? 现在到哪一步了")  # the oracle, while the goal is being set
         first.expect("# 旁路")

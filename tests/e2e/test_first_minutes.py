@@ -13,6 +13,7 @@ import pty
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -121,7 +122,7 @@ def test_the_readmes_first_command_shows_the_main_job_in_order(tmp_path):
     took = time.monotonic() - started
     screen = _plain(term.text)
     assert code == 0, screen[-4000:]
-    stages = ["http://127.0.0.1:", "POST /v1/runs", "== 确认需求", "? Which language", "1) Python", "+ 1",
+    stages = ["http://127.0.0.1:", "POST /v1/runs", "== 确认需求", "? Which language", "1) Python", "+ Python",
               "## 目标", "== 设定目标", "## 检查清单", "== 工作", "guard stopped coordinator's Write",
               "> dispatched to coder", "| * Write hello.py", "| * Write test_hello.py", "<- the report came back",
               "工作·判定#1", "达成", ": succeeded", "the work is on branch flower/", "- diffstat:", "hello.py  +9 -0",
@@ -143,6 +144,43 @@ def test_demo_here_runs_the_same_flow_in_process(tmp_path):
               "| * Write hello.py", "达成", "- the diff:", "+++ b/test_hello.py", "+ demo done in"):
         assert s in p.stdout, (s, p.stdout[-3000:])
     assert "http://" not in p.stdout, "no service in-process"
+
+
+def test_a_kept_demo_answers_any_later_ask_by_option_number(tmp_path):
+    """``flower demo --keep`` is for exploring: after its own run, a different ask submitted with the printed URL and
+    token through the real ``flower remote`` at a terminal is clarified, worked and judged 达成 — its question
+    answered by the option's number (a number past the options is said, and the question asked again)."""
+    import pexpect
+
+    home = tmp_path / "home"
+    home.mkdir()
+    demo = subprocess.Popen([str(BIN / "flower"), "demo", "--keep", "--yes"], cwd=tmp_path, env=_env(home),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        seen = ""
+        while "- the service stays up on" not in seen:
+            line = demo.stdout.readline()  # type: ignore[union-attr]
+            assert line, f"the demo ended before keeping its service:\n{seen[-3000:]}"
+            seen += line
+        url, token = re.search(r"stays up on (\S+) \(token (\w+)\)", seen).groups()  # type: ignore[union-attr]
+        child = pexpect.spawn(str(BIN / "flower"), ["remote", "submit", "write a haiku about pears", "--server", url,
+                                                    "--token", token], env=_env(home), encoding="utf-8",
+                              timeout=120, dimensions=(50, 160))
+        child.expect("2\\) Keep it small")
+        child.expect("your answer")
+        child.send("7\r")
+        child.expect("there is no option 7")
+        child.send("2\r")
+        child.expect("\\+ Keep it small")
+        child.expect("达成")
+        child.expect(r"\+ run \S+ succeeded")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0, child.before
+    finally:
+        os.killpg(demo.pid, signal.SIGTERM)
+        demo.wait(30)
 
 
 # -- acceptance 2: the README's example, exactly as shown -----------------------------------------------------

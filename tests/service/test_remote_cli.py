@@ -64,7 +64,7 @@ def test_submit_answer_at_the_prompt_see_the_verdict_print_the_diff(deployment: 
         child.expect("你的回答")  # the prompt on the last line waits for the answer
         assert run_status(service.client("acme"), run_id)["status"] == "running"
         child.send("1\r")
-        child.expect(re.escape("+ 1"))  # the answer, as the run took it
+        child.expect(re.escape("+ Python"))  # the answer by its number: the option's text, as the run took it
         child.expect("== 工作")
         child.expect("派给 coder")  # the dispatch
         child.expect("报告交回来了:写好了 hello.py")  # the worker's report, its conclusion
