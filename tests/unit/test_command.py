@@ -286,7 +286,7 @@ async def test_a_typed_line_answers_skips_amends_asks_the_oracle_or_interrupts(t
     finally:
         con.stop()
     text = out.getvalue()
-    assert "  + 2" in text and "  . 已跳过" in text and "+ 收到 (它下次查收件箱时会看到;已追加进确认书)" in text
+    assert "  + Go" in text and "  . 已跳过" in text and "+ 收到 (它下次查收件箱时会看到;已追加进确认书)" in text
     assert "! 要打断这一轮" in text and "! 已打断这一轮,带着你的话接着干:先停一下" in text
 
 

@@ -60,7 +60,8 @@ def test_no_cli_module_says_a_chinese_word_outside_the_catalogue():
     from pathlib import Path
 
     allowed = {"oracle.py": ("ORACLE_PROMPT", "什么都没有", "没有事件记录", "旁路问答"),
-               "state.py": ("交接-*.md",), "screen.py": ("·判定#", "结论", "step·判定#1")}
+               "state.py": ("交接-*.md",), "screen.py": ("·判定#", "结论", "step·判定#1"),
+               "demo.py": ("## 结论", "达成")}  # the demo's scripted documents: headings the reference fixes
     root = Path(messages.__file__).parent
     for path in sorted(root.glob("*.py")):
         if path.name in ("messages.py", "__init__.py"):
