@@ -19,6 +19,7 @@ from typing import Any
 
 from litestar import Litestar, Router
 from litestar.datastructures import State
+from litestar.di import Provide
 from litestar.static_files import create_static_files_router
 
 from sandbox.backends.base import Backend
@@ -26,6 +27,7 @@ from sandbox.backends.base import Backend
 from .api.deps import bearer_guard, dependencies
 from .api.errors import EXCEPTION_HANDLERS
 from .api.mailbox import MailboxController
+from .api.results import ResultsController
 from .api.ops import docs_assets, docs_redirect, healthz, openapi_config, security_headers
 from .api.ops import metrics as metrics_handler
 from .api.runs import RunController, new_run_id, usage
@@ -36,8 +38,10 @@ from .gateway import Gateway
 from .logging import get_logger
 from .metrics import Metrics
 from .registry import Registry
+from .results import Results
 from .scheduler import Scheduler
 from .tenants import Tenants
+from .webhooks import Webhooks
 
 __all__ = ["create_app", "make_backend", "new_run_id", "SubmitIn", "AnswerIn", "TextIn"]
 
@@ -123,7 +127,8 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
         backend = make_backend(config, tenants=len(tenants.all()))
     metrics = Metrics()
     gateway = Gateway(prices=config.prices)
-    scheduler = Scheduler(config, registry, tenants, backend, gateway, metrics=metrics,
+    results = Results(registry, tenants, Webhooks(registry, tenants, retry_s=config.webhook_retry_s))
+    scheduler = Scheduler(config, registry, tenants, backend, gateway, metrics=metrics, results=results,
                           **({"clock": clock} if clock is not None else {}))
     metrics.watch(registry.counts, lambda: dict(scheduler.streams))
 
@@ -149,14 +154,15 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
             registry.close()
             state_log.info("service.stopped")
 
-    v1 = Router(path="/v1", route_handlers=[RunController, MailboxController, events, usage],
+    v1 = Router(path="/v1", route_handlers=[RunController, MailboxController, ResultsController, events, usage],
                 guards=[bearer_guard(tenants)], security=[{"bearer": []}])
     return Litestar(
         route_handlers=[v1, healthz, metrics_handler, docs_redirect, docs_assets(),
                         # the web page: static files, no build step (service/web/)
                         create_static_files_router("/", [Path(__file__).parent / "web"], html_mode=True,
                                                    include_in_schema=False)],
-        dependencies=dependencies(config, registry, scheduler, metrics),
+        dependencies={**dependencies(config, registry, scheduler, metrics),
+                      "results": Provide(lambda: results, use_cache=True, sync_to_thread=False)},
         lifespan=[lifespan],
         state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants,
                      "metrics": metrics}),

@@ -68,7 +68,7 @@ def test_the_document_covers_every_route(api_schema: Any) -> None:
                       ("GET", "/v1/runs/{run_id}/events"), ("GET", "/v1/runs/{run_id}/questions"),
                       ("POST", "/v1/runs/{run_id}/answers"), ("POST", "/v1/runs/{run_id}/messages"),
                       ("POST", "/v1/runs/{run_id}/interrupt"), ("GET", "/healthz"), ("GET", "/metrics"),
-                          ("GET", "/v1/usage")}, routes
+                      ("GET", "/v1/usage"), ("GET", "/v1/webhooks/deliveries"), ("POST", "/v1/runs/{run_id}/push")}, routes
 
 
 @pytest.mark.parametrize("bound", [15])
