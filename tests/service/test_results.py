@@ -25,7 +25,7 @@ from _hello import hello_rules
 from _service_helpers import Deployment, Service, git, serve, wait_for, wait_question, wait_status
 from flower.testing import ScriptedModel
 from service.errors import TenantError
-from service.registry import Delivery, Registry, RegistryDamaged
+from service.registry import Registry, RegistryDamaged
 from service.tenants import Tenants
 
 SECRET = "hook-secret-5f0c2a9e71d84b36"
@@ -37,12 +37,16 @@ ENDED = ("succeeded", "failed", "aborted", "killed", "cancelled")
 
 # -- the team's side: a webhook receiver and a git server, both real HTTP servers on 127.0.0.1 -------------------
 class Receiver:
-    """Records every POST in arrival order with whether its signature verifies; ``answers`` scripts the statuses
-    answered to an event's deliveries (each try takes the next one; then 200)."""
+    """Records every POST in the order it is answered, with whether its signature verifies; ``answers`` scripts the
+    statuses answered to an event's deliveries (each try takes the next one; then 200). A try of an event in
+    ``held`` that would be answered 200 waits until ``gate`` is set (``arrived`` counts it meanwhile)."""
 
     def __init__(self) -> None:
         self.got: list[dict[str, Any]] = []
         self.answers: dict[str, list[int]] = {}
+        self.held: set[str] = set()
+        self.gate = threading.Event()
+        self.arrived: list[str] = []
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -50,11 +54,14 @@ class Receiver:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 want = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
                 doc = json.loads(body)
+                receiver.arrived.append(doc["event"])
+                script = receiver.answers.get(doc["event"], [])
+                code = script.pop(0) if script else 200
+                if code == 200 and doc["event"] in receiver.held:
+                    receiver.gate.wait(60)
                 receiver.got.append({"event": self.headers["X-Flower-Event"], "delivery": self.headers[
                     "X-Flower-Delivery"], "signed": hmac.compare_digest(want, self.headers.get(
                         "X-Flower-Signature-256", "")), "body": doc})
-                script = receiver.answers.get(doc["event"], [])
-                code = script.pop(0) if script else 200
                 self.send_response(code)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -155,12 +162,23 @@ def test_webhooks_arrive_signed_in_order_with_retries_and_the_branch_is_pushed_w
         service = serve(dep, services, model)
         acme = service.client("acme")
 
-        # run 1: the receiver fails `run.started` twice (the third try lands); the push credential is wrong
+        # run 1: the receiver fails `run.started` twice, and holds the third try until the run's question is queued
+        # (so the question waits behind it); the push credential is wrong
         receiver.answers["run.started"] = [500, 503]
+        receiver.held = {"run.started"}
         r = acme.post("/v1/runs", json={"ask": first_ask, "options": {"rounds": 1}})
         assert r.status_code == 201, r.text
         one = r.json()["id"]
         q = wait_question(acme, one)
+
+        def queued() -> dict[str, Any] | None:
+            log = acme.get("/v1/webhooks/deliveries").json()["deliveries"]
+            return next((d for d in log if d["run"] == one and d["event"] == "question.asked"), None)
+
+        wait_for(lambda: receiver.arrived.count("run.started") == 3, 60, what="the third try of run.started")
+        waiting = wait_for(queued, 60, what="the question's delivery to be queued")
+        assert waiting["state"] == "pending" and waiting["attempts"] == 0, waiting  # behind run.started, in flight
+        receiver.gate.set()
         assert acme.post(f"/v1/runs/{one}/answers", json={"question_id": q["id"], "text": "1"}).status_code == 200
         first = wait_status(acme, one, ENDED)
         seen.append(json.dumps(first))
@@ -276,6 +294,8 @@ def test_webhook_and_push_settings_resolve_beside_the_tenants_file(tmp_path: Pat
 
 
 def test_the_registry_keeps_deliveries_and_refuses_one_naming_another_tenants_run(tmp_path: Path):
+    from service.registry import Delivery
+
     path = tmp_path / "registry.sqlite3"
     registry = Registry(path)
     run_id = "20260101-000000-" + "a" * 32
