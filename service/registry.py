@@ -5,7 +5,8 @@
 
 Transitions are guarded in SQL (``WHERE status IN (...)``) so two writers never both win.
 The service may stop at any point: the row says where a run was, and the scheduler picks
-it up from there (``event_offset`` / ``event_seq``: how far its events.jsonl was read).
+it up from there (``event_offset`` / ``event_seq``: how far its events.jsonl was read). Beside the runs: each
+tenant's spend per day (``spend``) and its webhook deliveries (``deliveries``, ``service.webhooks``).
 
 Nothing in the file is believed about the host because it is there: a file holding anything a registry of ours
 does not (a trigger, a view, another table or index, a column defined otherwise) is refused at open and at
@@ -313,7 +314,8 @@ def _foreign_deliveries(db: sqlite3.Connection) -> str | None:
         except msgspec.ValidationError as e:
             return f"a row of deliveries that is not a delivery's ({e})"
         if owner != d.tenant:
-            return f"a webhook delivery {d.id!r} of tenant {d.tenant} for run {d.run}, which is not a run of that tenant"
+            return (f"a webhook delivery {d.id!r} of tenant {d.tenant} for run {d.run}, which is not a run of that "
+                    "tenant")
     return None
 
 
@@ -509,7 +511,8 @@ class Registry:
         with self._lock:
             self._db.execute(
                 "UPDATE deliveries SET state = ?, attempts = ?, last_status = ?, last_error = ?, next_try = ?, "
-                "ended = ? WHERE id = ?", (d.state, d.attempts, d.last_status, d.last_error, d.next_try, d.ended, d.id))
+                "ended = ? WHERE id = ?",
+                (d.state, d.attempts, d.last_status, d.last_error, d.next_try, d.ended, d.id))
 
     def pending_pushes(self) -> _Runs:
         """Runs whose push was under way when the service stopped."""

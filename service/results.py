@@ -10,7 +10,10 @@ done by the next one.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
+from collections.abc import Callable
+from typing import ParamSpec
 
 from sandbox.records import Event
 
@@ -26,6 +29,18 @@ log = get_logger("flower.service.results")
 
 _QUESTION_ID = re.compile(r"[\w.-]{1,200}")
 PUSHES_AT_ONCE = 2
+P = ParamSpec("P")
+
+
+def _never_raises(told: Callable[P, None]) -> Callable[P, None]:
+    """What the scheduler tells must not fail its pass (nor the run it was following): a failure is logged."""
+    @functools.wraps(told)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            told(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - a webhook or push lost is logged; the run and the pass go on
+            log.exception("results.failed", told=told.__name__)
+    return wrapper
 
 
 class Results:
@@ -54,11 +69,13 @@ class Results:
         await self.webhooks.stop()
 
     # -- what the scheduler tells (each returns at once) ----------------------------------------------
+    @_never_raises
     def started(self, run_id: str) -> None:
         run = self.registry.get(run_id)
         if run is not None:
             self.webhooks.emit("run.started", run)
 
+    @_never_raises
     def asked(self, run: Run, seq: int, ev: Event) -> None:
         """An ``ask`` event: a new question (not its answer, not a message the person sent) is announced."""
         p = ev.payload
@@ -71,6 +88,7 @@ class Results:
         self.webhooks.emit("question.asked", run, key=str(seq), question=QuestionBody(id=qid, text=ev.text,
                                                                                       options=options))
 
+    @_never_raises
     def ended(self, run_id: str) -> None:
         """The run's row says how it ended: push its branch first when that is due, then announce it."""
         run = self.registry.get(run_id)

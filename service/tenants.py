@@ -202,7 +202,8 @@ def _parse(path: Path) -> list[Tenant]:
         secret = sorted(k for k in (item if isinstance(item, dict) else {}) if k in _SECRET_KEYS)
         if secret:
             raise TenantError(f"tenant #{i} in {path} has `{secret[0]}`: a secret never goes in the tenants file; put "
-                              f"it alone in a file beside the credentials and name that file in `{_SECRET_KEYS[secret[0]]}`")
+                              "it alone in a file beside the credentials and name that file in "
+                              f"`{_SECRET_KEYS[secret[0]]}`")
         try:
             entry = msgspec.convert(item, _TenantEntry)
         except msgspec.ValidationError as err:
@@ -224,14 +225,15 @@ def _parse(path: Path) -> list[Tenant]:
         repo = _own_repo(base / Path(entry.repo).expanduser(), entry.name, path, repos)
         cred = str((base / Path(entry.credentials).expanduser()).resolve())
         webhook = push = None
-        if _paired(entry.name, path, "webhook_url", entry.webhook_url, "webhook_secret_file", entry.webhook_secret_file):
-            assert entry.webhook_url is not None and entry.webhook_secret_file is not None
+        hook_file, push_file = entry.webhook_secret_file, entry.push_credentials_file
+        if _paired(entry.name, path, "webhook_url", entry.webhook_url, "webhook_secret_file", hook_file):
+            assert entry.webhook_url is not None and hook_file is not None
             _check_url(entry.name, path, "webhook_url", entry.webhook_url, plain_http=True)
-            webhook = Webhook(entry.webhook_url, str((base / Path(entry.webhook_secret_file).expanduser()).resolve()))
-        if _paired(entry.name, path, "push_url", entry.push_url, "push_credentials_file", entry.push_credentials_file):
-            assert entry.push_url is not None and entry.push_credentials_file is not None
+            webhook = Webhook(entry.webhook_url, str((base / Path(hook_file).expanduser()).resolve()))
+        if _paired(entry.name, path, "push_url", entry.push_url, "push_credentials_file", push_file):
+            assert entry.push_url is not None and push_file is not None
             _check_url(entry.name, path, "push_url", entry.push_url, plain_http=False)
-            push = PushTarget(entry.push_url, str((base / Path(entry.push_credentials_file).expanduser()).resolve()))
+            push = PushTarget(entry.push_url, str((base / Path(push_file).expanduser()).resolve()))
         out.append(Tenant(name=entry.name, token_hash=digest, repo=repo, credentials=cred, quota=entry.quota,
                           allowed_options=frozenset(entry.allowed_options), egress=entry.egress,
                           budget_usd=entry.budget_usd, server_tools=frozenset(entry.server_tools),
