@@ -23,7 +23,8 @@ import pytest
 
 from _hello import hello_rules
 from _service_helpers import Deployment, Service, git, serve, wait_for, wait_question, wait_status
-from flower.testing import ScriptedModel
+from flower.testing import Rule, ScriptedModel, say, tool
+from sandbox.testing import ACHIEVED, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
 from service.errors import TenantError
 from service.registry import Registry, RegistryDamaged
 from service.tenants import Tenants
@@ -136,6 +137,19 @@ class GitServer:
         return found.stdout.strip() or None
 
 
+def prying_rules(ask: str, script: str) -> list[Rule]:
+    """A run whose worker (as a prompt-injected one would) runs ``script`` in Bash, then commits what it made."""
+    task = f"WORKER-TASK {ask}"
+    return [Rule(say(BRIEF.replace("做一个 hello.py", ask)), system=CLARIFIER, prompt=ask),
+            Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标"),
+            Rule(tool("Agent", {"description": "do it", "prompt": task, "subagent_type": "coder",
+                                "run_in_background": False}), system=LEAD, agent=False, prompt=ask),
+            Rule(tool("Bash", {"command": script, "description": "work"}), agent=True, prompt=task),
+            Rule(say(REPORT), agent=True, prompt=task, result="PROBE-DONE"),
+            Rule(say("完成"), system=LEAD, agent=False, result="写好了"),
+            Rule(say(ACHIEVED), system=JUDGE, prompt="第 1 轮工作结束了")]
+
+
 @pytest.fixture
 def team(tmp_path: Path) -> Iterator[tuple[Receiver, GitServer]]:
     receiver, server = Receiver(), GitServer(tmp_path / "git-server")
@@ -157,8 +171,9 @@ def test_webhooks_arrive_signed_in_order_with_retries_and_the_branch_is_pushed_w
     dep.write_tenants(acme={"webhook_url": receiver.url, "webhook_secret_file": str(secrets / "acme.hook"),
                             "push_url": gitserver.url, "push_credentials_file": str(push_creds)})
     seen: list[str] = []  # every API answer's text
-    first_ask, second_ask = "做一个 hello 程序", "再做一个 hello 程序"
-    with ScriptedModel(hello_rules(first_ask) + hello_rules(second_ask)) as model:
+    first_ask, second_ask, prying = "做一个 hello 程序", "再做一个 hello 程序", "看看能拿到什么"
+    pry = f"cat {push_creds} {secrets / 'acme.hook'} > leak.txt 2>&1; ls -la {secrets} >> leak.txt 2>&1; echo PROBE-DONE"
+    with ScriptedModel(hello_rules(first_ask) + hello_rules(second_ask) + prying_rules(prying, pry)) as model:
         service = serve(dep, services, model)
         acme = service.client("acme")
 
@@ -245,6 +260,17 @@ def test_webhooks_arrive_signed_in_order_with_retries_and_the_branch_is_pushed_w
         assert log2["question.asked"]["state"] == "failed" and log2["question.asked"]["attempts"] == 1
         assert log2["question.asked"]["last_status"] == 410 and "410" in log2["question.asked"]["last_error"]
         seen.append(json.dumps(acme.get(f"/v1/runs/{two}").json()))
+
+        # run 3: a worker goes looking for the push credential and the webhook secret; what it found is pushed
+        r = acme.post("/v1/runs", json={"ask": prying, "options": {"rounds": 1}})
+        three = r.json()["id"]
+        third = wait_status(acme, three, ENDED)
+        assert third["status"] == "succeeded", third
+        wait_for(lambda: gitserver.branch(f"flower/{three}"), 60, what="the prying run's branch to be pushed")
+        found = subprocess.run(["git", "-C", str(gitserver.root / "acme.git"), "show", f"flower/{three}:leak.txt"],
+                               capture_output=True, text=True).stdout
+        assert found.count("No such file") == 3, found  # it ran, and none of the files (nor their folder) is there
+        assert TOKEN not in found and SECRET not in found and USER not in found, found
 
     # the credentials appear in no log line, no API answer, nothing of the runs' folders
     logged = service.log_path.read_bytes()
