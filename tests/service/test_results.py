@@ -172,7 +172,8 @@ def test_webhooks_arrive_signed_in_order_with_retries_and_the_branch_is_pushed_w
                             "push_url": gitserver.url, "push_credentials_file": str(push_creds)})
     seen: list[str] = []  # every API answer's text
     first_ask, second_ask, prying = "做一个 hello 程序", "再做一个 hello 程序", "看看能拿到什么"
-    pry = f"cat {push_creds} {secrets / 'acme.hook'} > leak.txt 2>&1; ls -la {secrets} >> leak.txt 2>&1; echo PROBE-DONE"
+    pry = (f"cat {push_creds} {secrets / 'acme.hook'} > leak.txt 2>&1; ls -la {secrets} >> leak.txt 2>&1; "
+           "echo PROBE-DONE")
     with ScriptedModel(hello_rules(first_ask) + hello_rules(second_ask) + prying_rules(prying, pry)) as model:
         service = serve(dep, services, model)
         acme = service.client("acme")
