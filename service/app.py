@@ -18,6 +18,7 @@ from typing import Any
 
 from litestar import Litestar, Router
 from litestar.datastructures import State
+from litestar.di import Provide
 from litestar.static_files import create_static_files_router
 
 from flower import __version__
@@ -28,6 +29,7 @@ from .api.errors import EXCEPTION_HANDLERS
 from .api.mailbox import MailboxController
 from .api.docs import docs_assets, docs_redirect, openapi_config
 from .api.ops import healthz, security_headers
+from .api.results import ResultsController
 from .api.ops import metrics as metrics_handler
 from .api.runs import RunController, new_run_id, usage
 from .api.schemas import AnswerIn, SubmitIn, TextIn
@@ -37,8 +39,10 @@ from .gateway import Gateway
 from .logging import get_logger
 from .metrics import Metrics
 from .registry import Registry
+from .results import Results
 from .scheduler import Scheduler
 from .tenants import Tenants
+from .webhooks import Webhooks
 
 __all__ = ["create_app", "make_backend", "new_run_id", "SubmitIn", "AnswerIn", "TextIn"]
 
@@ -117,7 +121,8 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
         backend = make_backend(config, tenants=len(tenants.all()))
     metrics = Metrics()
     gateway = Gateway(prices=config.prices)
-    scheduler = Scheduler(config, registry, tenants, backend, gateway, metrics=metrics,
+    results = Results(registry, tenants, Webhooks(registry, tenants, retry_s=config.webhook_retry_s))
+    scheduler = Scheduler(config, registry, tenants, backend, gateway, metrics=metrics, results=results,
                           **({"clock": clock} if clock is not None else {}))
     metrics.watch(registry.counts, lambda: dict(scheduler.streams))
 
@@ -143,14 +148,15 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
             registry.close()
             state_log.info("service.stopped")
 
-    v1 = Router(path="/v1", route_handlers=[RunController, MailboxController, events, usage],
+    v1 = Router(path="/v1", route_handlers=[RunController, MailboxController, ResultsController, events, usage],
                 guards=[bearer_guard(tenants)], security=[{"bearer": []}])
     return Litestar(
         route_handlers=[v1, healthz, metrics_handler, docs_redirect, docs_assets(),
                         # the web page: static files, no build step (service/web/)
                         create_static_files_router("/", [Path(__file__).parent / "web"], html_mode=True,
                                                    include_in_schema=False)],
-        dependencies=dependencies(config, registry, scheduler, metrics),
+        dependencies={**dependencies(config, registry, scheduler, metrics),
+                      "results": Provide(lambda: results, use_cache=True, sync_to_thread=False)},
         lifespan=[lifespan],
         state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants,
                      "metrics": metrics}),

@@ -78,6 +78,9 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Prove at start, through the bundled CLI, that the guards hold (``flower check --guards``); refuse runs if not."""
     guard_canary_cli: str = ""
     """The CLI the canary proves, when not the SDK's bundled one (the same path local runs would use)."""
+    # -- results reaching the team (service/webhooks.py, service/push.py) -------------------------
+    webhook_retry_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 15.0
+    """A failed webhook delivery is tried again this much later, then twice that, … (5 tries in all)."""
     # -- the API ----------------------------------------------------------------------------------
     max_streams_per_tenant: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 16
     """Open SSE streams one tenant may hold at once (429 past that)."""

@@ -5,7 +5,8 @@
 
 Transitions are guarded in SQL (``WHERE status IN (...)``) so two writers never both win.
 The service may stop at any point: the row says where a run was, and the scheduler picks
-it up from there (``event_offset`` / ``event_seq``: how far its events.jsonl was read).
+it up from there (``event_offset`` / ``event_seq``: how far its events.jsonl was read). Beside the runs: each
+tenant's spend per day (``spend``) and its webhook deliveries (``deliveries``, ``service.webhooks``).
 
 Nothing in the file is believed about the host because it is there: a file holding anything a registry of ours
 does not (a trigger, a view, another table or index, a column defined otherwise) is refused at open and at
@@ -24,7 +25,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
 
 import msgspec
 
@@ -34,7 +35,7 @@ from sandbox.pool import SLOT_PREFIX
 
 from .backup import RegistryDamaged, check_registry
 
-__all__ = ["Registry", "Run", "ACTIVE", "TERMINAL", "STATUSES", "foreign"]
+__all__ = ["Registry", "Run", "Push", "Delivery", "ACTIVE", "TERMINAL", "STATUSES", "foreign"]
 
 STATUSES = ("queued", "starting", "running", "succeeded", "failed", "aborted", "cancelled", "killed")
 ACTIVE = ("starting", "running")
@@ -75,16 +76,65 @@ CREATE TABLE IF NOT EXISTS spend (
     output_tokens   INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, day)
 );
+CREATE TABLE IF NOT EXISTS deliveries (
+    id              TEXT PRIMARY KEY,
+    tenant          TEXT NOT NULL,
+    run             TEXT NOT NULL,
+    event           TEXT NOT NULL,
+    body            BLOB NOT NULL,
+    created         REAL NOT NULL,
+    state           TEXT NOT NULL,
+    attempts        INTEGER NOT NULL DEFAULT 0,
+    last_status     INTEGER,
+    last_error      TEXT,
+    next_try        REAL,
+    ended           REAL
+);
+CREATE INDEX IF NOT EXISTS deliveries_tenant ON deliveries (tenant, created);
+CREATE INDEX IF NOT EXISTS deliveries_state ON deliveries (state, created);
 """
-_VERSION = 2
+_VERSION = 3
 # Columns added since version 1 (an older file gains them): what the model gateway measures, disk and tombstones.
 _ADDED = {"disk_bytes": "INTEGER", "deleted": "REAL",
           "input_tokens": "INTEGER NOT NULL DEFAULT 0", "output_tokens": "INTEGER NOT NULL DEFAULT 0",
           "cache_write_tokens": "INTEGER NOT NULL DEFAULT 0", "cache_read_tokens": "INTEGER NOT NULL DEFAULT 0",
-          "claimed_cost_usd": "REAL NOT NULL DEFAULT 0", "token_sha256": "TEXT", "folder": "TEXT"}
+          "claimed_cost_usd": "REAL NOT NULL DEFAULT 0", "token_sha256": "TEXT", "folder": "TEXT", "push": "TEXT"}
 # After the columns above exist: no two runs name one folder (a warm slot is claimed once).
 _INDEXES = "CREATE UNIQUE INDEX IF NOT EXISTS runs_folder ON runs (folder);"
 _SLOT = re.compile(re.escape(SLOT_PREFIX) + r"[0-9a-f]{1,58}")
+
+
+class Push(msgspec.Struct, kw_only=True):
+    """A finished run's branch pushed to its tenant's ``push_url`` (``service.push``): pending while the push runs,
+    then pushed or failed (``error`` names why, never the credential)."""
+    state: Literal["pending", "pushed", "failed"]
+    url: str
+    ref: str
+    commit: str
+    error: str | None = None
+    at: float | None = None
+    attempts: int = 0
+
+
+DeliveryState = Literal["pending", "delivered", "failed"]
+
+
+class Delivery(msgspec.Struct, kw_only=True):
+    """One webhook delivery (``service.webhooks``): the signed body as first built, and how its tries went."""
+    id: str
+    tenant: str
+    run: str
+    event: str
+    body: bytes
+    created: float
+    state: DeliveryState = "pending"
+    attempts: int = 0
+    last_status: int | None = None
+    """The HTTP status of the last try (None: no answer — refused, timed out)."""
+    last_error: str | None = None
+    next_try: float | None = None
+    ended: float | None = None
+    """When it was delivered, or given up on."""
 
 
 class Run(msgspec.Struct, kw_only=True):
@@ -122,6 +172,8 @@ class Run(msgspec.Struct, kw_only=True):
     """What the run's folder took on disk when last measured (bounded by ``max_run_disk_mb``)."""
     deleted: float | None = None
     """When its files were removed (DELETE or ``retain_days``); the row stays as a tombstone."""
+    push: Push | None = None
+    """Its branch pushed to the tenant's git remote (``push_url``), or why not."""
 
     @property
     def terminal(self) -> bool:
@@ -130,12 +182,15 @@ class Run(msgspec.Struct, kw_only=True):
 
 
 _COLUMNS = Run.__struct_fields__
+_Runs = list[Run]  # (inside Registry, ``list`` is its method)
+_Deliveries = list[Delivery]
 
 
 def _convert(r: sqlite3.Row) -> Run:
     d = dict(r)
     d["options"] = json.loads(d["options"] or "{}")
     d["diffstat"] = json.loads(d["diffstat"]) if d["diffstat"] else None
+    d["push"] = json.loads(d["push"]) if d.get("push") else None
     d["cancel_requested"] = bool(d["cancel_requested"])
     return msgspec.convert(d, Run)
 
@@ -242,6 +297,25 @@ def _foreign_rows(db: sqlite3.Connection) -> str | None:
             other = seen.setdefault((what, value), run.id) if value is not None else run.id
             if other != run.id:
                 return f"runs {other} and {run.id} both naming the {what} {value!r}"
+    return _foreign_deliveries(db)
+
+
+def _foreign_deliveries(db: sqlite3.Connection) -> str | None:
+    """Each delivery is a delivery, of a run of the tenant it names (a restored file signs nothing else)."""
+    if not db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'deliveries'").fetchone():
+        return None
+    rows = db.cursor()
+    rows.row_factory = sqlite3.Row
+    for r in rows.execute("SELECT d.*, runs.tenant AS owner FROM deliveries d LEFT JOIN runs ON runs.id = d.run"):
+        fields = dict(r)
+        owner = fields.pop("owner")
+        try:
+            d = msgspec.convert(fields, Delivery)
+        except msgspec.ValidationError as e:
+            return f"a row of deliveries that is not a delivery's ({e})"
+        if owner != d.tenant:
+            return (f"a webhook delivery {d.id!r} of tenant {d.tenant} for run {d.run}, which is not a run of that "
+                    "tenant")
     return None
 
 
@@ -361,7 +435,9 @@ class Registry:
             raise KeyError(f"unknown run fields: {sorted(bad)}")
         sets, args = [], []  # type: list[str], list[Any]
         for k, v in fields.items():
-            if k in ("options", "diffstat") and v is not None:
+            if isinstance(v, msgspec.Struct):
+                v = msgspec.json.encode(v).decode()
+            elif k in ("options", "diffstat") and v is not None:
                 v = json.dumps(v, ensure_ascii=False)
             elif k == "cancel_requested":
                 v = int(bool(v))
@@ -410,3 +486,45 @@ class Registry:
         if to not in STATUSES:
             raise ValueError(f"unknown status {to!r}")
         return self.update(run_id, only_if=frm, status=to, **fields)
+
+    # -- webhook deliveries (service.webhooks) ---------------------------------------------------
+    def add_delivery(self, d: Delivery) -> bool:
+        """Queue one delivery; False when one of that id is there already (an event read twice is sent once)."""
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT OR IGNORE INTO deliveries (id, tenant, run, event, body, created, state, next_try) "
+                "VALUES (?,?,?,?,?,?,?,?)", (d.id, d.tenant, d.run, d.event, d.body, d.created, d.state, d.next_try))
+            return cur.rowcount > 0
+
+    def deliveries(self, *, tenant: str | None = None, state: DeliveryState | None = None,
+                   limit: int | None = None, oldest_first: bool = False) -> _Deliveries:
+        where, args = [], []  # type: list[str], list[Any]
+        if tenant is not None:
+            where.append("tenant = ?")
+            args.append(tenant)
+        if state is not None:
+            where.append("state = ?")
+            args.append(state)
+        sql = "SELECT * FROM deliveries" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += f" ORDER BY rowid {'ASC' if oldest_first else 'DESC'}"
+        if limit is not None:
+            sql += " LIMIT ?"
+            args.append(int(limit))
+        with self._lock:
+            rows = self._db.execute(sql, args).fetchall()
+        return [msgspec.convert(dict(r), Delivery) for r in rows]
+
+    def delivery_tried(self, d: Delivery) -> None:
+        """Store how a try went: its state, attempts, last status and error, next try, end."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE deliveries SET state = ?, attempts = ?, last_status = ?, last_error = ?, next_try = ?, "
+                "ended = ? WHERE id = ?",
+                (d.state, d.attempts, d.last_status, d.last_error, d.next_try, d.ended, d.id))
+
+    def pending_pushes(self) -> _Runs:
+        """Runs whose push was under way when the service stopped."""
+        with self._lock:
+            rows = self._db.execute("SELECT * FROM runs WHERE push IS NOT NULL AND "
+                                    "json_extract(push, '$.state') = 'pending' ORDER BY rowid").fetchall()
+        return [_row(r) for r in rows]

@@ -59,9 +59,11 @@ from .health import Health, disk_full_reason, is_disk_full, is_engine_down
 from .logging import get_logger
 from .metrics import FailureReason, Metrics
 from .registry import ACTIVE, Registry, Run
+from .results import Results
 from .retention import folder_bytes, remove_run_files
 from .runenv import left_out, run_environment
 from .tenants import Tenant, TenantNotReady, Tenants
+from .webhooks import Webhooks
 from .wire import Usage
 
 if TYPE_CHECKING:
@@ -131,7 +133,7 @@ def _day(t: float | None = None) -> str:
 class Scheduler:
     def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Backend,
                  gateway: Gateway | None = None, *, metrics: Metrics | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 results: Results | None = None, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.metrics = metrics or Metrics()
         self.clock = clock  # wall time of retention (a test moves it on by days)
@@ -144,6 +146,9 @@ class Scheduler:
         self.gateway = gateway or Gateway(prices=config.prices)
         self.gateway.on_usage = self._metered
         self.gateway.admit = self._admit
+        self.results = results or Results(registry, tenants, Webhooks(registry, tenants,
+                                                                      retry_s=config.webhook_retry_s))
+        """Told when a run started, asked and ended: the tenant's webhooks and the push of its branch."""
         self._overspent: dict[str, str] = {}  # run → the sentence that stopped it
         self._evicted: dict[str, str] = {}  # run → why: its tenant left the tenants file
         self._kept_back: dict[str, list[str]] = {}  # tenant → names of its credentials file no run gets (logged)
@@ -183,6 +188,7 @@ class Scheduler:
         unless ``run_loop`` is False: then the caller drives the passes itself (``tick``), as the fast tests do."""
         self._wake = asyncio.Event()
         self._loop = asyncio.get_running_loop()
+        await self.results.start()  # before recover: a run it finishes is announced (and pushed)
         try:
             await self.recover()
         except Exception as e:  # noqa: BLE001 - an engine that is down now is waited for, anything else stops us
@@ -208,6 +214,7 @@ class Scheduler:
         self._stopping.clear()
         if self.pool is not None:  # a waiting sandbox holds memory and nothing else: it goes with us
             await asyncio.to_thread(self.pool.close)
+        await self.results.stop()
         for run_id in list(self._subs):
             self._publish_end(run_id)
 
@@ -419,6 +426,7 @@ class Scheduler:
         self.metrics.started(run.tenant, time.time() - run.created)
         if not self.registry.transition(run.id, "running", frm=["starting"], handle=str(handle)):
             log.warning("run.vanished_while_starting", tenant=run.tenant, run=run.id)
+        self.results.started(run.id)
         log.info("run.started", tenant=run.tenant, run=run.id, branch=self.layout(run).branch, base=base,
                  handle=str(handle), warm=folder)
 
@@ -697,6 +705,8 @@ class Scheduler:
                 step = _one_line(ev.text, 200)
             elif ev.kind == "result":
                 cost += _claimed_cost(ev.payload.get("cost_usd"), 0.0)
+            elif ev.kind == "ask":
+                self.results.asked(run, n, ev)
             self._publish(run.id, n, ev)
         self.registry.update(run.id, event_offset=offset, event_seq=seq, claimed_cost_usd=cost, step=step)
         run.event_offset, run.event_seq, run.claimed_cost_usd, run.step = offset, seq, cost, step
@@ -800,6 +810,7 @@ class Scheduler:
                 log.warning("run.remove_failed", tenant=run.tenant, run=run.id, error=_one_line(e))
         self._forget(run.id)
         self._publish_end(run.id)
+        self.results.ended(run.id)
         self.wake()  # its slot is free: the next pass starts a queued run at once
 
     async def _evict(self, run: Run) -> None:
@@ -845,6 +856,7 @@ class Scheduler:
                 log.warning("run.release_failed", tenant=run.tenant, run=run.id, step=what, error=_one_line(e))
         self._forget(run.id)
         self._publish_end(run.id)
+        self.results.ended(run.id)
         self.wake()
 
     def _forget(self, run_id: str) -> None:
@@ -1010,6 +1022,7 @@ class Scheduler:
         self.registry.transition(run.id, "failed", frm=frm, ended=time.time(), error=error)
         log.warning("run.failed", tenant=run.tenant, run=run.id, error=error)
         self._publish_end(run.id)
+        self.results.ended(run.id)
 
     # -- the mailbox -------------------------------------------------------------------------
     def questions(self, run: Run) -> list[Question]:

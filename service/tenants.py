@@ -12,11 +12,23 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     egress = "closed"                        # "open": the run's sandbox gets a network (package installs)
     budget_usd = { run = 5.0, day = 50.0 }   # optional: measured by the model gateway, either may be left out
     server_tools = ["web_search"]            # optional: tools the provider runs itself, open egress only
+    webhook_url = "https://ci.acme.example/flower"      # optional: signed webhooks (service.webhooks)
+    webhook_secret_file = "/etc/flower/acme.hook"       # the HMAC secret, alone in a file beside the credentials
+    push_url = "https://git.acme.example/acme.git"      # optional: a succeeded run's branch is pushed there
+    push_credentials_file = "/etc/flower/acme.push"     # username=… and token=… lines (service.push)
 
 ``server_tools`` names the provider's server-side tools a run may ask for (``web_search``, ``web_fetch``,
 ``code_execution``, ``tool_search_tool_regex``, ``tool_search_tool_bm25``, ``mcp_servers``): they reach the
 network from the provider's side, so with ``egress = "closed"`` none is forwarded whatever the list says, and by
 default none is.
+
+``webhook_url`` gets a POST on ``run.started``, ``question.asked`` and ``run.ended`` (JSON; header
+``X-Flower-Signature-256: sha256=<hex HMAC-SHA256 of the body>`` keyed with the contents of
+``webhook_secret_file``), retried with backoff. ``push_url`` gets each succeeded run's ``flower/<run>`` branch,
+pushed by the service with the username and token in ``push_credentials_file``. Secrets live only in those
+files (a ``webhook_secret`` or ``push_token`` in the tenants file is refused), which are read when used —
+never by a run, never logged. Both URLs are http(s) and carry no credentials; a push over plain http is
+refused except to a loopback address (its credential would travel in the clear).
 
 The credentials stay with the service: a run gets a token of its own for the model gateway
 (``service.gateway``), which swaps the tenant's key in on the way to ``ANTHROPIC_BASE_URL``.
@@ -42,6 +54,7 @@ import threading
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -78,6 +91,22 @@ class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     egress: Egress = "closed"
     budget_usd: Budget = Budget()
     server_tools: list[str] = []
+    webhook_url: str | None = None
+    webhook_secret_file: str | None = None
+    push_url: str | None = None
+    push_credentials_file: str | None = None
+
+
+class Webhook(msgspec.Struct, frozen=True):
+    """Where a tenant's webhooks go, and the file holding the secret they are signed with."""
+    url: str
+    secret_file: str
+
+
+class PushTarget(msgspec.Struct, frozen=True):
+    """The git remote a tenant's succeeded runs are pushed to, and the file holding its username and token."""
+    url: str
+    credentials_file: str
 
 
 class Tenant(msgspec.Struct, frozen=True, kw_only=True):
@@ -90,6 +119,8 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
     egress: Egress = "closed"
     budget_usd: Budget = Budget()
     server_tools: frozenset[str] = frozenset()
+    webhook: Webhook | None = None
+    push: PushTarget | None = None
 
     def __repr__(self) -> str:  # the hash is not secret, but keep reprs short and boring
         return f"Tenant({self.name!r}, repo={self.repo!r}, quota={self.quota})"
@@ -168,6 +199,11 @@ def _parse(path: Path) -> list[Tenant]:
     hashes: set[str] = set()
     repos: dict[str, str] = {}  # resolved repository and object store -> the tenant that named it
     for i, item in enumerate(entries, 1):
+        secret = sorted(k for k in (item if isinstance(item, dict) else {}) if k in _SECRET_KEYS)
+        if secret:
+            raise TenantError(f"tenant #{i} in {path} has `{secret[0]}`: a secret never goes in the tenants file; put "
+                              "it alone in a file beside the credentials and name that file in "
+                              f"`{_SECRET_KEYS[secret[0]]}`")
         try:
             entry = msgspec.convert(item, _TenantEntry)
         except msgspec.ValidationError as err:
@@ -188,10 +224,57 @@ def _parse(path: Path) -> list[Tenant]:
         base = path.parent
         repo = _own_repo(base / Path(entry.repo).expanduser(), entry.name, path, repos)
         cred = str((base / Path(entry.credentials).expanduser()).resolve())
+        webhook = push = None
+        hook_file, push_file = entry.webhook_secret_file, entry.push_credentials_file
+        if _paired(entry.name, path, "webhook_url", entry.webhook_url, "webhook_secret_file", hook_file):
+            assert entry.webhook_url is not None and hook_file is not None
+            _check_url(entry.name, path, "webhook_url", entry.webhook_url, plain_http=True)
+            webhook = Webhook(entry.webhook_url, str((base / Path(hook_file).expanduser()).resolve()))
+        if _paired(entry.name, path, "push_url", entry.push_url, "push_credentials_file", push_file):
+            assert entry.push_url is not None and push_file is not None
+            _check_url(entry.name, path, "push_url", entry.push_url, plain_http=False)
+            push = PushTarget(entry.push_url, str((base / Path(push_file).expanduser()).resolve()))
         out.append(Tenant(name=entry.name, token_hash=digest, repo=repo, credentials=cred, quota=entry.quota,
                           allowed_options=frozenset(entry.allowed_options), egress=entry.egress,
-                          budget_usd=entry.budget_usd, server_tools=frozenset(entry.server_tools)))
+                          budget_usd=entry.budget_usd, server_tools=frozenset(entry.server_tools),
+                          webhook=webhook, push=push))
     return out
+
+
+# secrets people may be tempted to write into the tenants file → the setting that names their file instead
+_SECRET_KEYS = {"webhook_secret": "webhook_secret_file", "push_token": "push_credentials_file",
+                "push_password": "push_credentials_file"}
+_LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _paired(tenant: str, path: Path, url_key: str, url: str | None, file_key: str, file: str | None) -> bool:
+    """Both settings of a pair, or neither; TenantError naming the missing one."""
+    if (url is None) != (file is None):
+        have, missing = (url_key, file_key) if file is None else (file_key, url_key)
+        raise TenantError(f"tenant {tenant} in {path} sets `{have}` without `{missing}`; set both or neither")
+    return url is not None
+
+
+def _check_url(tenant: str, path: Path, key: str, url: str, *, plain_http: bool) -> None:
+    """An http(s) URL with a host and no credentials in it (plain http for a push only to a loopback host)."""
+    where = f"`{key}` of tenant {tenant} in {path}"
+    if len(url) > 2000 or any(c.isspace() or ord(c) < 32 for c in url):
+        raise TenantError(f"{where} is not a URL (too long, or it holds spaces or control characters)")
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as e:
+        raise TenantError(f"{where} is not a valid URL ({e})") from None
+    if parts.scheme not in ("http", "https") or not host:
+        raise TenantError(f"{where} must be an http:// or https:// URL with a host, not {url[:100]!r}")
+    if parts.username is not None or parts.password is not None:
+        secret = "webhook_secret_file" if key == "webhook_url" else "push_credentials_file"
+        raise TenantError(f"{where} holds a user name or password; take it out of the URL and put the secret in "
+                          f"`{secret}`")
+    if parts.scheme == "http" and not plain_http and host not in _LOOPBACK:
+        raise TenantError(f"{where} is plain http to {host}, where the push credential would travel in the clear; "
+                          "use https")
 
 
 def _own_repo(given: Path, tenant: str, path: Path, seen: dict[str, str]) -> str:

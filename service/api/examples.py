@@ -14,13 +14,13 @@ from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import Example
 from litestar.params import Body
 
-from .schemas import (AcceptedOut, AnswerIn, AnswerOut, Budget, DiffFile, DiffFilesOut, DiffStat, EventMessage,
-                      HealthOut, ManifestOut, MessageOut, QuestionList, QuestionOut, RunList, RunOut, SubmitIn,
-                      SubmitOut, TextIn, Usage, UsageOut)
+from .schemas import (AcceptedOut, AnswerIn, AnswerOut, Budget, DeliveryList, DeliveryOut, DiffFile, DiffFilesOut,
+                      DiffStat, EventMessage, HealthOut, ManifestOut, MessageOut, PushOut, QuestionList, QuestionOut,
+                      RunList, RunOut, SubmitIn, SubmitOut, TextIn, Usage, UsageOut)
 
 __all__ = ["ok", "example", "Verbatim", "RUN", "SUBMIT", "SUBMITTED", "RUNS", "FILES", "DIFF", "EVENTS", "MANIFEST",
            "QUESTIONS", "ANSWER", "ANSWERED", "MESSAGE", "SENT", "INTERRUPT", "ACCEPTED", "USAGE", "HEALTHY",
-           "REFUSING", "METRICS", "SubmitBody", "AnswerBody", "MessageBody", "InterruptBody"]
+           "REFUSING", "METRICS", "PUSHED", "DELIVERIES", "SubmitBody", "AnswerBody", "MessageBody", "InterruptBody"]
 
 RUN_ID = "20250612-093015-3f9c2a7e5b1d4c6a8e0f1b2c3d4e5f60"
 BRANCH = f"flower/{RUN_ID}"
@@ -30,12 +30,21 @@ SUBMIT = SubmitIn(ask="Add a --verbose flag to the CLI and a test for it", optio
 SUBMITTED = SubmitOut(id=RUN_ID, status="queued", branch=BRANCH)
 STAT = DiffStat(files=[DiffFile(path="cli.py", insertions=12, deletions=1),
                        DiffFile(path="tests/test_cli.py", insertions=9, deletions=0)], insertions=21, deletions=1)
+PUSHED = PushOut(state="pushed", url="https://git.example.com/acme/app.git", ref=f"refs/heads/{BRANCH}",
+                 commit=COMMIT, error=None, at="2025-06-12T09:41:04.118Z", attempts=1)
 RUN = RunOut(id=RUN_ID, status="succeeded", ask=SUBMIT.ask, options=SUBMIT.options, branch=BRANCH, base=BASE,
              commit=COMMIT, created="2025-06-12T09:30:15.204Z", started="2025-06-12T09:30:16.911Z",
              ended="2025-06-12T09:41:02.377Z", cost_usd=0.4182, error=None, step=None, diffstat=STAT, events=214,
              cancel_requested=False, disk_bytes=18_874_368, deleted=None,
              usage=Usage(input_tokens=118_204, output_tokens=9_611, cache_write_tokens=20_480,
-                         cache_read_tokens=401_336), claimed_cost_usd=0.4175)
+                         cache_read_tokens=401_336), claimed_cost_usd=0.4175, push=PUSHED)
+DELIVERIES = DeliveryList(deliveries=[
+    DeliveryOut(id="d-3f9c2a7e-run.ended", event="run.ended", run=RUN_ID, state="delivered", attempts=1,
+                last_status=200, last_error=None, next_try=None, created="2025-06-12T09:41:04.200Z",
+                ended="2025-06-12T09:41:04.391Z"),
+    DeliveryOut(id="d-3f9c2a7e-run.started", event="run.started", run=RUN_ID, state="delivered", attempts=3,
+                last_status=200, last_error=None, next_try=None, created="2025-06-12T09:30:16.950Z",
+                ended="2025-06-12T09:31:02.004Z")])
 RUNS = RunList(runs=[RUN])
 FILES = DiffFilesOut(branch=BRANCH, base=BASE, commit=COMMIT, files=STAT.files, insertions=21, deletions=1,
                      truncated=False)

@@ -11,12 +11,12 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from ..registry import Run
+from ..registry import Delivery, Push, Run
 
 __all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
            "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget",
-           "ErrorOut", "EventMessage", "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "MAX_ASK",
-           "MAX_TEXT", "QID_RE"]
+           "ErrorOut", "EventMessage", "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "PushOut",
+           "push_out", "DeliveryOut", "DeliveryList", "delivery_out", "MAX_ASK", "MAX_TEXT", "QID_RE"]
 
 MAX_ASK = 100_000
 MAX_TEXT = 20_000
@@ -87,6 +87,37 @@ class Usage(msgspec.Struct):
     cache_read_tokens: int
 
 
+class PushOut(msgspec.Struct):
+    """The run's branch pushed to the tenant's ``push_url``: ``state`` "pending" while the push runs, then "pushed"
+    (``url`` now has ``ref`` at ``commit``) or "failed" (``error`` says why; POST …/push tries again)."""
+    state: Literal["pending", "pushed", "failed"]
+    url: str
+    ref: str
+    commit: str
+    error: str | None
+    at: str | None
+    attempts: int
+
+
+class DeliveryOut(msgspec.Struct):
+    """One webhook delivery: ``state`` "pending" (``next_try`` says when), "delivered" or "failed" (given up:
+    ``last_error`` says why). ``last_status`` is the receiver's HTTP status on the last try (null: no answer)."""
+    id: str
+    event: str
+    run: str
+    state: Literal["pending", "delivered", "failed"]
+    attempts: int
+    last_status: int | None
+    last_error: str | None
+    next_try: str | None
+    created: str
+    ended: str | None
+
+
+class DeliveryList(msgspec.Struct):
+    deliveries: list[DeliveryOut]
+
+
 class RunOut(msgspec.Struct):
     """One run as its tenant sees it. Times are ISO 8601 UTC; ``events`` is how many events it has written
     (the last SSE id); ``deleted`` is set once its files were removed (the row stays as a tombstone).
@@ -111,6 +142,7 @@ class RunOut(msgspec.Struct):
     deleted: str | None
     usage: Usage
     claimed_cost_usd: float
+    push: PushOut | None
 
 
 class RunList(msgspec.Struct):
@@ -207,4 +239,17 @@ def run_out(run: Run) -> RunOut:
                   cancel_requested=run.cancel_requested, disk_bytes=run.disk_bytes, deleted=_iso(run.deleted),
                   usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
                               cache_write_tokens=run.cache_write_tokens, cache_read_tokens=run.cache_read_tokens),
-                  claimed_cost_usd=round(run.claimed_cost_usd, 6))
+                  claimed_cost_usd=round(run.claimed_cost_usd, 6), push=push_out(run.push))
+
+
+def push_out(push: Push | None) -> PushOut | None:
+    if push is None:
+        return None
+    return PushOut(state=push.state, url=push.url, ref=push.ref, commit=push.commit, error=push.error,
+                   at=_iso(push.at), attempts=push.attempts)
+
+
+def delivery_out(d: Delivery) -> DeliveryOut:
+    return DeliveryOut(id=d.id, event=d.event, run=d.run, state=d.state, attempts=d.attempts,
+                       last_status=d.last_status, last_error=d.last_error, next_try=_iso(d.next_try),
+                       created=_iso(d.created) or "", ended=_iso(d.ended))

@@ -39,7 +39,9 @@ OPERATION_IDS = {("POST", "/v1/runs"): "create_run", ("GET", "/v1/runs"): "list_
                  ("POST", "/v1/runs/{run_id}/answers"): "answer_question",
                  ("POST", "/v1/runs/{run_id}/messages"): "send_message",
                  ("POST", "/v1/runs/{run_id}/interrupt"): "interrupt_run", ("GET", "/healthz"): "get_health",
-                 ("GET", "/metrics"): "get_metrics", ("GET", "/v1/usage"): "get_usage"}
+                 ("GET", "/metrics"): "get_metrics", ("GET", "/v1/usage"): "get_usage",
+                 ("GET", "/v1/webhooks/deliveries"): "list_webhook_deliveries",
+                 ("POST", "/v1/runs/{run_id}/push"): "push_run_branch"}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance]
 AUTH = {"Authorization": f"Bearer {TOKENS['acme']}"}
