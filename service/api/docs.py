@@ -26,6 +26,8 @@ FILES = Path(__file__).resolve().parents[1] / "docs"
 TAGS = [Tag(name="runs", description="Submit an ask, follow the run it becomes, read what it changed."),
         Tag(name="mailbox", description="The human channel of a running run: its questions, answers, messages "
                                         "and interrupts."),
+        Tag(name="results", description="What reaches the team beyond the API: the tenant's signed webhook "
+                                         "deliveries, and the run's branch pushed to its git remote."),
         Tag(name="ops", description="For operators: health for probes, metrics for Prometheus.")]
 
 
