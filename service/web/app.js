@@ -146,7 +146,7 @@ async function refreshRun() {
   let run;
   try { run = await api("/runs/" + encodeURIComponent(id)); } catch (e) { if (e.status === 404) notice(e.message, true); return; }
   if (id !== state.current) return;
-  const was = state.run ? state.run.status : "";
+  const was = state.run ? state.run.status : "", wasEnded = !!(state.run && state.run.ended);
   if (was && rank(was) > rank(run.status)) run.status = was;  // a poll sent before the events it lags behind
   state.run = run;
   if (was && was !== run.status) refreshRuns();
@@ -156,7 +156,7 @@ async function refreshRun() {
   drawWhere();
   drawStatus();
   if (!ENDED.includes(run.status)) refreshQuestions();
-  else if (was && !ENDED.includes(was)) { $("questions").replaceChildren(); loadDiff(); }
+  else if (was && !wasEnded && run.ended) { $("questions").replaceChildren(); loadDiff(); }  // its final diff, or none
 }
 
 // A run only moves forward: queued -> starting -> running -> ended. Its events say so before a poll does.
@@ -258,7 +258,7 @@ async function follow(id, signal) {
               if (end && typeof end.status === "string" && ENDED.includes(end.status)) {
                 advanceStatus(end.status); $("questions").replaceChildren();
               }
-              setStream(T("stream.ended"), false); refreshRun(); loadDiff(); return;
+              setStream(T("stream.ended"), false); refreshRun(); return;  // the ended row brings the diff
             }
             let ev = null;
             try { ev = data.trim() ? JSON.parse(data) : null; } catch (e) { ev = null; }  // keep-alives carry an empty data line
@@ -553,7 +553,7 @@ function diffRows(text) {
 async function loadDiff() {
   const id = state.current, box = $("diff"), list = $("diff-files");
   const ended = !!state.run && ENDED.includes(state.run.status);
-  if (!id || !state.run || !state.run.base) {
+  if (!id || !state.run || !state.run.base || (ended && state.run.ended && !state.run.branch)) {  // no branch kept
     list.replaceChildren(); box.replaceChildren(el("div", "empty", T(ended ? "diff.none" : "diff.none_yet"))); return;
   }
   let stat;

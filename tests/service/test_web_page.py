@@ -27,6 +27,7 @@ pytestmark = pytest.mark.cli
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "web"
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 WAIT_S = 120
+NOTHING_BACK = "No diff: the run ended without handing back any work."
 
 
 @pytest.fixture
@@ -219,6 +220,7 @@ def test_interrupt_message_and_cancel_from_the_page(deployment: Deployment, serv
         until(driver, lambda d: text_of(d, "run-status") == "cancelled", "the run to be cancelled")
         until(driver, lambda d: "ended" in text_of(d, "stream-state"), "the stream to end")
         until(driver, lambda d: text_of(d, "run-why") == "Why it ended: cancelled on request", "why it ended")
+        until(driver, lambda d: text_of(d, "diff") == NOTHING_BACK, "the diff to say nothing was handed back")
         assert not driver.find_elements("css selector", "#questions .question")
         badge = f"#runs li[data-id='{other}'] .badge"
         until(driver, lambda d: d.find_element("css selector", badge).text == "cancelled", "the list to show it")
@@ -334,7 +336,6 @@ def test_a_run_page_says_who_where_how_long_and_why_and_fits_a_phone(
         assert failed["status"] == "failed" and failed["error"].startswith("over budget"), failed
         until(driver, lambda d: text_of(d, "run-why") == "Why it failed: " + failed["error"], "why it failed")
         assert driver.find_element("id", "run-why").get_attribute("role") == "alert"
-        until(driver, lambda d: text_of(d, "diff") == "No diff: the run ended without handing back any work.",
-              "the diff to say the run handed back nothing")
+        until(driver, lambda d: text_of(d, "diff") == NOTHING_BACK, "the diff to say nothing was handed back")
         driver.save_screenshot(str(ARTIFACTS / "11-failed-run-reason.png"))
     assert model.unmatched == [], [(r.system[:40], r.user[:80]) for r in model.unmatched]
