@@ -9,12 +9,13 @@ const ACTIVE = ["starting", "running"], ENDED = ["succeeded", "failed", "aborted
 const $ = (id) => document.getElementById(id);
 
 const state = { token: sessionStorage.getItem(TOKEN_KEY) || "", runs: [], current: null, run: null,
-                stream: null, label: "", tools: {}, reports: {}, denials: {}, diffCommit: null, streamedCost: 0, timers: [] };
+                stream: null, label: "", tools: {}, reports: {}, denials: {}, diffCommit: null, streamedCost: 0,
+                timers: [], steps: [], section: null, lastAt: 0, endSeen: 0, ticker: null };
 
 // -- the API ------------------------------------------------------------------------------------
 class ApiError extends Error { constructor(status, message) { super(message); this.status = status; } }
 
-async function api(path, { method = "GET", body, text = false } = {}) {
+async function api(path, { method = "GET", body, text = false, blob = false } = {}) {
   const headers = { Authorization: "Bearer " + state.token };
   if (body !== undefined) headers["Content-Type"] = "application/json";
   const r = await fetch("/v1" + path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
@@ -24,7 +25,7 @@ async function api(path, { method = "GET", body, text = false } = {}) {
     try { const j = await r.json(); if (j && typeof j.error === "string") msg = j.error; } catch (e) { /* not JSON */ }
     throw new ApiError(r.status, msg);
   }
-  return text ? r.text() : r.json();
+  return blob ? r.blob() : text ? r.text() : r.json();
 }
 
 function notice(text, bad = false) {
@@ -71,6 +72,9 @@ function signOut(why) {
 function showApp() {
   $("signin").hidden = true; $("app").hidden = false; $("signout").hidden = false;
   $("who").textContent = T("auth.signed_in");
+  api("/usage").then((u) => {  // who is signed in: the tenant the token belongs to
+    if (typeof u.tenant === "string") $("who").textContent = T("auth.signed_in_as", { tenant: u.tenant });
+  }, () => {});
   refreshRuns();
   state.timers.push(setInterval(refreshRuns, 2000), setInterval(refreshRun, 2000));
   const id = decodeURIComponent(location.hash.slice(1));
@@ -116,16 +120,20 @@ async function submitRun(ev) {
 function stopRun() {
   if (state.stream) state.stream.abort();
   state.stream = null; state.current = null; state.run = null;
+  ticking(false);
 }
 
 function selectRun(id) {
   stopRun();
   state.current = id; state.label = ""; state.tools = {}; state.reports = {}; state.streamedCost = 0; state.diffCommit = null;
+  state.steps = []; state.section = null; state.lastAt = 0; state.endSeen = 0;
   history.replaceState(null, "", "#" + encodeURIComponent(id));
   document.querySelectorAll("#runs li").forEach((li) => li.classList.toggle("selected", li.dataset.id === id));
   $("run").hidden = false;
   $("run-id").textContent = id;
   $("events").replaceChildren(); $("questions").replaceChildren(); $("diff").replaceChildren(); $("diff-files").replaceChildren();
+  ["run-where", "run-elapsed", "run-step", "diff-state"].forEach((e) => { $(e).textContent = ""; });
+  $("run-why").hidden = true; $("patch-btn").hidden = true;
   const ctl = new AbortController();
   state.stream = ctl;
   refreshRun().then(() => { refreshQuestions(); loadDiff(); });
@@ -134,30 +142,82 @@ function selectRun(id) {
 
 async function refreshRun() {
   const id = state.current;
-  if (!id) return;
+  if (!id || (state.run && state.run.ended && ENDED.includes(state.run.status))) return;  // an ended run stays as it is
   let run;
   try { run = await api("/runs/" + encodeURIComponent(id)); } catch (e) { if (e.status === 404) notice(e.message, true); return; }
   if (id !== state.current) return;
-  const was = state.run ? state.run.status : "";
+  const was = state.run ? state.run.status : "", wasEnded = !!(state.run && state.run.ended);
   if (was && rank(was) > rank(run.status)) run.status = was;  // a poll sent before the events it lags behind
   state.run = run;
   if (was && was !== run.status) refreshRuns();
   $("run-step").textContent = run.step ? T("run.step", { step: stepName(run.step) }) : "";
   $("run-cost").textContent = money(Math.max(run.cost_usd || 0, state.streamedCost));
   $("run-ask").textContent = run.ask;
+  drawWhere();
   drawStatus();
   if (!ENDED.includes(run.status)) refreshQuestions();
-  else if (was && !ENDED.includes(was)) { $("questions").replaceChildren(); loadDiff(); }
+  else if (was && !wasEnded && run.ended) { $("questions").replaceChildren(); loadDiff(); }  // its final diff, or none
 }
 
 // A run only moves forward: queued -> starting -> running -> ended. Its events say so before a poll does.
 const rank = (status) => ENDED.includes(status) ? 3 : Math.max(0, ["queued", "starting", "running"].indexOf(status));
 
 function drawStatus() {
-  const status = state.run.status;
+  const run = state.run, status = run.status, ended = ENDED.includes(status);
   $("run-status").textContent = status; $("run-status").className = "badge " + status;
   ["message-btn", "interrupt-btn"].forEach((b) => { $(b).disabled = !ACTIVE.includes(status); });
-  $("cancel-btn").disabled = ENDED.includes(status);
+  $("cancel-btn").disabled = ended;
+  if (ended && !state.endSeen) state.endSeen = Date.now() / 1000;
+  ticking(!ended && !!run.started);
+  drawTimes();
+  // why it ended, once the row says so: the service's sentence (it may quote the run's own: text only)
+  const why = $("run-why"), known = ended && run.ended;
+  why.hidden = !(known && (run.error || status !== "succeeded"));
+  if (why.hidden) return;
+  why.className = status === "succeeded" ? "note" : status === "cancelled" ? "ended" : "bad";
+  $("run-why-label").textContent = status === "succeeded" ? T("run.note") : status === "cancelled" ? T("run.why_ended")
+    : T("run.why_failed", { status: T("status." + status) });
+  $("run-error").textContent = run.error || T("run.no_reason");
+}
+
+// Where the run's work is: its branch, the commit it started from, the commit it handed back (or its last checkpoint).
+function drawWhere() {
+  const run = state.run, box = $("run-where"), short = (sha) => String(sha).slice(0, 12);
+  const parts = [];
+  if (run.branch) parts.push([T("run.branch"), run.branch]);
+  if (run.base) parts.push([T("run.base"), short(run.base)]);
+  if (run.commit) parts.push([T("run.commit"), short(run.commit)]);
+  else if (state.diffCommit && state.diffCommit !== run.base) {
+    parts.push([T("run.checkpoint"), short(state.diffCommit)]);
+  }
+  box.replaceChildren(...parts.flatMap(([k, v], i) => [i ? " · " : "", el("span", "k", k), " ", el("code", "", v)]));
+}
+
+// -- times: the run's elapsed time and each step's, counting only while the run is live ----------------
+// "Now" of an ended run is its end: a counter stops there, whatever the clock does next.
+const seconds = (iso) => (iso ? Date.parse(iso) / 1000 : 0);
+function runNow() {
+  const run = state.run;
+  if (run && ENDED.includes(run.status)) return run.ended ? seconds(run.ended) : state.lastAt || state.endSeen;
+  return Date.now() / 1000;
+}
+
+function drawTimes() {
+  const run = state.run;
+  if (!run) return;
+  $("run-elapsed").textContent = run.started ? T("run.elapsed", { time: took(runNow() - seconds(run.started)) }) : "";
+  const last = state.steps[state.steps.length - 1];
+  if (last) drawStepTime(last);
+}
+
+function drawStepTime(s) {
+  const end = s.end || (s === state.steps[state.steps.length - 1] ? runNow() : 0);
+  s.took.textContent = s.at && end ? " · " + took(end - s.at) : "";
+}
+
+function ticking(on) {
+  if (on && !state.ticker) state.ticker = setInterval(drawTimes, 1000);
+  if (!on && state.ticker) { clearInterval(state.ticker); state.ticker = null; }
 }
 
 function advanceStatus(status) {
@@ -171,7 +231,7 @@ function advanceStatus(status) {
 async function follow(id, signal) {
   let last = 0, drops = 0;
   while (!signal.aborted) {
-    setStream(T("stream.live"));
+    setStream(T("stream.live"), true);
     try {
       const headers = { Authorization: "Bearer " + state.token, Accept: "text/event-stream" };
       if (last) headers["Last-Event-ID"] = String(last);
@@ -179,6 +239,7 @@ async function follow(id, signal) {
       if (r.status === 401) { signOut(T("auth.refused")); return; }
       if (r.status === 429) { setStream(T("stream.too_many")); await sleep(5000); continue; }
       if (!r.ok) { setStream(T("stream.unavailable", { status: r.status })); return; }
+      setStream(T("stream.live"), true);
       const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
       let buf = "", msg = { event: "message", data: [], id: null };
       for (;;) {
@@ -197,7 +258,7 @@ async function follow(id, signal) {
               if (end && typeof end.status === "string" && ENDED.includes(end.status)) {
                 advanceStatus(end.status); $("questions").replaceChildren();
               }
-              setStream(T("stream.ended")); refreshRun(); loadDiff(); return;
+              setStream(T("stream.ended"), false); refreshRun(); return;  // the ended row brings the diff
             }
             let ev = null;
             try { ev = data.trim() ? JSON.parse(data) : null; } catch (e) { ev = null; }  // keep-alives carry an empty data line
@@ -222,16 +283,44 @@ async function follow(id, signal) {
 }
 
 const sleep = (ms) => new Promise((res) => setTimeout(res, ms));
-function setStream(text) { $("stream-state").textContent = text ? "(" + text + ")" : ""; }
+function setStream(text, live = false) {
+  $("stream-state").textContent = text ? "(" + text + ")" : "";
+  $("stream-state").classList.toggle("live", live);
+}
 
 // -- drawing events, as the terminal does -----------------------------------------------------------
 function line(cls, text, sub) {
   const d = el("div", cls + (sub ? " sub" : ""), text);
   const log = $("events");
   const stick = log.scrollTop + log.clientHeight >= log.scrollHeight - 20;
-  log.append(d);
+  (state.section ? state.section.body : log).append(d);
   if (stick) log.scrollTop = log.scrollHeight;
   return d;
+}
+
+// A step's events fold under its header, as on a CI run's page: the live step open, a finished one folded unless
+// the reader opened or closed it. Its time: from its step event to the next one (the last one: to the run's end).
+function endStep(at) {
+  const prev = state.section;
+  if (!prev) return;
+  prev.end = at || 0;
+  if (!prev.touched) prev.box.open = false;
+  drawStepTime(prev);
+  state.section = null;
+}
+
+function openStep(ev, p) {
+  endStep(ev.at);
+  const box = el("details", "step"), head = el("summary", "stephead"), body = el("div", "lines");
+  const s = { box, body, took: el("span", "took"), at: Number(ev.at) || 0, end: 0, touched: false };
+  box.open = true; head.title = T("ev.fold");
+  const name = T("ev.step_head", { step: stepName(ev.text), i: (p.index || 0) + 1, n: p.total || "?" });
+  head.append(el("span", "", name), s.took);
+  head.addEventListener("click", () => { s.touched = true; });
+  box.append(head, body);
+  $("events").append(box);
+  state.steps.push(s); state.section = s;
+  drawStepTime(s);
 }
 
 function attempt(label) {
@@ -248,12 +337,13 @@ function gist(report) {
 
 function show(ev) {
   const p = ev.payload || {}, k = ev.kind, sub = !!p.subagent;
+  if (Number(ev.at) > state.lastAt) state.lastAt = Number(ev.at);
   if (k === "step") state.label = ev.text;
   else if (ev.step && ev.step !== state.label) { state.label = ev.step; attempt(ev.step); }
   switch (k) {
     case "step": {
-      if (p.skipped) { line("muted", T("ev.skipped", { step: stepName(ev.text) })); break; }
-      line("stephead", T("ev.step_head", { step: stepName(ev.text), i: (p.index || 0) + 1, n: p.total || "?" }));
+      if (p.skipped) { endStep(ev.at); line("muted", T("ev.skipped", { step: stepName(ev.text) })); break; }
+      openStep(ev, p);
       if (p.resumed) line("muted", T("ev.resumed"));
       break;
     }
@@ -462,14 +552,23 @@ function diffRows(text) {
 // At every checkpoint: the file list first (git counts, cheap); the diff itself only when the commit moved.
 async function loadDiff() {
   const id = state.current, box = $("diff"), list = $("diff-files");
-  if (!id || !state.run || !state.run.base) { list.replaceChildren(); box.replaceChildren(el("div", "empty", T("diff.none_yet"))); return; }
+  const ended = !!state.run && ENDED.includes(state.run.status);
+  if (!id || !state.run || !state.run.base || (ended && state.run.ended && !state.run.branch)) {  // no branch kept
+    list.replaceChildren(); box.replaceChildren(el("div", "empty", T(ended ? "diff.none" : "diff.none_yet"))); return;
+  }
   let stat;
   try { stat = await api(runPath(id) + "/diff/files"); }
   catch (e) { if (id === state.current) box.replaceChildren(el("div", "empty", e.message)); return; }
   if (id !== state.current) return;
-  $("diff-state").textContent = state.run && ENDED.includes(state.run.status) ? "" : T("diff.checkpoint");
+  $("diff-state").textContent = ended ? "" : T("diff.checkpoint");
+  $("patch-btn").hidden = !stat.files.length;
+  if (!stat.files.length) {  // said again at the end: "(yet)" no longer
+    state.diffCommit = stat.commit; drawWhere();
+    list.replaceChildren(); box.replaceChildren(el("div", "empty", T(ended ? "diff.none" : "diff.empty"))); return;
+  }
   if (stat.commit === state.diffCommit && box.childElementCount) return;  // unchanged: no redraw
   state.diffCommit = stat.commit;
+  drawWhere();
   const current = () => id === state.current && stat.commit === state.diffCommit;
   list.replaceChildren(...stat.files.slice(0, MAX_SECTIONS).map((f) => {
     const li = el("li"); li.dataset.path = f.path;
@@ -478,7 +577,6 @@ async function loadDiff() {
   }));
   const fetchBranch = T("diff.fetch", { branch: stat.branch });
   if (stat.truncated || stat.files.length > MAX_SECTIONS) list.append(el("li", "meta", T("diff.more", { fetch: fetchBranch })));
-  if (!stat.files.length) { box.replaceChildren(el("div", "empty", T("diff.empty"))); return; }
   if (stat.insertions + stat.deletions <= WHOLE_LINES) {
     try {
       const text = await api(runPath(id) + "/diff", { text: true });
@@ -504,6 +602,18 @@ async function loadDiff() {
   for (const [f, body] of queue) { if (!current()) return; await loadFile(id, f, body, current); }
 }
 
+// The whole diff as <run>.patch: fetched with the token (which never goes into a URL), saved from a Blob URL.
+async function downloadPatch() {
+  const id = state.current;
+  let blob;
+  try { blob = await api(runPath(id) + "/diff", { blob: true }); }
+  catch (e) { if (e.status !== 401) notice(e.message, true); return; }
+  const url = URL.createObjectURL(blob), a = el("a");
+  a.href = url; a.download = id + ".patch"; a.hidden = true;
+  document.body.append(a); a.click(); a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+}
+
 async function loadFile(id, f, body, current) {
   let text;
   try { text = await api(runPath(id) + "/diff?path=" + encodeURIComponent(f.path), { text: true }); }
@@ -520,5 +630,6 @@ document.addEventListener("DOMContentLoaded", () => {
   $("message-btn").addEventListener("click", () => control("message"));
   $("interrupt-btn").addEventListener("click", () => control("interrupt"));
   $("cancel-btn").addEventListener("click", () => control("cancel"));
+  $("patch-btn").addEventListener("click", downloadPatch);
   if (state.token) showApp(); else signOut("");
 });

@@ -33,11 +33,29 @@ const MESSAGES = {
   "auth.no_tenant": ["This token belongs to no tenant: check it.", "这个 token 不属于任何租户:检查一下。"],
   "auth.unreachable": ["Cannot reach the service: {error}", "连不上服务:{error}"],
   "auth.signed_in": ["signed in", "已登录"],
+  "auth.signed_in_as": ["signed in as {tenant}", "已登录:{tenant}"],
   "runs.none": ["No runs yet: submit one above.", "还没有运行:在上面提交一个。"],
   "runs.options_not_json": ["The options are not JSON: write an object, e.g. {\"rounds\": 1}.",
                             "选项不是 JSON:写成一个对象,例如 {\"rounds\": 1}。"],
   "runs.submitted": ["Run {run} submitted.", "运行 {run} 已提交。"],
   "run.step": ["step {step}", "步骤 {step}"],
+  "run.elapsed": ["elapsed {time}", "用时 {time}"],
+  "run.elapsed_title": ["from the start of its sandbox to its end (or now)", "从沙箱启动到结束(或到现在)"],
+  "run.branch": ["branch", "分支"],
+  "run.base": ["base", "基线"],
+  "run.commit": ["commit", "提交"],
+  "run.checkpoint": ["last checkpoint", "最近检查点"],
+  "run.why_failed": ["Why it {status}:", "为什么{status}:"],
+  "run.why_ended": ["Why it ended:", "为什么结束:"],
+  "run.note": ["Note:", "备注:"],
+  "run.no_reason": ["the service recorded no reason: the events below show how far it got.",
+                    "服务没有记下原因:下面的事件显示它做到了哪里。"],
+  "status.failed": ["failed", "失败"],
+  "status.killed": ["was killed", "被终止"],
+  "status.aborted": ["was aborted", "中止"],
+  "time.s": ["{n}s", "{n} 秒"],
+  "time.ms": ["{m}m {s}s", "{m} 分 {s} 秒"],
+  "time.hm": ["{h}h {m}m", "{h} 小时 {m} 分"],
   "stream.live": ["live", "实时"],
   "stream.too_many": ["too many streams open: retrying", "打开的流太多:重试中"],
   "stream.unavailable": ["unavailable ({status})", "不可用({status})"],
@@ -49,6 +67,7 @@ const MESSAGES = {
   "ev.retry": ["- {label}: retrying", "- {label}:重来一次"],
   "ev.skipped": [". {step} — already done, skipped", ". {step} —— 已经有了,跳过"],
   "ev.step_head": ["== {step} · step {i} of {n}", "== {step} ({i}/{n})"],
+  "ev.fold": ["click to fold or unfold this step's events", "点击折叠或展开这一步的事件"],
   "ev.resumed": ["<- resumes the last session", "<- 接着上次的会话"],
   "ev.verdict": ["verdict: {verdict}", "判定:{verdict}"],
   "ev.more_lines": ["…({n} more lines)", "…(还有 {n} 行)"],
@@ -90,6 +109,10 @@ const MESSAGES = {
   "ctl.ended": ["The run is {status}.", "运行状态:{status}。"],
   "ctl.cancelling": ["Cancel requested: the run is stopping.", "已请求取消:运行正在停。"],
   "diff.none_yet": ["No diff yet: the run has handed back no work.", "还没有差异:运行还没交回成果。"],
+  "diff.none": ["No diff: the run ended without handing back any work.",
+                "没有差异:运行结束时没有交回任何成果。"],
+  "diff.download": ["Download .patch", "下载 .patch"],
+  "diff.download_title": ["the whole diff as a file, for git apply", "整个差异存成文件,可用 git apply"],
   "diff.checkpoint": ["(its last checkpoint)", "(它最近的检查点)"],
   "diff.fetch": ["fetch the branch to see them all: git fetch <your repository> {branch}",
                  "取下分支看全部:git fetch <你的仓库> {branch}"],
@@ -126,6 +149,15 @@ function stepName(label) {
   return text + " (" + parts.join(", ") + ")";
 }
 
+// A duration for a person: tenths of a second under a minute, then minutes and seconds, then hours and minutes.
+// Cut, not rounded: a counter never shows a second that has not passed yet.
+function took(seconds) {
+  const s = Math.max(0, Number(seconds) || 0), t = Math.floor(s), two = (n) => String(n).padStart(2, "0");
+  if (s < 60) return T("time.s", { n: (Math.floor(s * 10) / 10).toFixed(1) });
+  if (t < 3600) return T("time.ms", { m: Math.floor(t / 60), s: two(t % 60) });
+  return T("time.hm", { h: Math.floor(t / 3600), m: two(Math.floor((t % 3600) / 60)) });
+}
+
 function verdictWord(word) {
   const text = String(word || "").trim();
   return LANG === "zh" || !VERDICTS.includes(text) ? text : GLOSSARY[text] + " (" + text + ")";
@@ -139,9 +171,11 @@ function guardSaid(p, tool) {
   return T(key, { role: stepName(p.role || "agent"), tool: tool || T("ev.a_call"), guard: guard || "?" });
 }
 
-// The page's fixed words: an element with data-t gets its text, data-t-placeholder its placeholder.
+// The page's fixed words: an element with data-t gets its text, data-t-placeholder its placeholder, data-t-title its
+// title.
 function translatePage() {
   document.documentElement.lang = LANG;
   document.querySelectorAll("[data-t]").forEach((e) => { e.textContent = T(e.dataset.t); });
   document.querySelectorAll("[data-t-placeholder]").forEach((e) => { e.placeholder = T(e.dataset.tPlaceholder); });
+  document.querySelectorAll("[data-t-title]").forEach((e) => { e.title = T(e.dataset.tTitle); });
 }

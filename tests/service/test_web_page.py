@@ -6,8 +6,11 @@ tests/artifacts/web/ (gitignored)."""
 
 from __future__ import annotations
 
+import calendar
+import math
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,14 +18,16 @@ from typing import Any
 import pytest
 
 from _hello import ASK_TEXT, QUESTION, hello_rules, interrupt_rules
-from _service_helpers import TOKENS, Deployment, Service, git, serve, wait_status
-from flower.testing import ScriptedModel
+from _service_helpers import TOKENS, Deployment, Service, git, serve, sse, wait_status
+from flower.testing import Rule, ScriptedModel, say
+from sandbox.testing import BRIEF, CLARIFIER
 
 pytestmark = pytest.mark.cli
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts" / "web"
 CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 WAIT_S = 120
+NOTHING_BACK = "No diff: the run ended without handing back any work."
 
 
 @pytest.fixture
@@ -66,6 +71,13 @@ def text_of(driver: Any, element_id: str) -> str:
     return str(driver.find_element("id", element_id).text)
 
 
+def log_of(driver: Any) -> str:
+    """The event log's lines, those of folded steps too (an element's ``text`` is only what is shown)."""
+    return str(driver.execute_script(
+        "return [...document.querySelectorAll('#events summary, #events div:not(.lines)')]"
+        ".map((e) => e.textContent).join('\\n')"))
+
+
 def sign_in(driver: Any, service: Service, token: str) -> None:
     box = driver.find_element("id", "token")
     box.clear()
@@ -105,15 +117,15 @@ def test_a_run_is_submitted_its_question_answered_in_the_page_and_its_diff_shown
         assert QUESTION in question.text
         options = [b.text for b in question.find_elements("css selector", "button.option")]
         assert options == ["Python", "Go"]
-        until(driver, lambda d: f"? {QUESTION}" in text_of(d, "events"), "the ask in the event log")
+        until(driver, lambda d: f"? {QUESTION}" in log_of(d), "the ask in the event log")
         assert "running" in text_of(driver, "run-status")
         driver.save_screenshot(str(ARTIFACTS / "02-question-open.png"))
         question.find_element("xpath", ".//button[text()='Python']").click()  # answered in the page
 
-        until(driver, lambda d: "verdict: achieved (达成)" in text_of(d, "events"), "the judge's verdict")
+        until(driver, lambda d: "verdict: achieved (达成)" in log_of(d), "the judge's verdict")
         until(driver, lambda d: text_of(d, "run-status") == "succeeded", "the run to succeed")
         until(driver, lambda d: d.find_elements("css selector", "#diff .add"), "the diff")
-        log = text_of(driver, "events")
+        log = log_of(driver)
         for expected in ("== 确认需求 (clarify) · step 1 of 3", "+ Python", "== 设定目标 (set the goal) · step 2 of 3",
                          "== 工作 (work) · step 3 of 3", "> dispatched to coder: 实现 hello.py", "* Write hello.py",
                          "<- report handed back: 写好了 hello.py",
@@ -197,7 +209,7 @@ def test_interrupt_message_and_cancel_from_the_page(deployment: Deployment, serv
         driver.find_element("id", "say").send_keys("别问了,用 Python")
         driver.find_element("id", "interrupt-btn").click()
         until(driver, lambda d: text_of(d, "run-status") == "succeeded", "the interrupted run to finish")
-        assert "interrupted" in text_of(driver, "events")
+        assert "interrupted" in log_of(driver)
         driver.save_screenshot(str(ARTIFACTS / "05-interrupted-run.png"))
         assert wait_status(acme, run_id, ("succeeded",), timeout=10)["status"] == "succeeded"
 
@@ -207,6 +219,8 @@ def test_interrupt_message_and_cancel_from_the_page(deployment: Deployment, serv
         driver.find_element("id", "cancel-btn").click()
         until(driver, lambda d: text_of(d, "run-status") == "cancelled", "the run to be cancelled")
         until(driver, lambda d: "ended" in text_of(d, "stream-state"), "the stream to end")
+        until(driver, lambda d: text_of(d, "run-why") == "Why it ended: cancelled on request", "why it ended")
+        until(driver, lambda d: text_of(d, "diff") == NOTHING_BACK, "the diff to say nothing was handed back")
         assert not driver.find_elements("css selector", "#questions .question")
         badge = f"#runs li[data-id='{other}'] .badge"
         until(driver, lambda d: d.find_element("css selector", badge).text == "cancelled", "the list to show it")
@@ -216,3 +230,112 @@ def test_interrupt_message_and_cancel_from_the_page(deployment: Deployment, serv
     mailbox = deployment.data / "runs" / run_id / "mailbox"  # the message went where the run's inbox reads
     assert any("先记一下:只用标准库" in f.read_text() for f in mailbox.rglob("*") if f.is_file()), \
         [str(f) for f in mailbox.rglob("*")]
+
+
+def took(seconds: float) -> str:
+    """The page's way of writing a duration (messages.js ``took``), in English."""
+    s = max(0.0, seconds)
+    t = math.floor(s)
+    if s < 60:
+        return f"{math.floor(s * 10) / 10:.1f}s"
+    return f"{t // 60}m {t % 60:02d}s" if t < 3600 else f"{t // 3600}h {t % 3600 // 60:02d}m"
+
+
+def epoch(iso: str) -> float:
+    """An API time as the page's Date.parse reads it: whole milliseconds."""
+    whole, _, ms = iso.rstrip("Z").partition(".")
+    return (calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S")) * 1000 + int(ms or 0)) / 1000
+
+
+def polls_of_the_list(driver: Any) -> int:
+    return int(driver.execute_script(
+        "return performance.getEntriesByType('resource').filter((e) => e.name.endsWith('/v1/runs?limit=100')).length"))
+
+
+def test_a_run_page_says_who_where_how_long_and_why_and_fits_a_phone(
+        deployment: Deployment, services: list[Service], browser: Any, tmp_path: Path):
+    """Issue 24's page: the tenant, the run's branch/base/commit, each step's time (folding), a .patch download,
+    360 px without a horizontal scroll, the elapsed time stopped at the end, and why a run failed."""
+    driver = browser
+    deployment.write_tenants(beta={"budget_usd.run": 0.01})
+    wide = "x = '" + "a long line " * 60 + "'\n"  # 700 characters: it scrolls inside the diff's box
+    over = "帮我做一个超预算的程序"
+    rules = hello_rules(more={"wide.py": wide}) + [  # beta's clarifier spends $0.075 of its $0.01 at once
+        Rule(say(BRIEF, usage={"input_tokens": 20_000, "output_tokens": 1_000}), system=CLARIFIER, prompt=over)]
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    with ScriptedModel(rules) as model:
+        service = serve(deployment, services, model)
+        acme = service.client("acme")
+        driver.get(service.url + "/")
+        driver.execute_cdp_cmd("Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)})
+        sign_in(driver, service, TOKENS["acme"])
+        until(driver, lambda d: text_of(d, "who") == "signed in as acme", "the tenant's name")
+        run_id = submit(driver, ASK_TEXT, '{"rounds": 1}')
+        question = until(driver, lambda d: d.find_elements("css selector", "#questions .question"), "the question")[0]
+        question.find_element("xpath", ".//button[text()='Python']").click()
+        until(driver, lambda d: text_of(d, "run-status") == "succeeded", "the run to succeed")
+        run = wait_status(acme, run_id, ("succeeded",), timeout=10)
+        where = f"branch {run['branch']} · base {run['base'][:12]} · commit {run['commit'][:12]}"
+        until(driver, lambda d: text_of(d, "run-where") == where, "the branch, base and commit")
+        assert not driver.find_element("id", "run-why").is_displayed(), "a run that succeeded has nothing to explain"
+
+        # each step's time: from its step event to the next one, the last one to the run's end
+        events = [e["data"] for e in sse(acme, run_id) if e.get("event") == "step"]
+        ats = [e["at"] for e in events] + [epoch(run["ended"])]
+        steps = [" · " + took(b - a) for a, b in zip(ats, ats[1:])]
+        assert len(steps) == 3, events
+        shown = "return [...document.querySelectorAll('#events summary .took')].map((e) => e.textContent)"
+        until(driver, lambda d: d.execute_script(shown) == steps, f"the steps' times {steps}")
+        elapsed = "elapsed " + took(epoch(run["ended"]) - epoch(run["started"]))
+        until(driver, lambda d: text_of(d, "run-elapsed") == elapsed, f"the run's time {elapsed}")
+        # stopped: an hour later by the page's clock, and two polls of the run list on, nothing moved
+        driver.execute_script("performance.clearResourceTimings(); const real = Date.now; "
+                              "Date.now = () => real.call(Date) + 3600e3")
+        until(driver, lambda d: polls_of_the_list(d) >= 2, "two more polls of the run list")
+        assert (text_of(driver, "run-elapsed"), driver.execute_script(shown)) == (elapsed, steps)
+        assert text_of(driver, "stream-state") == "(ended)"
+        assert "live" not in driver.find_element("id", "stream-state").get_attribute("class")
+
+        # the steps fold: the finished ones folded, the last one open; a click folds or opens one
+        folds = driver.find_elements("css selector", "#events details.step")
+        assert [f.get_attribute("open") is not None for f in folds] == [False, False, True]
+        verdict = folds[2].find_element("css selector", ".verdict")
+        assert verdict.is_displayed()
+        folds[2].find_element("tag name", "summary").click()
+        until(driver, lambda d: not verdict.is_displayed(), "the last step to fold on a click")
+        folds[0].find_element("tag name", "summary").click()
+        answer = folds[0].find_element("xpath", ".//div[text()='+ Python']")
+        until(driver, lambda d: answer.is_displayed(), "the first step to open on a click")
+        driver.save_screenshot(str(ARTIFACTS / "09-steps-timed-and-folded.png"))
+
+        # the .patch: the diff's bytes, saved under the run's name
+        driver.find_element("id", "patch-btn").click()
+        patch = downloads / f"{run_id}.patch"
+        until(driver, lambda d: patch.is_file(), "the .patch download")
+        assert patch.read_bytes() == acme.get(f"/v1/runs/{run_id}/diff").content
+        assert b"+++ b/hello.py" in patch.read_bytes() and b"+++ b/wide.py" in patch.read_bytes()
+
+        # a phone: nothing wider than 360 px; the wide line scrolls inside the diff's own box
+        driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                               {"width": 360, "height": 1400, "deviceScaleFactor": 1, "mobile": False})
+        width = "return [document.documentElement.scrollWidth, window.innerWidth]"
+        until(driver, lambda d: d.execute_script(width)[1] == 360, "the 360 px viewport")
+        assert driver.execute_script(width)[0] <= 360, driver.execute_script(width)
+        diff = driver.execute_script("const d = document.getElementById('diff'); return [d.scrollWidth, d.clientWidth]")
+        assert diff[0] > diff[1], f"the wide line scrolls inside the diff: {diff}"
+        driver.save_screenshot(str(ARTIFACTS / "10-phone-360px.png"))
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+        # beta's run over its budget: why it failed, on the page
+        driver.find_element("id", "signout").click()
+        sign_in(driver, service, TOKENS["beta"])
+        until(driver, lambda d: text_of(d, "who") == "signed in as beta", "the other tenant's name")
+        failed_id = submit(driver, over, '{"rounds": 1}')
+        failed = wait_status(service.client("beta"), failed_id, ("failed", "succeeded"), timeout=WAIT_S)
+        assert failed["status"] == "failed" and failed["error"].startswith("over budget"), failed
+        until(driver, lambda d: text_of(d, "run-why") == "Why it failed: " + failed["error"], "why it failed")
+        assert driver.find_element("id", "run-why").get_attribute("role") == "alert"
+        until(driver, lambda d: text_of(d, "diff") == NOTHING_BACK, "the diff to say nothing was handed back")
+        driver.save_screenshot(str(ARTIFACTS / "11-failed-run-reason.png"))
+    assert model.unmatched == [], [(r.system[:40], r.user[:80]) for r in model.unmatched]
