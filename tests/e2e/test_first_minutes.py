@@ -200,7 +200,8 @@ def test_the_readme_example_runs_a_whole_starter_flow(example):
     p, ws = example["p"], example["ws"]
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = p.stdout
-    order = ["== 确认需求 (1/3)", "? Which language?", "== 设定目标 (2/3)", "== 工作 (3/3)", "> dispatched to coder",
+    order = ["== 确认需求 (clarify) · step 1 of 3", "? Which language?", "== 设定目标 (set the goal) · step 2 of 3",
+             "== 工作 (work) · step 3 of 3", "> dispatched to coder",
              "| * Write hello.py", "<- the report came back: Wrote hello.py", "工作·判定#1", "达成", "+ done"]
     at = [out.find(s) for s in order]
     assert all(i >= 0 for i in at) and at == sorted(at), (order, at, out[-3000:])
@@ -334,7 +335,7 @@ def test_a_slow_model_call_shows_a_spinner_with_the_elapsed_time_at_a_terminal_o
     with ScriptedModel(rules) as model:
         term = Terminal(f"{BIN / 'flower'} 'make a hello.py' --timeout 0", cwd=ws, env=_env(home, **model.env))
         term.expect("== 设定目标")
-        term.expect("设定目标 · 3s")  # the spinner's line: the attempt and its seconds, redrawn as they pass
+        term.expect("设定目标 (set the goal) · 3s")  # the spinner's line: the attempt (glossed) and its seconds
         assert term.finish(timeout=300) == 0, _plain(term.text)[-3000:]
     assert any(frame in term.text for frame in "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
     piped = example["p"].stdout
