@@ -14,7 +14,6 @@ with its records is describe itself wrongly.
 
 from __future__ import annotations
 
-import errno
 import re
 from pathlib import Path
 from typing import Literal, get_args
@@ -134,15 +133,14 @@ _exit = msgspec.json.Decoder(ExitRecord)
 
 
 def read_exit_record(folder: Path) -> ExitRecord | None:
-    """The run's exit.json, read as hostile data; None when there is none. ``RecordError`` when it is not one."""
+    """The run's exit.json, read as hostile data; None when there is no plain file of it (missing, a symlink, a
+    FIFO, oversized: the run wrote none the service can take). ``RecordError`` when it is one but not a record."""
     from .runfiles import read_file
 
     try:
         data = read_file(folder, "outbox/exit.json")
-    except OSError as e:
-        if e.errno == errno.ENOENT:
-            return None
-        raise RecordError(f"the run's exit.json cannot be read: {e.strerror or e}") from None
+    except OSError:
+        return None
     try:
         return _exit.decode(data)
     except msgspec.DecodeError as e:

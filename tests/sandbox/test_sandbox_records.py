@@ -45,8 +45,7 @@ def test_exit_and_question_records(tmp_path: Path) -> None:
             read_exit_record(tmp_path)
     exit_file.unlink()
     exit_file.symlink_to("/etc/passwd")
-    with pytest.raises(RecordError, match="cannot be read"):
-        read_exit_record(tmp_path)
+    assert read_exit_record(tmp_path) is None, "a symlink is no exit.json the service takes"
     q = decode_question(json.dumps({"id": "q1", "question": "?", "options": [str(i) for i in range(80)],
                                     "timeout_s": 5, "owner": "x"}).encode())
     assert q is not None and len(q.options) == 50 and q.timeout_s == 5
