@@ -188,9 +188,12 @@ def test_a_run_flooding_its_gateway_socket_and_holding_bodies_costs_the_service_
             b = submit(service, "beta", "beta 的活")
             rb = wait_status(service.client("beta"), b, ENDED, timeout=180)
             health = service.client("beta").get("/healthz")
+            # held until the gateway has cut the silent ones (a head in 10 s), however fast beta's run was
+            wait_for(lambda: bound_lines(service, "head_timeout", run=a), 60, what="the held heads to time out")
         rss_before = vm_hwm_mb(pid)
         (work / "flood.release").write_text("")
-        wait_for(lambda: (work / "bodies.sent").exists(), 120, what="the run's bodies to be sent")
+        # each of the 13 requests may wait out its own 20 s socket timeout on a loaded machine
+        wait_for(lambda: (work / "bodies.sent").exists(), 300, what="the run's bodies to be sent")
         ra = wait_status(service.client("acme"), a, ENDED, timeout=180)
         rss_peak = vm_hwm_mb(pid)
         out = max((r["text"] for req in model.conversation for r in req.results if "BODIES" in r["text"]),
