@@ -95,6 +95,7 @@ class Service:
             if self.proc.poll() is not None:
                 raise AssertionError(f"the service exited: {self.log_path.read_text()[-3000:]}")
             time.sleep(0.05)
+        self.stop(signal.SIGKILL)  # not left behind: whoever called start() never got a service to stop
         raise AssertionError(f"the service did not start: {self.log_path.read_text()[-3000:]}")
 
     def lines(self, *, since_start: bool = False) -> list[dict[str, Any]]:
