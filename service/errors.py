@@ -5,7 +5,8 @@
     ├── TenantError          the tenants file cannot be used (ValueError)
     ├── TenantNotReady       a tenant's repository or credentials cannot serve a run now (ValueError)
     ├── RegistryDamaged      a registry file that is not ours, or not whole (RuntimeError)
-    └── UpstreamError        the tenant's model provider could not be reached or answered badly
+    ├── UpstreamError        the tenant's model provider could not be reached or answered badly
+    └── PushFailed           a run's branch did not reach the tenant's git remote (no credential in the sentence)
 
 ``ServiceConfigError`` is the config's error by a name of its own: ``flower.ConfigError`` is the library's.
 """
@@ -13,7 +14,7 @@
 from __future__ import annotations
 
 __all__ = ["ServiceError", "ServiceConfigError", "TenantError", "TenantNotReady", "RegistryDamaged",
-           "UpstreamError"]
+           "UpstreamError", "PushFailed"]
 
 
 class ServiceError(Exception):
@@ -38,3 +39,7 @@ class RegistryDamaged(ServiceError, RuntimeError):
 
 class UpstreamError(ServiceError):
     """The tenant's model provider could not be reached, or broke off its answer."""
+
+
+class PushFailed(ServiceError):
+    """Why a push did not happen, in one sentence without the credential."""

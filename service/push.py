@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from sandbox.envfile import read_env_file
 from sandbox.worktree import GIT_ENV, SAFE_CONFIG
 
+from .errors import PushFailed
 from .registry import Push, Run
-from .tenants import PushTarget, Tenant
+from .tenants import PushTarget, Tenant, operator_file
 
 __all__ = ["PushFailed", "push_branch", "push_run", "push_due"]
 
@@ -29,10 +29,6 @@ PUSH_TIMEOUT_S = 300
 # the helper answers git's "get" with what FLOWER_PUSH_USERNAME / FLOWER_PUSH_TOKEN hold in git's environment
 _HELPER = ('!f() { test "$1" = get || exit 0; printf "username=%s\\npassword=%s\\n" "$FLOWER_PUSH_USERNAME" '
            '"$FLOWER_PUSH_TOKEN"; }; f')
-
-
-class PushFailed(Exception):
-    """Why a push did not happen, in one sentence without the credential."""
 
 
 def push_due(run: Run, tenant: Tenant | None) -> bool:
@@ -43,14 +39,7 @@ def push_due(run: Run, tenant: Tenant | None) -> bool:
 
 def _credentials(tenant: str, target: PushTarget) -> tuple[str, str]:
     path = Path(target.credentials_file)
-    if not path.is_file():
-        raise PushFailed(f"the push credentials file of tenant {tenant} ({path}) is missing; ask the operator to "
-                         "create it")
-    try:
-        values = read_env_file(path)
-    except (OSError, ValueError) as e:
-        raise PushFailed(f"the push credentials file of tenant {tenant} ({path}) cannot be read "
-                         f"({type(e).__name__}); ask the operator to fix it") from None
+    values = operator_file(path, f"the push credentials file of tenant {tenant}", PushFailed)
     username, token = values.get("username", ""), values.get("token", "")
     if not username or not token or any(c in username + token for c in "\r\n\0"):
         raise PushFailed(f"the push credentials file of tenant {tenant} ({path}) needs a `username=` and a "

@@ -135,23 +135,27 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
 
     def check_ready(self) -> dict[str, str]:
         """The repository is a git repository with a commit and the credentials file reads: return its values."""
-        from sandbox.envfile import read_env_file
-
         cred = Path(self.credentials)
-        if not cred.is_file():
-            raise TenantNotReady(f"the credentials file of tenant {self.name} is missing ({cred}); "
-                                 "ask the operator to create it")
-        try:
-            values = read_env_file(cred)
-        except (OSError, ValueError) as e:
-            raise TenantNotReady(f"the credentials file of tenant {self.name} ({cred}) cannot be read "
-                                 f"({type(e).__name__}); ask the operator to fix it") from None
+        values = operator_file(cred, f"the credentials file of tenant {self.name}", TenantNotReady)
         keys = TOKEN_KEYS[:3]  # what the model gateway can swap in (Bedrock and Vertex are not forwarded)
         if not any(values.get(k) for k in keys):
             raise TenantNotReady(f"the credentials file of tenant {self.name} ({cred}) has none of "
                                  f"{', '.join(keys)}; ask the operator to add one")
         check_git_repo(self.repo, self.name)
         return values
+
+
+def operator_file(path: Path, what: str, error: type[Exception]) -> dict[str, str]:
+    """An env file the operator keeps for a tenant (credentials, a push token): its values, or ``error`` with one
+    sentence when it is missing or unreadable (never its contents)."""
+    from sandbox.envfile import read_env_file
+
+    if not path.is_file():
+        raise error(f"{what} is missing ({path}); ask the operator to create it")
+    try:
+        return read_env_file(path)
+    except (OSError, ValueError) as e:
+        raise error(f"{what} ({path}) cannot be read ({type(e).__name__}); ask the operator to fix it") from None
 
 
 def check_git_repo(repo: str, tenant: str) -> None:

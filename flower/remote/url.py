@@ -6,6 +6,8 @@ from __future__ import annotations
 import ipaddress
 from urllib.parse import urlsplit, urlunsplit
 
+from ..core.errors import FlowerError
+
 
 def shown_url(url: str) -> str:
     """The URL as it may be printed: any ``user:password@`` taken out."""
@@ -17,7 +19,7 @@ def shown_url(url: str) -> str:
         return url.rpartition("@")[2] if "@" in url else url
 
 
-class BadSetting(ValueError):
+class BadSetting(FlowerError, ValueError):
     """A setting the client cannot use. ``message`` says it in English; ``key`` and ``fields`` let a front end
     (the ``flower`` command's catalogue) say it in the person's language."""
 

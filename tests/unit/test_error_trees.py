@@ -40,5 +40,8 @@ def test_the_builtin_mixins_stay_and_the_names_are_where_they_were() -> None:
 
 
 def test_the_librarys_errors_are_all_under_flower_error() -> None:
+    from flower.remote.url import BadSetting
+
     assert issubclass(ChannelClosed, FlowerError) and issubclass(RemoteError, FlowerError)
+    assert issubclass(BadSetting, FlowerError) and issubclass(BadSetting, ValueError)
     assert RemoteError(404, "gone").status == 404
