@@ -106,6 +106,8 @@ def _claimed_cost(value: Any, default: float) -> float:
     return cost if math.isfinite(cost) and 0 <= cost < 1e9 else default
 
 
+POISON_AFTER = 3  # passes in a row in which handling a run's output failed: then the run ends alone (a passing
+# fault — a file caught half-written, a lock held a moment — gets the passes before; a poison keeps failing)
 DISK_EVERY_S = 10.0  # how often a running run's folder is measured
 SWEEP_EVERY_S = 300.0  # how often ended runs older than retain_days are looked for
 WARM_CHECK_S = 30.0  # how often the warm pool's waiting sandboxes are checked (and a failed start retried)
@@ -263,10 +265,10 @@ class Scheduler:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001
-                if not _ours(e):
+                self.backoff.failed(run.id)
+                if not _ours(e) and self.backoff.failures(run.id) >= POISON_AFTER:
                     await self._poisoned(run, e)
                     continue
-                self.backoff.failed(run.id)
                 self._failed("scheduler.follow_failed", run.id, e, tenant=run.tenant, run=run.id)
                 if not self.health.backend_up:
                     return
@@ -346,10 +348,10 @@ class Scheduler:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - one run's files never keep the service from starting
-                if not _ours(e):
-                    await self._poisoned(run, e)
-                    continue
-                raise
+                if _ours(e):
+                    raise
+                self.backoff.failed(run.id)  # the passes try it again, and end it alone if it keeps failing
+                self._failed("scheduler.recover_failed", run.id, e, tenant=run.tenant, run=run.id)
         for run_id in set(live) - set(self.handles):
             row = self.registry.get(run_id)
             log.warning("run.orphan_sandbox", run=run_id, status=row.status if row else None,

@@ -71,12 +71,13 @@ class MemoryBackend:
         self.handler = handler or (lambda run: run.exit("succeeded"))
         self.runs = runs or Runs()
         self.calls: list[str] = []  # every method called, in order: what a test checks the scheduler asked for
-        self._fail: list[BaseException] = []
+        self._fail: list[tuple[Handle | None, BaseException]] = []
 
     # -- test controls -------------------------------------------------------------------------
-    def fail_next(self, error: BaseException, times: int = 1) -> None:
-        """The next ``times`` calls raise ``error`` (an engine that is down, an API outage)."""
-        self._fail += [error] * times
+    def fail_next(self, error: BaseException, times: int = 1, *, handle: Handle | None = None) -> None:
+        """The next ``times`` calls raise ``error`` (an engine that is down, an API outage) — only the calls about
+        ``handle`` when it is given (one run's sandbox gone strange)."""
+        self._fail += [(handle, error)] * times
 
     def advance(self, handle: Handle) -> bool:
         """Run the handler of ``handle`` to its next ``yield``; False once it has no more steps."""
@@ -93,10 +94,12 @@ class MemoryBackend:
     def run_of(self, run_id: str) -> MemoryRun:
         return next(r for r in self.runs.by_handle.values() if r.spec is not None and r.spec.run_id == run_id)
 
-    def _call(self, name: str) -> None:
+    def _call(self, name: str, handle: Handle | None = None) -> None:
         self.calls.append(name)
-        if self._fail:
-            raise self._fail.pop(0)
+        for i, (about, error) in enumerate(self._fail):
+            if about is None or about == handle:
+                del self._fail[i]
+                raise error
 
     def _play(self, run: MemoryRun) -> None:
         from ..entrypoint import EventLog
@@ -120,19 +123,19 @@ class MemoryBackend:
         return handle
 
     def state(self, handle: Handle) -> State:
-        self._call("state")
+        self._call("state", handle)
         run = self.runs.by_handle.get(handle)
         return "missing" if run is None else "running" if run.running else "exited"
 
     def exit_code(self, handle: Handle) -> int | None:
-        self._call("exit_code")
+        self._call("exit_code", handle)
         run = self.runs.by_handle.get(handle)
         return None if run is None else run.exit_code
 
     def stop(self, handle: Handle, timeout: float = 10) -> None:
         from .base import stopped_exit
 
-        self._call("stop")
+        self._call("stop", handle)
         run = self.runs.by_handle.get(handle)
         if run is None or not run.running:
             return
@@ -148,7 +151,7 @@ class MemoryBackend:
         return {r.spec.run_id: h for h, r in self.runs.by_handle.items() if r.running and r.spec is not None}
 
     def remove(self, handle: Handle) -> None:
-        self._call("remove")
+        self._call("remove", handle)
         run = self.runs.by_handle.pop(handle, None)
         if run is not None and run.running:
             run.exit_code = 137
@@ -165,7 +168,7 @@ class MemoryBackend:
         return handle
 
     def claim(self, handle: Handle, layout: RunLayout, spec: RunSpec) -> Handle:
-        self._call("claim")
+        self._call("claim", handle)
         run = self.runs.by_handle.get(handle)
         if run is None or not run.running:
             from .base import BackendError

@@ -22,7 +22,7 @@ from sandbox.checkpoint import checkpoint
 from sandbox.errors import BackendUnavailable
 from service.config import ServiceConfig
 from service.registry import Registry, Run
-from service.scheduler import Scheduler
+from service.scheduler import POISON_AFTER, Scheduler
 from service.tenants import Tenants
 from service.wire import Usage
 
@@ -219,7 +219,16 @@ async def test_an_error_handling_one_runs_output_fails_that_run_alone(make_world
     poisoned, other = w.submit(), w.submit("另一个")
     await w.until(other, "running")
     await w.until(poisoned, "running")
-    w.backend.fail_next(RuntimeError("an output nobody expected"))  # the next backend call, for the first run
+    handle = w.scheduler.handles[poisoned]
+    w.backend.fail_next(RuntimeError("a passing fault"), handle=handle)  # once: the next pass tries again
+    await w.scheduler.tick()
+    w.scheduler.backoff.reset()
+    await w.scheduler.tick()
+    assert w.row(poisoned).status == "running", "one failed pass is no poison"
+    w.backend.fail_next(RuntimeError("an output nobody expected"), times=POISON_AFTER, handle=handle)  # every pass
+    for _ in range(POISON_AFTER):
+        await w.scheduler.tick()
+        w.scheduler.backoff.reset()  # the backoff's wait between the passes, skipped
     row = await w.until(poisoned, "failed")
     assert "could not handle this run's output" in (row.error or "") and "RuntimeError" in (row.error or "")
     assert w.scheduler.gateway.grant(poisoned) is None and poisoned not in w.scheduler.handles
