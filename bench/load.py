@@ -163,7 +163,12 @@ def main(k: int, backend: str, timeout: float, warm: int) -> None:
                 deadline = time.monotonic() + 300
                 while len(slots := waiting(runs_root, backend)) < 2 * warm and time.monotonic() < deadline:
                     time.sleep(0.5)
-                time.sleep(5)  # their CLIs started and idle
+                while time.monotonic() < deadline:  # until every waiting sandbox's CLI has started
+                    slot_mem = memory([f.name for f in slots])
+                    if all("CLI (claude)" in m for m in slot_mem.values()):
+                        break
+                    time.sleep(1)
+                time.sleep(5)  # and is idle
                 slot_mem = memory([f.name for f in slots])
                 refills = Refills(runs_root, backend, slots)
             t0 = time.perf_counter()
