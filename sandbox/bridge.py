@@ -23,7 +23,6 @@ class Bridge:
 
     def __init__(self, socket_path: Path) -> None:
         # a folder fd keeps the path short: a unix socket path has at most 108 bytes
-        self.path = socket_path
         self._dir_fd = os.open(socket_path.parent, os.O_RDONLY | os.O_DIRECTORY)
         self._target = f"/proc/self/fd/{self._dir_fd}/{socket_path.name}"
         self._server = socket.create_server(("127.0.0.1", 0))

@@ -137,8 +137,6 @@ class Grant:
     server_tools: frozenset[str] = frozenset()
     """The server-side tools this run may use: its tenant's ``server_tools`` when its egress is open, else none."""
     tools: OrderedDict[str, str] = field(default_factory=OrderedDict)
-    on_first: Callable[[], None] | None = None
-    """Called once, when the run's first model request arrives (the service's start histogram)."""
 
     def __repr__(self) -> str:  # never the auth headers
         return f"Grant({self.run_id!r}, tenant={self.tenant!r})"
@@ -552,9 +550,6 @@ class Gateway:
     async def _forward(self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant, req: h11.Request,
                        target: str, body: bytes) -> None:
         messages = target.split("?", 1)[0] == "/v1/messages"
-        if grant.on_first is not None:
-            first, grant.on_first = grant.on_first, None
-            first()
         try:
             ask = msgspec.json.decode(body, type=Ask)
         except (msgspec.DecodeError, RecursionError) as e:

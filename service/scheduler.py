@@ -61,7 +61,7 @@ from .metrics import FailureReason, Metrics
 from .registry import ACTIVE, Registry, Run
 from .results import Results
 from .retention import folder_bytes, remove_run_files
-from .runenv import left_out, run_environment, settings_of
+from .runenv import left_out, run_environment
 from .tenants import Tenant, TenantNotReady, Tenants
 from .webhooks import Webhooks
 from .wire import Usage
@@ -441,7 +441,7 @@ class Scheduler:
 
         values = tenant.check_ready()  # the repo or the credentials may have changed since the submit
         objects = str(objects_dir(run.repo))
-        slot = self._claim(Shape(Path(run.repo).name, objects, tenant.egress, settings_of(values)))
+        slot = self._claim(Shape(Path(run.repo).name, objects, tenant.egress))
         if slot is not None:
             run = msgspec.structs.replace(run, folder=slot.folder)
             self.registry.update(run.id, folder=slot.folder)
@@ -453,7 +453,7 @@ class Scheduler:
             base = make_workspace(run.repo, layout.workspace, layout.branch)
             workspace = True
             self.registry.update(run.id, branch=layout.branch, base=base)  # known even if we stop right here
-            write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=slot is not None))
+            write_env_file(layout.env_file, self._grant(run, tenant, values, layout))
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
                            base=base, objects=objects, egress=tenant.egress)
             if slot is not None:
@@ -499,8 +499,7 @@ class Scheduler:
         for tenant in self.tenants.all():
             key = f"warm:{tenant.name}"
             try:
-                shapes.add(Shape(Path(tenant.repo).name, str(objects_dir(tenant.repo)), tenant.egress,
-                                 settings_of(tenant.check_ready())))
+                shapes.add(Shape(Path(tenant.repo).name, str(objects_dir(tenant.repo)), tenant.egress))
             except Exception as e:  # noqa: BLE001 - a tenant whose repo is not ready gets no warm sandbox
                 self.errors.error("warm.tenant_skipped", key, e, tenant=tenant.name)
             else:
@@ -533,14 +532,11 @@ class Scheduler:
         self.errors.error("warm.start_failed", "warm", error, repo=shape.repo_name if shape else None)
 
     # -- the gateway ---------------------------------------------------------------------------
-    def _grant(self, run: Run, tenant: Tenant, values: dict[str, str], layout: RunLayout, *,
-               warm: bool = False) -> dict[str, str]:
+    def _grant(self, run: Run, tenant: Tenant, values: dict[str, str], layout: RunLayout) -> dict[str, str]:
         """Blocking (a worker thread): the run's token, its socket open on the gateway; the env file's values."""
         token, digest = new_token()
         upstream, auth = upstream_of(values)
-        created = run.created
-        grant = Grant(run.id, run.tenant, digest, upstream, auth, server_tools=_server_tools(tenant),
-                      on_first=lambda: self.metrics.first_request(warm, time.time() - created))
+        grant = Grant(run.id, run.tenant, digest, upstream, auth, server_tools=_server_tools(tenant))
         self.registry.update(run.id, token_sha256=digest)
         kubernetes = self.config.backend == "kubernetes"
         self._on_loop(self.gateway.open(grant, None if kubernetes else layout.gateway))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import time
 import uuid
@@ -48,7 +47,6 @@ from .outcome import (
 )
 from .guard import merge_hooks, whitelist_guard, workbench_hooks
 from .resilience import Resilience
-from .spare import Spare
 from .workbench import Workbench
 
 
@@ -161,14 +159,10 @@ class Runtime:
         spill_threshold: int | None = 4000,
         resilience: Resilience | bool = True,
         handoff: HandoffPolicy | bool = True,
-        key_helper: str | None = None,
     ) -> None:
-        # Credentials first: a Runtime that cannot run leaves no empty folders behind. With ``key_helper`` (a shell
-        # command, Claude Code's apiKeyHelper) the CLI asks that command for its key: the key is its to find.
+        # Credentials first: a Runtime that cannot run leaves no empty folders behind.
         load_dotenv()
-        if key_helper is None:
-            check_credentials()
-        self.key_helper = key_helper
+        check_credentials()
         self.workspace = Path(workspace).resolve()
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.run_dir = Path(run_dir).resolve()
@@ -198,7 +192,6 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._current: StepResult | None = None
         self._ctx, self._warned = 0, False
-        self._spare: Spare | None = None
 
     # -- what a Workflow lends for a while: its channel, its workbench, a session listener ----------
     @property
@@ -405,50 +398,20 @@ class Runtime:
                                 resume_at=resume_at, portable=self.portable, add_dirs=add_dirs,
                                 prelude=wb.prompt_block() if wb else "")
         options.hooks = hooks or None
-        if self.key_helper:
-            options.settings = json.dumps({"apiKeyHelper": self.key_helper})
         return options
-
-    def attempt_options(self, spec: AgentSpec, *, resume: str | None = None, fork: bool = False,
-                        resume_at: str | None = None) -> ClaudeAgentOptions:
-        """What one attempt of ``spec`` spawns its CLI with: ``options`` and the runtime's compaction rule."""
-        if self.handoff.enabled and spec.compact is None:
-            # With both on, nobody could tell which one shrank the context.
-            spec = replace(spec, compact=CompactPolicy("no_summary"))
-        return self.options(spec, resume=resume, fork=fork, resume_at=resume_at)
-
-    async def prespawn(self, spec: AgentSpec) -> None:
-        """Spawn the CLI of ``spec``'s first attempt now, before its prompt is known (a warm sandbox does, before
-        its run exists): the next attempt whose CLI would be spawned the same takes it (``flower.core.spare``);
-        one that differs closes it, says why in a ``system`` event, and spawns its own."""
-        spare = Spare(self.attempt_options(spec))
-        await spare.start()
-        self._spare = spare
-
-    async def _client(self, options: ClaudeAgentOptions, name: str,
-                      on_event: OnEvent | None) -> tuple[ClaudeSDKClient, bool]:
-        """The attempt's client and whether it is connected already (the spare, when it fits)."""
-        spare, self._spare = self._spare, None
-        if spare is None:
-            return ClaudeSDKClient(options), False
-        why = spare.misfit(options)
-        _emit(on_event, "system", "预先启动的 CLI " + ("已接手" if why is None else f"不适用,重新启动: {why}"), name,
-              subtype="prespawn", taken=why is None, why=why)
-        if why is None:
-            return spare.take(options), True
-        _log.info("runtime.respawn", step=name, why=why)
-        await spare.close()
-        return ClaudeSDKClient(options), False
 
     async def _attempt(self, spec: AgentSpec, prompt: str, name: str, *, resume: str | None, fork: bool,
                        resume_at: str | None, on_event: OnEvent | None, handing_off: bool = False) -> StepResult:
         r = StepResult(step=name, session_id=None if fork else resume)
-        options = self.attempt_options(spec, resume=resume, fork=fork, resume_at=resume_at)
+        if self.handoff.enabled and spec.compact is None:
+            # With both on, nobody could tell which one shrank the context.
+            spec = replace(spec, compact=CompactPolicy("no_summary"))
+        options = self.options(spec, resume=resume, fork=fork, resume_at=resume_at)
         stderr: list[str] = []
         options.stderr = lambda line: stderr.append(line) if len(stderr) < 200 else None
         stop: dict[str, str] = {}  # why we stopped the CLI ourselves, if we did
         self._interrupt.clear()
-        client, connected = await self._client(options, name, on_event)
+        client = ClaudeSDKClient(options)
 
         async def on_person() -> None:
             # Acts at once, not at the next message: a turn blocked on a question sends none.
@@ -459,8 +422,7 @@ class Runtime:
                 await client.interrupt()
 
         try:
-            if not connected:
-                await client.connect()
+            await client.connect()
             watcher = asyncio.create_task(on_person())
             try:
                 await client.query(prompt)

@@ -31,7 +31,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -283,10 +282,9 @@ class LocalBackend:
             raise BackendError(f"run {layout.run_id} is already running ({running})")
         return self._spawn(layout, objects, spec.egress, run_env(layout, spec, str(layout.env_file)))
 
-    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress,
-             settings: Mapping[str, str] | None = None) -> Handle:
+    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> Handle:
         """A sandbox on the slot folder ``layout`` with the runner imported and waiting (``sandbox.pool``)."""
-        return self._spawn(layout, objects, egress, warm_env(layout, settings))
+        return self._spawn(layout, objects, egress, warm_env(layout))
 
     def claim(self, handle: Handle, layout: RunLayout, spec: RunSpec) -> Handle:
         claim_slot(layout, spec, None)  # bubblewrap maps the service's uid to the run's: nothing to hand over
