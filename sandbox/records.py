@@ -22,7 +22,8 @@ import msgspec
 
 from .errors import RecordError
 
-__all__ = ["Event", "AuditClaim", "AuditKind", "ExitRecord", "ExitStatus", "Question", "RecordError",
+__all__ = ["Event", "AuditClaim", "AuditKind", "ExitRecord", "ExitStatus", "Question", "RecordError", "QUESTION_ID",
+           "QUESTION_MAX",
            "decode_event", "decode_audit", "read_exit_record", "decode_question", "unparsed"]
 
 ExitStatus = Literal["succeeded", "failed", "aborted", "killed"]
@@ -30,6 +31,7 @@ AuditKind = Literal["deny", "spill", "spill_failed", "isolate"]
 AUDIT_KINDS: frozenset[str] = frozenset(get_args(AuditKind))
 
 KIND = re.compile(r"[a-z][a-z0-9_.-]{0,63}")
+QUESTION_ID = re.compile(r"[\w.-]{1,200}")  # a question's id: its file's name in outbox/questions
 TEXT_MAX = 256 * 1024  # an event's text: a model's message may be long, a line is at most 1 MiB anyway
 NAME_MAX = 200  # a tool, a step, an id
 FIELD_MAX = 500  # one audit field

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import re
+from collections import Counter
 from collections.abc import Callable
 from typing import ParamSpec
 
-from sandbox.records import Event
+from sandbox.records import QUESTION_ID, QUESTION_MAX, Event
 
 from .logging import get_logger
 from .push import push_due, push_run
@@ -27,8 +27,9 @@ __all__ = ["Results"]
 
 log = get_logger("flower.service.results")
 
-_QUESTION_ID = re.compile(r"[\w.-]{1,200}")
 PUSHES_AT_ONCE = 2
+ASKED_PER_RUN = 50  # question.asked webhooks of one run at most: its ask events are its own claims, and a run
+# that writes a million of them must not make the service send a million requests or keep a million rows
 P = ParamSpec("P")
 
 
@@ -51,6 +52,7 @@ class Results:
         self._pushing: dict[str, asyncio.Task[Push]] = {}
         self._slots = asyncio.Semaphore(PUSHES_AT_ONCE)
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._asked: Counter[str] = Counter()  # run → question.asked webhooks queued this service's lifetime
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -76,17 +78,18 @@ class Results:
             self.webhooks.emit("run.started", run)
 
     @_never_raises
-    def asked(self, run: Run, seq: int, ev: Event) -> None:
+    def asked(self, run: Run, ev: Event) -> None:
         """An ``ask`` event: a new question (not its answer, not a message the person sent) is announced."""
         p = ev.payload
         qid = p.get("id")
         if p.get("state") != "asked" or p.get("kind") == "mail" or not isinstance(qid, str) \
-                or not _QUESTION_ID.fullmatch(qid):
+                or not QUESTION_ID.fullmatch(qid) or self._asked[run.id] >= ASKED_PER_RUN:
             return
+        self._asked[run.id] += 1
         raw = p.get("options")
         options = [o[:1000] for o in raw[:20] if isinstance(o, str)] if isinstance(raw, list) else []
-        self.webhooks.emit("question.asked", run, key=str(seq), question=QuestionBody(id=qid, text=ev.text,
-                                                                                      options=options))
+        self.webhooks.emit("question.asked", run, key=qid, question=QuestionBody(
+            id=qid, text=ev.text[:QUESTION_MAX], options=options))  # keyed by the question: a repeat is sent once
 
     @_never_raises
     def ended(self, run_id: str) -> None:
@@ -94,6 +97,7 @@ class Results:
         run = self.registry.get(run_id)
         if run is None or not run.terminal:
             return
+        self._asked.pop(run_id, None)
         tenant = self.tenants.get(run.tenant)
         if run.push is None and push_due(run, tenant):
             assert tenant is not None and tenant.push is not None and run.commit_sha

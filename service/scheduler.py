@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import math
 import os
-import re
 import shutil
 import time
 from collections import Counter, defaultdict
@@ -48,7 +47,7 @@ import msgspec
 from sandbox.backends.base import Backend, Handle, WarmBackend, read_exit
 from sandbox.layout import RunLayout
 from sandbox.pool import Shape, Slot, WarmPool
-from sandbox.records import Event, Question, RecordError, decode_audit, decode_question, read_exit_record
+from sandbox.records import QUESTION_ID, Event, Question, RecordError, decode_audit, decode_question, read_exit_record
 from sandbox.spec import RunSpec, write_spec
 
 from .backoff import Backoff, RepeatLog
@@ -73,7 +72,6 @@ __all__ = ["Scheduler", "END", "diffstat"]
 
 _SUB_QUEUE = 10_000
 QUESTION_BYTES = 64 * 1024
-QUESTION_ID = re.compile(r"[\w.-]{1,200}")
 
 log = get_logger("flower.service.scheduler")
 audit_log = get_logger("flower.audit")
@@ -708,7 +706,7 @@ class Scheduler:
             elif ev.kind == "result":
                 cost += _claimed_cost(ev.payload.get("cost_usd"), 0.0)
             elif ev.kind == "ask":
-                self.results.asked(run, n, ev)
+                self.results.asked(run, ev)
             self._publish(run.id, n, ev)
         self.registry.update(run.id, event_offset=offset, event_seq=seq, claimed_cost_usd=cost, step=step)
         run.event_offset, run.event_seq, run.claimed_cost_usd, run.step = offset, seq, cost, step

@@ -274,3 +274,26 @@ async def test_a_kubernetes_start_during_an_api_outage_is_requeued_not_failed(ma
     row = w.row(run_id)
     assert (row.status, row.error, row.branch) == ("queued", None, None), "requeued, not failed, and nothing left"
     assert not w.scheduler.health.backend_up and "did not answer" in (w.scheduler.health.backend_error or "")
+
+
+async def test_a_run_forging_ask_events_gets_a_bounded_number_of_question_webhooks(
+        make_world: Callable[..., World], tmp_path: Path) -> None:
+    from service.results import ASKED_PER_RUN
+
+    secret = tmp_path / "hook.secret"
+    secret.write_text("s3cret-hook-key\n")
+
+    def forges(run: MemoryRun) -> Generator[None, None, None]:
+        for i in range(4 * ASKED_PER_RUN):  # its own claims: any number of "questions", each a new id
+            run.event("ask", f"question {i}?", payload={"state": "asked", "id": f"q-{i}", "options": ["a"]})
+        run.event("ask", "again?", payload={"state": "asked", "id": "q-0"})
+        yield
+
+    w = await make_world(forges, tenant={"webhook_url": "http://127.0.0.1:9/hook",
+                                         "webhook_secret_file": str(secret)})
+    run_id = w.submit()
+    await w.until(run_id, "running")
+    await w.scheduler.tick()
+    asked = [d for d in w.registry.deliveries(limit=10_000) if d.event == "question.asked"]
+    assert len(asked) == ASKED_PER_RUN, len(asked)
+    assert len({d.id for d in asked}) == ASKED_PER_RUN
