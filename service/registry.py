@@ -24,6 +24,7 @@ import re
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Iterable, Literal
 
@@ -387,14 +388,20 @@ class Registry:
             st = list(statuses)
             where.append(f"status IN ({','.join('?' * len(st))})")
             args.extend(st)
-        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
-        sql += f" ORDER BY created {'ASC' if oldest_first else 'DESC'}, rowid {'ASC' if oldest_first else 'DESC'}"
+        return [_row(r) for r in self._select("runs", where, args, ("created", "rowid"), oldest_first, limit)]
+
+    def _select(self, table: str, where: Sequence[str], args: Sequence[Any], order: tuple[str, ...],
+                oldest_first: bool, limit: int | None) -> Sequence[sqlite3.Row]:
+        """``SELECT *`` of ``table`` under the ``where`` clauses (ANDed), ordered, at most ``limit`` rows."""
+        way = "ASC" if oldest_first else "DESC"
+        sql = f"SELECT * FROM {table}" + (" WHERE " + " AND ".join(where) if where else "")
+        sql += " ORDER BY " + ", ".join(f"{column} {way}" for column in order)
         if limit is not None:
             sql += " LIMIT ?"
-            args.append(int(limit))
+            args = [*args, int(limit)]
         with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
-        return [_row(r) for r in rows]
+            rows: Sequence[sqlite3.Row] = self._db.execute(sql, args).fetchall()
+        return rows
 
     def count(self, *, statuses: Iterable[str], tenant: str | None = None) -> int:
         st = list(statuses)
@@ -505,13 +512,7 @@ class Registry:
         if state is not None:
             where.append("state = ?")
             args.append(state)
-        sql = "SELECT * FROM deliveries" + (" WHERE " + " AND ".join(where) if where else "")
-        sql += f" ORDER BY rowid {'ASC' if oldest_first else 'DESC'}"
-        if limit is not None:
-            sql += " LIMIT ?"
-            args.append(int(limit))
-        with self._lock:
-            rows = self._db.execute(sql, args).fetchall()
+        rows = self._select("deliveries", where, args, ("rowid",), oldest_first, limit)
         return [msgspec.convert(dict(r), Delivery) for r in rows]
 
     def delivery_tried(self, d: Delivery) -> None:
