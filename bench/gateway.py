@@ -8,15 +8,20 @@ Paths measured, each turn a streamed ``POST /v1/messages`` (SSE) whose answer gr
 Figures: median and p95 of the whole request, time to the first streamed byte, and the added latency
 (path − direct). Targets (issue 10): added median < 2 ms, first byte within 1 ms of direct.
 Memory: the gateway in a process of its own, RSS with 100 streams held open minus idle, per stream.
+Under load (``--rps R``): requests sent open-loop at R a second for ``--seconds`` (each one's latency counted
+from when it was due, so a backlog shows), direct and through the gateway — in a process of its own, as in a
+service — alternating; the added latency is the gateway's p50/p99 minus the direct path's at the same rate.
+Target (issue 25): added p50 <= 1 ms and p99 <= 5 ms at 500 requests/s.
 Prints, never asserts.
 
-    .venv/bin/python -m bench.gateway [--turns 20] [--rounds 5] [--streams 100]
+    .venv/bin/python -m bench.gateway [--turns 20] [--rounds 5] [--streams 100] [--rps 500 --seconds 10]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -24,13 +29,14 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import httpx
 
 from flower.testing import Rule, ScriptedModel, say
 from sandbox.bridge import open_bridge
-from service.gateway import Gateway, Grant, new_token, upstream_of
+from service.gateway import MAX_IN_FLIGHT, Gateway, Grant, new_token, upstream_of
 
 
 def _rules(turns: int) -> list[Rule]:
@@ -151,6 +157,132 @@ async def memory(streams: int) -> None:
           f"{busy / 1024:.1f} MB → {(busy - idle) / streams:.1f} kB per stream ({ok}/{streams} answered 200)")
 
 
+SSE = b"".join(b"event: %s\ndata: %s\n\n" % (e, d) for e, d in (
+    (b"message_start", b'{"type":"message_start","message":{"id":"m","type":"message","role":"assistant","model":"m",'
+                       b'"content":[],"usage":{"input_tokens":1,"output_tokens":1}}}'),
+    (b"content_block_start", b'{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}'),
+    (b"content_block_delta", b'{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"pong"}}'),
+    (b"content_block_stop", b'{"type":"content_block_stop","index":0}'),
+    (b"message_delta", b'{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1}}'),
+    (b"message_stop", b'{"type":"message_stop"}')))
+UPSTREAM = textwrap.dedent("""
+    import asyncio, sys
+    ANSWER = (b"HTTP/1.1 200 OK\\r\\ncontent-type: text/event-stream\\r\\ncontent-length: %d\\r\\n\\r\\n"
+              % len(SSE)) + SSE
+    async def serve(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\\r\\n\\r\\n")
+                n = next((int(l.split(b":")[1]) for l in head.lower().split(b"\\r\\n")
+                          if l.startswith(b"content-length:")), 0)
+                await reader.readexactly(n)
+                writer.write(ANSWER)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+    async def main():
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        print(server.sockets[0].getsockname()[1], flush=True)
+        await server.serve_forever()
+    asyncio.run(main())
+""")
+
+
+class _Conn:
+    """One keep-alive HTTP/1.1 connection of the load generator (h11, no client library's own cost)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def call(self, request: bytes) -> int:
+        import h11
+
+        conn = h11.Connection(h11.CLIENT)
+        self.writer.write(request)  # prebuilt bytes; h11 is told of a request only so that it reads the answer
+        conn.send(h11.Request(method="POST", target="/v1/messages", headers=[("host", "x"), ("content-length", "0")]))
+        status = 0
+        while True:
+            ev = conn.next_event()
+            if ev is h11.NEED_DATA:
+                conn.receive_data(await self.reader.read(65536))
+            elif isinstance(ev, h11.Response):
+                status = ev.status_code
+            elif isinstance(ev, (h11.EndOfMessage, h11.ConnectionClosed)):
+                return status
+
+
+async def _open_loop(connect: Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]],
+                     request: bytes, rps: float, seconds: float, conns: int) -> list[float]:
+    """Latencies (s) of requests due every 1/rps for ``seconds`` over ``conns`` connections, from when each was due."""
+    pool: asyncio.Queue[_Conn] = asyncio.Queue()
+    for _ in range(conns):
+        pool.put_nowait(_Conn(*await connect()))
+    out: list[float] = []
+    refused: list[int] = []
+
+    async def one(due: float) -> None:
+        c = await pool.get()
+        try:
+            status = await c.call(request)
+        finally:
+            pool.put_nowait(c)
+        (out.append(time.perf_counter() - due) if status == 200 else refused.append(status))
+
+    start, tasks = time.perf_counter(), []
+    for i in range(int(rps * seconds)):
+        due = start + i / rps
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        tasks.append(asyncio.create_task(one(due)))
+    await asyncio.gather(*tasks)
+    while not pool.empty():
+        pool.get_nowait().writer.close()
+    if refused:
+        print(f"  {len(refused)} of {len(tasks)} answered {sorted(set(refused))}, not counted")
+    return out
+
+
+async def sustained(rps: float, seconds: float, rounds: int = 2) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="flower-bench-gwr-"))
+    code = f"SSE = {SSE!r}\n" + UPSTREAM
+    upstream = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    gateway = None
+    try:
+        assert upstream.stdout is not None
+        port = int(upstream.stdout.readline())
+        token, digest = new_token()
+        gateway = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp / "gateway"), digest,
+                                    f"http://127.0.0.1:{port}"], stdout=subprocess.PIPE, text=True,
+                                   cwd=Path(__file__).resolve().parents[1])
+        assert gateway.stdout is not None and gateway.stdout.readline().strip() == "ready"
+        fd = os.open(tmp / "gateway", os.O_RDONLY)
+        body = json.dumps({"model": "m", "max_tokens": 10, "stream": True,
+                           "messages": [{"role": "user", "content": "ping"}]}).encode()
+        request = (b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-api-key: %s\r\n"
+                   b"content-length: %d\r\n\r\n%s" % (token.encode(), len(body), body))
+        paths = {"direct": lambda: asyncio.open_connection("127.0.0.1", port),
+                 "gateway": lambda: asyncio.open_unix_connection(f"/proc/self/fd/{fd}/gateway.sock")}
+        conns = MAX_IN_FLIGHT // 2  # one run's calls at once are capped (MAX_IN_FLIGHT): as a CLI's would be
+        figures: dict[str, list[float]] = {k: [] for k in paths}
+        for connect in paths.values():
+            await _open_loop(connect, request, rps, 1.0, conns)  # warm
+        for _ in range(rounds):  # alternating, so load drifts hit both alike
+            for name, connect in paths.items():
+                figures[name] += await _open_loop(connect, request, rps, seconds, conns)
+        os.close(fd)
+    finally:
+        upstream.kill()
+        if gateway is not None:
+            gateway.kill()
+    load = os.getloadavg()
+    print(f"sustained {rps:.0f} requests/s (streamed answers) for {rounds} × {seconds:.0f} s per path; "
+          f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
+    print(f"{'path':8} {'p50 ms':>8} {'p99 ms':>8} {'requests':>9}")
+    for name, xs in figures.items():
+        print(f"{name:8} {_p(xs, .5) * 1e3:8.2f} {_p(xs, .99) * 1e3:8.2f} {len(xs):9d}")
+    d, g = figures["direct"], figures["gateway"]
+    print(f"added by the gateway: p50 {(_p(g, .5) - _p(d, .5)) * 1e3:.2f} ms, p99 {(_p(g, .99) - _p(d, .99)) * 1e3:.2f} "
+          f"ms (p50 {_p(g, .5) / _p(d, .5):.2f}x direct); target p50 <= 1 ms, p99 <= 5 ms")
+
+
 def main() -> None:
     from service.logging import configure_logging
 
@@ -159,7 +291,12 @@ def main() -> None:
     p.add_argument("--turns", type=int, default=20)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--streams", type=int, default=100)
+    p.add_argument("--rps", type=float, default=0, help="only the sustained-rate measure, at this many requests/s")
+    p.add_argument("--seconds", type=float, default=10)
     args = p.parse_args()
+    if args.rps:
+        asyncio.run(sustained(args.rps, args.seconds))
+        return
     asyncio.run(latency(args.turns, args.rounds))
     asyncio.run(memory(args.streams))
 

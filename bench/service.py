@@ -88,7 +88,7 @@ def make_run(root: Path, events: int) -> str:
     from sandbox.layout import RunLayout
     from service.app import new_run_id
     from service.config import load_config
-    from service.registry import Registry
+    from service.registry import open_registry
 
     repo = root / "repo"
     repo.mkdir()
@@ -104,7 +104,7 @@ def make_run(root: Path, events: int) -> str:
                                        'max_streams_per_tenant = 10000\n')
     config = load_config(root / "service.toml", env={})
     run_id = new_run_id()
-    registry = Registry(config.db_path)
+    registry = open_registry(config)
     registry.create(id=run_id, tenant="bench", ask="bench", options={}, repo=str(repo))
     registry.update(run_id, status="succeeded", started=time.time(), ended=time.time(), event_seq=events)
     registry.close()

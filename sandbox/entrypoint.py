@@ -177,8 +177,9 @@ def _layout(spec_file: Path, spec: RunSpec) -> RunLayout:
         raise _Stop(str(e)) from None
 
 
-def _credentials(layout: RunLayout) -> None:
-    """Only the file $FLOWER_ENV names: HOME and the working folder are the run's, so nothing else is there."""
+def _credentials(layout: RunLayout, ahead: _Ahead) -> None:
+    """Only the file $FLOWER_ENV names: HOME and the working folder are the run's, so nothing else is there.
+    The bridge a warm sandbox opened ahead serves when it leads to the socket the env file names."""
     from flower.core.credentials import check_credentials, load_dotenv
 
     env_file = os.environ.get("FLOWER_ENV", "")
@@ -191,7 +192,10 @@ def _credentials(layout: RunLayout) -> None:
         from .bridge import open_bridge
 
         try:
-            os.environ["ANTHROPIC_BASE_URL"] = open_bridge(socket_path).url
+            bridge = ahead.bridge
+            if bridge is None or bridge.path != Path(socket_path):
+                bridge = open_bridge(socket_path)
+            os.environ["ANTHROPIC_BASE_URL"] = bridge.url
         except OSError as e:
             raise _Stop(f"cannot reach the model gateway at {socket_path}: {e}") from None
     try:
@@ -201,15 +205,15 @@ def _credentials(layout: RunLayout) -> None:
                     "(or ANTHROPIC_AUTH_TOKEN / CLAUDE_CODE_OAUTH_TOKEN)") from None
 
 
-def _workflow(spec: RunSpec, layout: RunLayout) -> Any:
+def _workflow(ask: str, run_options: dict[str, Any], layout: RunLayout) -> Any:
     from flower.core.guard import isolated
     from flower.workflow import starter_flow
 
-    options = {k: v for k, v in spec.options.items() if k != "isolate"}
+    options = {k: v for k, v in run_options.items() if k != "isolate"}
     if not layout.workspace.is_dir():
         raise _Stop(f"the run's worktree {layout.workspace} does not exist: add it before starting the run")
     try:
-        wf = starter_flow(spec.ask, workspace=layout.workspace, run_dir=layout.run_dir, isolate=True, **options)
+        wf = starter_flow(ask, workspace=layout.workspace, run_dir=layout.run_dir, isolate=True, **options)
     except ValueError as e:
         raise _Stop(str(e)) from None
     for step in wf.steps:  # the run's worktree is the isolation (see the module doc)
@@ -281,7 +285,7 @@ class _Run:
         finally:
             os._exit(EXIT_CODES["killed"])
 
-    async def go(self) -> int:
+    async def go(self, ahead: _Ahead) -> int:
         from flower.core import audit
         from flower.core.channel import MailboxAnswers
         from flower.core.runtime import Runtime
@@ -292,12 +296,13 @@ class _Run:
             loop.add_signal_handler(sig, self.kill, sig)
 
         layout, log = self.layout, self.log
-        wf = _workflow(self.spec, layout)
+        wf = _workflow(self.spec.ask, self.spec.options, layout)
         wf.channel.answers = MailboxAnswers(
             layout.mailbox, poll_s=0.2, questions=layout.questions,
             on_error=lambda text: log.write("system", text, payload={"subtype": "mailbox_error"}))
         try:
-            self.runtime = Runtime(workspace=layout.workspace, run_dir=layout.run_dir, trim=True, handoff=True)
+            self.runtime = ahead.runtime or Runtime(workspace=layout.workspace, run_dir=layout.run_dir, trim=True,
+                                                    handoff=True)
         except RuntimeError as e:
             raise _Stop(str(e)) from None
         # the step in flight names events that do not carry one; every finished step hands its work back
@@ -306,7 +311,7 @@ class _Run:
         log.write("system", "sandbox started", payload={
             "subtype": "sandbox", "run_id": self.spec.run_id, "tenant": self.spec.tenant,
             "workspace": str(layout.workspace), "workbench": str(layout.workbench), "pid": os.getpid(),
-            "runtime_run": self.runtime.run_id})
+            "runtime_run": self.runtime.run_id, "prespawned": ahead.runtime is not None})
         try:
             with audit.listen(log.audit):
                 ctx = await wf.run(self.runtime, on_event=log.event)
@@ -327,12 +332,17 @@ class _Run:
 
 WAIT_EVERY_S = 1.0  # a warm sandbox looks for its spec this often even without word from inotify
 IN_CREATE, IN_MOVED_TO, IN_ATTRIB = 0x100, 0x80, 0x4
+WARM_REPO = "FLOWER_WARM_REPO"  # a warm sandbox's environment: the name of the checkout its slot holds
+GATEWAY_SOCKET = "gateway.sock"  # in the run's gateway/ folder (service/gateway.py SOCKET_NAME)
+# A sandbox's CLI has no way out but the gateway: nothing but the model's traffic, for every run alike (so a CLI
+# spawned ahead and the run's own see the same environment).
+QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+         "DISABLE_ERROR_REPORTING": "1"}
+SPECULATED_ASK = "(the run's ask, not known yet)"
 
 
-def _warm_up(spec_file: Path) -> None:
-    """A warm sandbox: import what every run imports (most of a cold start), then wait for the claim. The
-    spec is written last by the service, whole (temp + rename), and may be unreadable for an instant while it
-    is handed to the run's uid."""
+def _imports() -> None:
+    """What every run imports (most of a cold start), done by a warm sandbox while it waits."""
     import claude_agent_sdk  # noqa: F401 - the bulk of the import time
     import flower.core.audit  # noqa: F401
     import flower.core.channel  # noqa: F401
@@ -342,6 +352,60 @@ def _warm_up(spec_file: Path) -> None:
 
     from . import bridge  # noqa: F401
 
+
+class _Ahead:
+    """What a warm sandbox readies before its run exists: where its slot holds a checkout, the first step's CLI
+    spawned (``Runtime.prespawn``) from the options a run with no options would have, its key to come through
+    its apiKeyHelper (``LateKey``) and the bridge to the gateway's socket open. Nothing of any run is in it — no
+    spec, no token, no tenant: the claim brings them. Empty for a cold start."""
+
+    def __init__(self) -> None:
+        self.runtime: Any = None
+        self.key: Any = None
+        self.bridge: Any = None
+
+    async def ready(self, folder: Path) -> None:
+        """Spawn the CLI ahead; a failure leaves the run to start its own (said on stderr, never fatal)."""
+        from flower.core.runtime import Runtime, key_helper
+        from flower.core.spare import LateKey
+
+        from .bridge import open_bridge
+
+        repo = os.environ.get(WARM_REPO, "")
+        try:
+            layout = RunLayout(folder.parent, folder.name, repo)
+        except ValueError:
+            return
+        if not (layout.workspace / ".git").is_dir():
+            return
+        try:
+            os.chdir(layout.dir)
+            self.bridge = open_bridge(layout.gateway / GATEWAY_SOCKET)
+            self.key = LateKey()
+            with key_helper(self.key.command):
+                runtime = Runtime(workspace=layout.workspace, run_dir=layout.run_dir, trim=True, handoff=True)
+            wf = _workflow(SPECULATED_ASK, {}, layout)
+            # the bridge is the base URL a run through the gateway will have: the CLI's alone, not the process's
+            # (a run whose env file names another — the model itself — must keep it, and gets a CLI of its own)
+            await runtime.prespawn(wf.steps[0].spec, env={"ANTHROPIC_BASE_URL": self.bridge.url})
+            self.runtime = runtime
+        except Exception as e:  # noqa: BLE001 - a CLI started ahead is an optimisation: the run starts its own
+            print(f"flower sandbox: no CLI started ahead: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
+
+    def claimed(self) -> None:
+        """The run's key (its env file is loaded) to the CLI waiting on it; without one, no key helper."""
+        if self.runtime is None:
+            return
+        token = os.environ.get("ANTHROPIC_API_KEY")
+        if token and self.key is not None:
+            self.key.give(token)
+        else:
+            self.runtime.key_helper = None
+
+
+def _wait_for(spec_file: Path) -> None:
+    """Block until the spec appears. It is written last by the service, whole (temp + rename), and may be
+    unreadable for an instant while it is handed to the run's uid."""
     watch = _inotify(spec_file.parent)
     while True:
         try:
@@ -383,11 +447,18 @@ def _claimed(spec: RunSpec) -> None:
 
 def run(spec_file: str | Path) -> int:
     """Run the spec in ``spec_file``; returns the exit code (exit.json is written in every case)."""
-    spec_file = Path(spec_file).expanduser().resolve()
+    return asyncio.run(_run(Path(spec_file).expanduser().resolve()))
+
+
+async def _run(spec_file: Path) -> int:
     exit_file = spec_file.parent.parent / "outbox" / "exit.json"
     warm = os.environ.get("FLOWER_WARM") == "1"
+    os.environ.update(QUIET)
+    ahead = _Ahead()
     if warm:
-        _warm_up(spec_file)
+        _imports()
+        await ahead.ready(spec_file.parent.parent)
+        await asyncio.get_running_loop().run_in_executor(None, _wait_for, spec_file)
     try:
         spec = read_spec(spec_file)
         if warm:
@@ -404,8 +475,9 @@ def run(spec_file: str | Path) -> int:
     state = _Run(spec, layout, log)
     try:
         try:
-            _credentials(layout)
-            return asyncio.run(state.go())
+            _credentials(layout, ahead)
+            ahead.claimed()
+            return await state.go(ahead)
         except _Stop as e:
             state.finish("failed", str(e), exit_code=CONFIG_ERROR)
             print(f"flower sandbox: {_one_line(e)}", file=sys.stderr)

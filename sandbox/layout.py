@@ -37,8 +37,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from flower.workflow.starter import starter_paths
-
 __all__ = ["RunLayout", "RUN_ID", "valid_run_id", "check_run_id"]
 
 RUN_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -98,6 +96,8 @@ class RunLayout:
     @property
     def workbench(self) -> Path:
         """``<workspace>.parent/.flower-<name>``, exactly where ``starter_flow(isolate=True)`` puts it."""
+        from flower.workflow.starter import starter_paths  # here: the gateway's process starts without the SDK
+
         return starter_paths(self.workspace, run_dir=self.run_dir, isolate=True).workbench
 
     @property

@@ -8,12 +8,14 @@ folder and calls ``backend.claim``, which writes the spec last: the sandbox star
 keeps the slot's folder (``RunLayout(folder=...)``): a sandbox's mounts cannot move.
 
 Slots are kept per *shape*, what a sandbox is started with and cannot change afterwards: the repository's name
-(the checkout's mount point), its object store (mounted read-only) and the egress (the network). A claimed
+(the checkout's mount point), its object store (mounted read-only), the egress (the network) and the settings its
+CLI, started ahead in a checkout of the repository's HEAD, inherits (``sandbox/entrypoint.py``). A claimed
 sandbox is its run's for good — it ends with the run — and ``fill`` starts another.
 """
 
 from __future__ import annotations
 
+import os
 import secrets
 import shutil
 import threading
@@ -37,6 +39,9 @@ class Shape:
     repo_name: str
     objects: str  # the object store mounted read-only; "" for none
     egress: Egress
+    # the run environment's settings the CLI started ahead inherits (model names and switches — the allow-list of
+    # service/runenv.py, never a key): a run whose settings differ would find a CLI spawned with other ones
+    settings: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -168,11 +173,26 @@ class WarmPool:
         folder = SLOT_PREFIX + secrets.token_hex(8)
         layout = RunLayout(self.root, folder, shape.repo_name).ensure()
         try:
-            layout.workspace.mkdir(mode=0o700)  # empty: the claim makes the run's checkout in it
+            layout.workspace.mkdir(mode=0o700)  # the claim makes (or moves) the run's checkout in it
+            self._checkout(shape, layout)
             layout.gateway.mkdir(mode=0o755)  # empty: the claim opens the run's gateway socket in it
+            os.chmod(layout.gateway, 0o755)  # whatever the umask: the waiting runner opens its bridge on it ahead
             handle = self.backend.warm(layout, objects=Path(shape.objects) if shape.objects else None,
-                                       egress=shape.egress)
+                                       egress=shape.egress, settings=dict(shape.settings))
         except BaseException:
             shutil.rmtree(layout.dir, ignore_errors=True)
             raise
         return Slot(folder, handle, shape)
+
+    @staticmethod
+    def _checkout(shape: Shape, layout: RunLayout) -> None:
+        """The repository's HEAD checked out ahead, so the sandbox can start its run's CLI in it; a repository
+        that cannot be checked out leaves the folder empty (the sandbox then waits without a CLI)."""
+        from .worktree import WorktreeError, checkout_ahead
+
+        if not shape.objects:
+            return
+        try:
+            checkout_ahead(shape.objects, layout.workspace)
+        except WorktreeError:
+            layout.workspace.mkdir(mode=0o700, exist_ok=True)

@@ -18,7 +18,6 @@ import msgspec
 
 from flower.core.credentials import SETTINGS_KEYS, TOKEN_KEYS
 from flower.core.files import write_atomic
-from flower.workflow.starter import starter_flow
 
 from .envfile import EnvFileError, check_env
 from .layout import RunLayout, check_run_id
@@ -65,6 +64,8 @@ def _depth(value: Any) -> int:
 @functools.cache
 def allowed_options() -> dict[str, Any]:
     """``{name: type}`` of every ``starter_flow`` keyword a client may set."""
+    from flower.workflow.starter import starter_flow  # here: what imports the spec (the gateway) skips the SDK
+
     hints = typing.get_type_hints(starter_flow)
     params = inspect.signature(starter_flow).parameters
     return {name: hints.get(name, Any) for name, p in params.items()

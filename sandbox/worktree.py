@@ -36,7 +36,7 @@ from .errors import BranchExists, DiffTooLarge, NotAGitRepo, WorktreeError
 
 __all__ = ["make_workspace", "remove_workspace", "import_bundle", "diff", "diff_files", "diff_stream", "objects_dir",
            "delete_branch", "FileStat", "Changes", "NotAGitRepo", "BranchExists", "WorktreeError", "DiffTooLarge",
-           "GIT_ENV", "SAFE_CONFIG", "MAX_DIFF_FILES"]
+           "GIT_ENV", "SAFE_CONFIG", "MAX_DIFF_FILES", "checkout_ahead", "AHEAD_BRANCH"]
 
 SAFE_CONFIG = ["core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false",
                "transfer.fsckObjects=true", "fetch.fsckObjects=true", "receive.fsckObjects=true",
@@ -113,9 +113,63 @@ def _check_branch(r: git.Repo, repo: Path, branch: str) -> None:
                            f"(pick another run id, or delete the branch with `git branch -D {branch}`)")
 
 
+AHEAD_BRANCH = "flower-ahead"  # the branch of a checkout made before its run exists (``checkout_ahead``)
+
+
+def _git(path: Path, *args: str, safe: bool = False) -> None:
+    cfg = [a for c in [*SAFE_CONFIG, *([f"safe.directory={path}"] if safe else [])] for a in ("-c", c)]
+    out = subprocess.run(["git", *cfg, "-C", str(path), *args], env={**os.environ, **GIT_ENV}, capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        raise WorktreeError(f"git {args[0]} in the checkout {path} failed: {out.stderr.strip()[-300:]}")
+
+
+def _new_checkout(path: Path, objects: Path, branch: str, sha: str) -> None:
+    """A checkout of ``sha`` on ``branch`` at ``path`` with a git dir of its own, ``objects`` as its alternate."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _git(path, "init", "-q", "--template=", f"--initial-branch={branch}")
+    (path / ".git" / "objects" / "info").mkdir(parents=True, exist_ok=True)
+    (path / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+    _git(path, "update-ref", f"refs/heads/{branch}", sha)
+    _git(path, "reset", "-q", "--hard", sha)
+
+
+def checkout_ahead(objects: str | Path, path: str | Path) -> str:
+    """A checkout of HEAD of the repository whose object store is ``objects`` (``objects_dir``) at the empty
+    folder ``path``, made before any run exists (a warm sandbox's, ``sandbox.pool``): the CLI started there ahead
+    finds the git checkout it will work in. ``make_workspace`` moves it to its run's branch and base at the
+    claim. Returns the commit; nothing is left when it fails."""
+    objects, path = Path(objects).resolve(), Path(path).expanduser().resolve()
+    cfg = [a for c in SAFE_CONFIG for a in ("-c", c)]
+    out = subprocess.run(["git", *cfg, f"--git-dir={objects.parent}", "rev-parse", "--verify", "--quiet",
+                          "HEAD^{commit}"], env={**os.environ, **GIT_ENV}, capture_output=True, text=True)
+    sha = out.stdout.strip()
+    if out.returncode != 0 or not sha:
+        raise WorktreeError(f"the repository of {objects} has no commit at HEAD to check out ahead")
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise WorktreeError(f"{path} already exists and is not an empty folder")
+    try:
+        _new_checkout(path, objects, AHEAD_BRANCH, sha)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    return sha
+
+
+def _made_ahead(path: Path, objects: Path) -> bool:
+    """``path`` holds a checkout ``checkout_ahead`` made of this repository (its branch, these objects)."""
+    try:
+        head = (path / ".git" / "HEAD").read_text()
+        alternates = (path / ".git" / "objects" / "info" / "alternates").read_text()
+    except OSError:
+        return False
+    return head.strip() == f"ref: refs/heads/{AHEAD_BRANCH}" and alternates.strip() == str(objects)
+
+
 def make_workspace(repo: str | Path, path: str | Path, branch: str, *, base: str = "HEAD") -> str:
     """Create ``branch`` at ``base`` in ``repo`` and a checkout of it at ``path`` with a git dir of its own
-    (the team's objects borrowed read-only); returns the base commit's sha.
+    (the team's objects borrowed read-only); returns the base commit's sha. A checkout ``checkout_ahead`` made at
+    ``path`` is moved to ``branch`` at ``base`` instead (before its run, nothing but flower's own code ran there).
 
     Raises NotAGitRepo, BranchExists, or WorktreeError (an unknown ``base``, a bad branch name, a ``path``
     that is not an empty folder). Nothing is left behind when it fails.
@@ -129,25 +183,20 @@ def make_workspace(repo: str | Path, path: str | Path, branch: str, *, base: str
             sha = r.git.rev_parse("--verify", "--quiet", f"{base}^{{commit}}").strip()
         except GitCommandError:
             raise WorktreeError(f"base {base!r} is not a commit in {repo}") from None
-        if path.exists() and (not path.is_dir() or any(path.iterdir())):
-            raise WorktreeError(f"{path} already exists and is not an empty folder")
         objects = objects_dir(repo)
+        ahead = _made_ahead(path, objects)
+        if not ahead and path.exists() and (not path.is_dir() or any(path.iterdir())):
+            raise WorktreeError(f"{path} already exists and is not an empty folder")
         r.git.branch(branch, sha)
         made_branch = True
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        env = {**os.environ, **GIT_ENV}
-        cfg = [a for c in SAFE_CONFIG for a in ("-c", c)]
-
-        def g(*args: str) -> None:
-            out = subprocess.run(["git", *cfg, "-C", str(path), *args], env=env, capture_output=True, text=True)
-            if out.returncode != 0:
-                raise WorktreeError(f"git {args[0]} in the new checkout {path} failed: {out.stderr.strip()[-300:]}")
-
-        g("init", "-q", "--template=", f"--initial-branch={branch}")
-        (path / ".git" / "objects" / "info").mkdir(parents=True, exist_ok=True)
-        (path / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
-        g("update-ref", f"refs/heads/{branch}", sha)
-        g("reset", "-q", "--hard", sha)
+        if not ahead:
+            _new_checkout(path, objects, branch, sha)
+            return str(sha)
+        # the slot's checkout may belong to the run's uid already (a container's): safe.directory for it alone
+        _git(path, "update-ref", f"refs/heads/{branch}", sha, safe=True)
+        _git(path, "symbolic-ref", "HEAD", f"refs/heads/{branch}", safe=True)
+        _git(path, "reset", "-q", "--hard", sha, safe=True)
+        _git(path, "update-ref", "-d", f"refs/heads/{AHEAD_BRANCH}", safe=True)
         return str(sha)
     except BaseException:
         if made_branch:

@@ -5,6 +5,10 @@
     python -m service hash-token [TOKEN]     # prints the sha256 to put in token_sha256 (TOKEN or stdin)
     python -m service backup FILE            # a consistent copy of the registry (SQLite online backup), live
     python -m service restore FILE           # with the service stopped: that copy back, the old file moved aside
+    python -m service migrate                # the registry's schema brought to this version (the service does it
+                                             # at start too); SQLite file or database_url
+    python -m service gateway                # the model gateway alone (``service.gatewayd``): the service starts
+                                             # it beside itself (``--config -``: its config as JSON on stdin)
 
 Config comes from ``--config`` or ``$FLOWER_SERVICE_CONFIG``, then ``FLOWER_SERVICE_*`` variables,
 then the flags. ``--port 0`` picks a free port; the log line ``service.listening`` names it.
@@ -20,7 +24,7 @@ from pathlib import Path
 
 from flower import __version__
 
-from .config import CONFIG_ENV, ENV_PREFIX, ServiceConfig, ServiceConfigError, load_config
+from .config import CONFIG_ENV, ENV_PREFIX, ServiceConfig, ServiceConfigError, config_of_json, load_config
 from .tenants import TenantError, hash_token
 
 MAX_HEAD = 32 * 1024  # bytes of request line + headers
@@ -29,6 +33,9 @@ SUBCOMMANDS = {  # name → (arguments, what it does): `--help` lists every one
                               "(TOKEN, or a line on stdin)"),
     "backup": ("FILE", "a consistent copy of the live registry (SQLite online backup), checked, mode 0600"),
     "restore": ("FILE", "with the service stopped: put that copy back; the old registry is moved aside"),
+    "migrate": ("", "bring the registry's schema (the SQLite file, or database_url's PostgreSQL) to this version"),
+    "gateway": ("", "serve the model gateway alone: the runs' model calls, from the grants in the registry (the "
+                    "service starts one beside itself unless gateway_process says otherwise)"),
 }
 
 
@@ -57,7 +64,10 @@ def _parser() -> argparse.ArgumentParser:
         v = verbs.add_parser(name, help=what, description=what)
         if name == "hash-token":
             v.add_argument("token", nargs="?", metavar="TOKEN", help="the token (else a line on stdin)")
-        else:
+        elif name == "gateway":
+            v.add_argument("--parent", type=int, default=None, metavar="PID",
+                           help="end once process PID is gone and no run is active (the service passes its own)")
+        elif name != "migrate":
             v.add_argument("file", metavar="FILE", help="the backup file to write" if name == "backup"
                            else "the backup file to restore")
         _options(v, sub=True)
@@ -94,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command in ("backup", "restore"):
         return _backup_or_restore(args)
+    if args.command == "migrate":
+        return _migrate(args)
+    if args.command == "gateway":
+        return _gateway(args)
     try:
         config = _config(args)
     except ServiceConfigError as e:
@@ -134,6 +148,30 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if server.started else 1
 
 
+def _gateway(args: argparse.Namespace) -> int:
+    """``gateway``: serve the model gateway until SIGTERM; 0 also when another gateway serves the data dir."""
+    import asyncio
+
+    from .errors import RegistryDamaged, RegistryLocked, RegistryNewer, RegistryUnreachable
+    from .gatewayd import serve_gateway
+    from .logging import configure_logging, get_logger
+
+    try:
+        config = config_of_json(sys.stdin.buffer.read()) if args.config == "-" else _config(args)
+    except ServiceConfigError as e:
+        print(f"flower-service: {e}", file=sys.stderr)
+        return 2
+    configure_logging(config.log_format, level=config.log_level)
+    _raise_nofile()
+    os.umask(0o077)
+    try:
+        return asyncio.run(serve_gateway(config, parent=args.parent))
+    except (TenantError, RegistryDamaged, RegistryNewer, RegistryUnreachable, RegistryLocked, OSError) as e:
+        get_logger("flower.service").error("gateway.cannot_start", error=str(e))
+        print(f"flower-service: {e}", file=sys.stderr)
+        return 2
+
+
 def _raise_nofile() -> None:
     """Every connection is an fd: the soft limit (often 1024) goes up to the hard one, so that the gateway's
     per-run bounds, not the process's limit, decide when a connection is turned away."""
@@ -158,6 +196,10 @@ def _backup_or_restore(args: argparse.Namespace) -> int:
 
     try:
         config = _config(args)
+        if config.database_url:
+            print(f"flower-service: the registry is in PostgreSQL (database_url): `{args.command}` copies a SQLite "
+                  f"registry only; use pg_dump to back it up and pg_restore (or psql) to restore it", file=sys.stderr)
+            return 2
         if args.command == "backup":
             size = backup(config.db_path, Path(args.file))
             print(f"backed up {config.db_path} to {Path(args.file).resolve()} ({size} bytes)")
@@ -168,6 +210,24 @@ def _backup_or_restore(args: argparse.Namespace) -> int:
     except (ServiceConfigError, RegistryDamaged, OSError) as e:
         print(f"flower-service: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    """``migrate``: open the registry the config names, which migrates it (once, under the lock on PostgreSQL)."""
+    from .errors import RegistryDamaged, RegistryLocked, RegistryNewer, RegistryUnreachable
+    from .registry import open_registry
+
+    try:
+        registry = open_registry(_config(args))
+    except (ServiceConfigError, RegistryDamaged, RegistryNewer, RegistryUnreachable, RegistryLocked, OSError) as e:
+        print(f"flower-service: {e}", file=sys.stderr)
+        return 2
+    if registry.migrated_from is None:
+        print(f"the registry {registry.where} is at revision {registry.revision} already")
+    else:
+        print(f"migrated the registry {registry.where} from {registry.migrated_from} to {registry.revision}")
+    registry.close()
     return 0
 
 

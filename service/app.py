@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -36,9 +36,10 @@ from .api.schemas import AnswerIn, SubmitIn, TextIn
 from .api.stream import events
 from .config import ServiceConfig
 from .gateway import Gateway
+from .gatewaykeeper import GatewayKeeper
 from .logging import get_logger
 from .metrics import Metrics
-from .registry import Registry
+from .registry import open_registry
 from .results import Results
 from .scheduler import Scheduler
 from .tenants import Tenants
@@ -108,15 +109,19 @@ async def _canary(scheduler: Scheduler, config: ServiceConfig) -> None:
 
 
 def create_app(config: ServiceConfig, *, backend: Backend | None = None,
-               clock: Callable[[], float] | None = None) -> Litestar:
+               clock: Callable[[], float] | None = None, gateway_command: Sequence[str] | None = None) -> Litestar:
     """The app; the scheduler starts with it and stops with it (runs themselves keep running).
-    ``clock``: the wall time retention reads (a test moves it on by days)."""
+    ``clock``: the wall time retention reads (a test moves it on by days). ``gateway_command``: how the gateway's
+    process is started when ``gateway_process`` is "beside" (default ``python -m service gateway``)."""
     state_log = get_logger("flower.service")
     tenants = Tenants(config.tenants, on_reload_error=lambda why: state_log.error("tenants.reload_failed",
                                                                                    error=why))
     config.data_path.mkdir(parents=True, exist_ok=True, mode=0o700)
     config.runs_root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    registry = Registry(config.db_path)
+    registry = open_registry(config)
+    if registry.migrated_from is not None:
+        state_log.info("registry.migrated", registry=registry.where, found=registry.migrated_from,
+                       revision=registry.revision)
     if backend is None:
         backend = make_backend(config, tenants=len(tenants.all()))
     metrics = Metrics()
@@ -125,6 +130,7 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
     scheduler = Scheduler(config, registry, tenants, backend, gateway, metrics=metrics, results=results,
                           **({"clock": clock} if clock is not None else {}))
     metrics.watch(registry.counts, lambda: dict(scheduler.streams))
+    keeper = GatewayKeeper(config, gateway_command) if config.gateway_process == "beside" else None
 
     @asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -132,11 +138,13 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
         if config.guard_canary:
             scheduler.hold = "the guard canary is proving the guards for this CLI; queued runs start when it passes"
             canary = asyncio.get_running_loop().create_task(_canary(scheduler, config), name="flower-canary")
-        if config.gateway_port is not None:
+        if config.gateway_process == "inside" and config.gateway_port is not None:
             port = await gateway.listen_tcp(config.gateway_host, config.gateway_port)
             state_log.info("gateway.listening", host=config.gateway_host, port=port)
+        if keeper is not None:  # before re-attaching: the live runs' model calls are served again at once
+            await keeper.start()
         await scheduler.start()
-        state_log.info("service.started", backend=config.backend, data_dir=config.data_dir,
+        state_log.info("service.started", backend=config.backend, data_dir=config.data_dir, registry=registry.where,
                        tenants=len(tenants.all()), max_running=config.max_running)
         try:
             yield
@@ -144,13 +152,15 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
             if canary is not None:
                 canary.cancel()
             await scheduler.stop()
+            if keeper is not None:
+                await keeper.stop()
             await gateway.aclose()
             registry.close()
             state_log.info("service.stopped")
 
     v1 = Router(path="/v1", route_handlers=[RunController, MailboxController, ResultsController, events, usage],
                 guards=[bearer_guard(tenants)], security=[{"bearer": []}])
-    return Litestar(
+    app = Litestar(
         route_handlers=[v1, healthz, metrics_handler, docs_redirect, docs_assets(),
                         # the web page: static files, no build step (service/web/)
                         create_static_files_router("/", [Path(__file__).parent / "web"], html_mode=True,
@@ -166,4 +176,6 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
         logging_config=None,
         openapi_config=openapi_config(__version__),
     )
+    app.state.gateway_keeper = keeper
+    return app
 

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from .errors import ServiceConfigError
 
-__all__ = ["ServiceConfig", "ServiceConfigError", "load_config", "CONFIG_ENV", "ENV_PREFIX"]
+__all__ = ["ServiceConfig", "ServiceConfigError", "load_config", "config_of_json", "CONFIG_ENV", "ENV_PREFIX"]
 
 CONFIG_ENV = "FLOWER_SERVICE_CONFIG"
 ENV_PREFIX = "FLOWER_SERVICE_"
@@ -29,6 +29,10 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Registry database, run folders (worktrees, workbenches, run dirs, mailboxes) live here."""
     tenants: str
     """Path of the tenants file (TOML or JSON)."""
+    database_url: str | None = None
+    """``postgresql://user:password@host/db``: the registry in PostgreSQL (several replicas may share it); unset,
+    it is the SQLite file ``registry.sqlite3`` in data_dir. The password never appears in a log, /healthz or an
+    error (``service.dialects.describe``)."""
     backend: Literal["local", "docker", "kubernetes"] = "docker"
     image: str = ""  # docker: empty = build (or reuse) this tree's image locally; kubernetes: required
     network_mode: str | None = None
@@ -39,6 +43,12 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     run in it (``sandbox.pool``): a run claims one and skips most of its start. docker and local backends."""
     poll_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 0.25
     """How often the scheduler looks at queued runs, events and exits."""
+    replica: str = ""
+    """This replica's name in the registry's leases (``Registry.take``); empty: the host's name. A replica started
+    again under its name takes its runs back at once; another takes them once their lease expires."""
+    lease_s: Annotated[float, msgspec.Meta(ge=1, le=300)] = 20.0
+    """How long a live run stays with a replica that stopped renewing its lease (renewed every quarter of it):
+    after it, another replica takes the run and re-attaches to its sandbox."""
     host: str = "127.0.0.1"
     port: Annotated[int, msgspec.Meta(ge=0, le=65535)] = 8080
     log_format: Literal["json", "console", "auto"] = "auto"
@@ -67,6 +77,11 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     unsafe_shared_local: bool = False
     """Serve several tenants with the local backend and no isolation: every run sees every tenant's files."""
     # -- the model gateway (service/gateway.py) ---------------------------------------------------
+    gateway_process: Literal["inside", "beside", "external"] = "beside"
+    """Where the gateway runs: "beside" (``python -m service`` starts ``python -m service gateway`` as a process
+    of its own, which outlives it, and starts it again within a second if it dies), "external" (the operator runs
+    ``python -m service gateway`` itself: Helm's own Deployment), "inside" (in the API's process: a restart of the
+    API stalls every run's model calls)."""
     gateway_host: str = "0.0.0.0"
     gateway_port: Annotated[int, msgspec.Meta(ge=0, le=65535)] | None = None
     """Also serve the gateway on TCP (Kubernetes runs reach it there); Docker and local runs use a unix socket."""
@@ -149,6 +164,11 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
     if not Path(cfg.tenants).is_file():
         raise ServiceConfigError(f"tenants file {cfg.tenants} does not exist: create it (see service/tenants.py) "
                           f"or set `tenants` in {where}")
+    if cfg.database_url and not cfg.database_url.startswith(("postgresql://", "postgresql+psycopg://",
+                                                             "postgres://")):
+        scheme = cfg.database_url.split(":", 1)[0]
+        raise ServiceConfigError(f"database_url in {where} must be a postgresql:// URL (it starts with {scheme!r}); "
+                                 "leave it unset for the SQLite registry in data_dir")
     if cfg.backend == "kubernetes" and not cfg.image:
         raise ServiceConfigError("backend 'kubernetes' needs an `image` the cluster can pull: push the Dockerfile's "
                           "`sandbox` target and name it")
@@ -159,3 +179,14 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
         raise ServiceConfigError("backend 'kubernetes' needs `gateway_port` (where the service serves the model gateway) "
                           "and `gateway_url` (how run pods reach it, e.g. http://flower:8081)")
     return cfg
+
+
+def config_of_json(data: bytes) -> ServiceConfig:
+    """A config another process of the service resolved and passed on (``msgspec.json.encode`` of it): how the
+    service hands its gateway process the very config it runs with."""
+    try:
+        return msgspec.json.decode(data, type=ServiceConfig)
+    except msgspec.ValidationError as e:  # (a DecodeError too: caught first)
+        raise ServiceConfigError(f"the service config passed on stdin is invalid: {e}") from None
+    except msgspec.DecodeError as e:
+        raise ServiceConfigError(f"the service config passed on stdin is not JSON: {e}") from None

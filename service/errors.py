@@ -5,7 +5,11 @@
     ├── TenantError          the tenants file cannot be used (ValueError)
     ├── TenantNotReady       a tenant's repository or credentials cannot serve a run now (ValueError)
     ├── RegistryDamaged      a registry file that is not ours, or not whole (RuntimeError)
+    ├── RegistryNewer        the registry's schema is newer than this service's migrations (RuntimeError)
+    ├── RegistryUnreachable  the registry's database does not answer (RuntimeError): host and database named
+    ├── RegistryLocked       another process held the migration lock past the wait (RuntimeError)
     ├── UpstreamError        the tenant's model provider could not be reached or answered badly
+    ├── GatewayNotServing    the model gateway's process did not take a starting run's token in time
     └── PushFailed           a run's branch did not reach the tenant's git remote (no credential in the sentence)
 
 ``ServiceConfigError`` is the config's error by a name of its own: ``flower.ConfigError`` is the library's.
@@ -14,7 +18,8 @@
 from __future__ import annotations
 
 __all__ = ["ServiceError", "ServiceConfigError", "TenantError", "TenantNotReady", "RegistryDamaged",
-           "UpstreamError", "PushFailed"]
+           "RegistryNewer", "RegistryUnreachable", "RegistryLocked", "UpstreamError", "GatewayNotServing",
+           "PushFailed"]
 
 
 class ServiceError(Exception):
@@ -37,8 +42,41 @@ class RegistryDamaged(ServiceError, RuntimeError):
     """The registry file is not one this service can trust or read whole; the message says how to get back."""
 
 
+class RegistryNewer(ServiceError, RuntimeError):
+    """A newer service migrated the registry: ``found`` is the schema it is at, ``known`` the newest this code
+    has; ``where`` names the file or database. Nothing is changed in it."""
+
+    def __init__(self, message: str, *, where: str, found: str, known: str) -> None:
+        super().__init__(message)
+        self.where, self.found, self.known = where, found, known
+
+
+class RegistryUnreachable(ServiceError, RuntimeError):
+    """The registry's database cannot be reached; ``host`` and ``database`` say which (no password, ever)."""
+
+    def __init__(self, message: str, *, host: str, database: str) -> None:
+        super().__init__(message)
+        self.host, self.database = host, database
+
+
+class RegistryLocked(ServiceError, RuntimeError):
+    """Migrating waited ``waited_s`` for another process's migration lock and gave up (a stuck holder)."""
+
+    def __init__(self, message: str, *, where: str, waited_s: float) -> None:
+        super().__init__(message)
+        self.where, self.waited_s = where, waited_s
+
+
 class UpstreamError(ServiceError):
     """The tenant's model provider could not be reached, or broke off its answer."""
+
+
+class GatewayNotServing(ServiceError, RuntimeError):
+    """The gateway's process did not serve run ``run_id``'s socket within ``waited_s``."""
+
+    def __init__(self, message: str, *, run_id: str, waited_s: float) -> None:
+        super().__init__(message)
+        self.run_id, self.waited_s = run_id, waited_s
 
 
 class PushFailed(ServiceError):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,15 +90,17 @@ class Ended:
 
 
 async def replay(folder: Path, after: int, queue: asyncio.Queue[Any], over: Callable[[], str | None],
-                 *, keepalive_s: float = 15.0) -> AsyncIterator[Numbered | KeepAlive | Ended]:
+                 *, keepalive_s: float = 15.0, poll_s: float = 0.5) -> AsyncIterator[Numbered | KeepAlive | Ended]:
     """Everything in ``<folder>``'s events.jsonl past ``after``, then what arrives on ``queue`` (subscribed
     before this starts, so nothing falls between the two), then ``Ended``.
 
     ``over()`` is None while the run is live, then its final status.
     The file is the truth; the queue only says "more": a gap in it (a slow client's queue overflowed)
-    sends the stream back to the file."""
+    sends the stream back to the file, and so does every ``poll_s`` without news — a run another replica follows
+    publishes nothing on this one's queue, and its stream is the file's."""
     sent = after
     offset, read = 0, 0  # how far this stream has read the file: bytes, events
+    quiet_since = time.monotonic()
 
     async def from_file() -> AsyncIterator[Numbered]:
         """A chunk (``MAX_CHUNK``) at a time: a run that wrote 256 MB of events costs a stream 1 MB, not all."""
@@ -114,16 +117,18 @@ async def replay(folder: Path, after: int, queue: asyncio.Queue[Any], over: Call
     while True:
         async for item in from_file():
             yield item
-            sent = item.seq
+            sent, quiet_since = item.seq, time.monotonic()
         if over() is not None:
             break
         got: Any = None
         while True:
             try:
-                got = await asyncio.wait_for(queue.get(), keepalive_s)
+                got = await asyncio.wait_for(queue.get(), poll_s)
             except TimeoutError:
-                yield KeepAlive()
-                continue
+                if time.monotonic() - quiet_since >= keepalive_s:
+                    yield KeepAlive()
+                    quiet_since = time.monotonic()
+                break  # the file again
             if got is END:
                 break
             seq, ev = got
@@ -132,7 +137,7 @@ async def replay(folder: Path, after: int, queue: asyncio.Queue[Any], over: Call
             if seq > sent + 1:
                 break
             yield Numbered(seq, ev)
-            sent = seq
+            sent, quiet_since = seq, time.monotonic()
         if got is END:  # the run ended, or the service is stopping: the rest is in the file
             break
     async for item in from_file():

@@ -31,7 +31,7 @@ import socket
 import stat
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -137,6 +137,8 @@ class Grant:
     server_tools: frozenset[str] = frozenset()
     """The server-side tools this run may use: its tenant's ``server_tools`` when its egress is open, else none."""
     tools: OrderedDict[str, str] = field(default_factory=OrderedDict)
+    on_first: Callable[[], None] | None = None
+    """Called once, when the run's first model request arrives (the service's start histogram)."""
 
     def __repr__(self) -> str:  # never the auth headers
         return f"Grant({self.run_id!r}, tenant={self.tenant!r})"
@@ -145,6 +147,10 @@ class Grant:
 UsageHook = Callable[[Grant, Usage], None]
 AdmitHook = Callable[[Grant], "str | None"]
 """Before a call is forwarded: None when the run's budgets have room beside its calls in flight, else why not."""
+AuditHook = Callable[[Grant], None]
+"""After the wire audit counted something of a run's (a tool call, a denial, a spill): ``grant.counts`` changed."""
+ResolveHook = Callable[[str], Awaitable["Grant | None"]]
+"""A token's sha256 no grant holds, on the TCP listener: the live run it belongs to (looked up), or None."""
 
 
 def _decode(body: bytes) -> dict[str, object]:
@@ -208,7 +214,8 @@ def _error(status: int, kind: str, message: str) -> tuple[int, bytes]:
                               ).encode()
 
 
-Bound = Literal["run_connections", "peer_connections", "tcp_connections", "head_timeout", "body_timeout"]
+Bound = Literal["run_connections", "peer_connections", "tcp_connections", "head_timeout", "body_timeout",
+                "in_flight", "run_body_bytes", "budget_held"]
 
 
 class _Cut(Exception):
@@ -257,18 +264,22 @@ class _Streaks:
     when its bound has not been hit for ``STREAK_QUIET_S``."""
 
     def __init__(self) -> None:
-        self._last: dict[tuple[Bound, str], float] = {}
+        self._last: dict[tuple[str, str], float] = {}
 
     def hit(self, bound: Bound, *, limit: float, run: str | None = None, peer: str | None = None) -> None:
-        now = time.monotonic()
-        key = (bound, run or peer or "")
-        last = self._last.get(key)
-        self._last[key] = now
-        if last is None or now - last > STREAK_QUIET_S:
+        if self.fresh(bound, run or peer or ""):
             log.warning("gateway.bound", bound=bound, limit=limit, run=run, peer=peer,
                         hint=f"further hits go unlogged until {STREAK_QUIET_S:.0f} s pass without one")
+
+    def fresh(self, kind: str, who: str) -> bool:
+        """This hit starts a streak (so it is logged)."""
+        now = time.monotonic()
+        key = (kind, who)
+        last = self._last.get(key)
+        self._last[key] = now
         if len(self._last) > 4096:  # peers come and go: forget the streaks that ended
             self._last = {k: t for k, t in self._last.items() if now - t <= STREAK_QUIET_S}
+        return last is None or now - last > STREAK_QUIET_S
 
 
 class Gateway:
@@ -281,6 +292,8 @@ class Gateway:
         self.prices = dict(prices or {})
         self.on_usage = on_usage
         self.admit = admit
+        self.on_audit: AuditHook | None = None
+        self.resolve: ResolveHook | None = None
         self._grants: dict[str, Grant] = {}
         self._by_hash: dict[str, Grant] = {}
         self._servers: dict[str, _Listener] = {}
@@ -483,17 +496,20 @@ class Gateway:
         while seen <= MAX_DISCARD and isinstance(ev := await self._event(conn, reader, self._body_until(started, seen)),
                                                  h11.Data):
             seen += len(ev.data)
-        await self._send(conn, writer, status, body)
+        await self._send(conn, writer, status, body, close=True)
         return False
 
-    async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
-        writer.write(conn.send(h11.Response(status_code=status, headers=[
-            ("content-type", "application/json"), ("content-length", str(len(body)))])))
+    async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, body: bytes, *,
+                    close: bool = False) -> None:
+        """``close``: the connection ends after this answer, and says so (a client must not send another on it)."""
+        headers = [("content-type", "application/json"), ("content-length", str(len(body)))]
+        writer.write(conn.send(h11.Response(status_code=status, headers=[*headers, *([("connection", "close")]
+                                                                                      if close else [])])))
         writer.write(conn.send(h11.Data(data=body)))
         writer.write(conn.send(h11.EndOfMessage()))
         await writer.drain()
 
-    def _authorised(self, req: h11.Request, run_id: str | None) -> Grant | None:
+    async def _authorised(self, req: h11.Request, run_id: str | None) -> Grant | None:
         token = ""
         for name, value in req.headers:
             if name == b"x-api-key":
@@ -502,17 +518,32 @@ class Gateway:
                 token = token or value[7:].decode("latin-1")
         if not token:
             return None
-        grant = self._by_hash.get(hashlib.sha256(token.encode("latin-1")).hexdigest())
+        digest = hashlib.sha256(token.encode("latin-1")).hexdigest()
+        grant = self._by_hash.get(digest)
+        if grant is None and run_id is None and self.resolve is not None:  # TCP: a run started a moment ago
+            grant = await self.resolve(digest)
         if grant is None or (run_id is not None and not hmac.compare_digest(grant.run_id, run_id)):
             return None
         return grant
+
+    def _denied(self, grant: Grant, status: int, why: str, bound: Bound | None = None) -> None:
+        """A call the gateway turns away, logged before the answer goes — once per streak of one kind of denial by
+        one run (``_Streaks``): a run that loops on a refusal must not flood the log."""
+        if bound is not None:
+            limits = {"in_flight": MAX_IN_FLIGHT, "run_body_bytes": MAX_RUN_BODY_BYTES}
+            self._streaks.hit(bound, limit=limits.get(bound, 0), run=grant.run_id)
+        elif self._streaks.fresh(f"denied-{status}", grant.run_id):
+            audit_log.warning("audit.gateway_denied", tenant=grant.tenant, run=grant.run_id, status=status,
+                              reason=why[:300], source="wire",
+                              hint=f"further denials of this kind go unlogged until {STREAK_QUIET_S:.0f} s pass "
+                                   "without one")
 
     async def _answer(self, conn: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                       run_id: str | None, req: h11.Request) -> bool:
         """One request; False when the connection must close (its body was never read, or was too big)."""
         target = req.target.decode("latin-1")
         path = target.split("?", 1)[0]
-        grant = self._authorised(req, run_id)  # before a byte of the body is read: nobody else makes us buffer
+        grant = await self._authorised(req, run_id)  # before a byte of the body is read: nobody makes us buffer
         if grant is None:
             log.warning("gateway.refused", run=run_id, path=path[:200], reason="no live token of this run")
             return await self._refuse(conn, reader, writer, *_error(
@@ -521,15 +552,19 @@ class Gateway:
             return await self._refuse(conn, reader, writer, *_error(
                 404, "not_found_error", f"only POST {' and '.join(FORWARDED)} are forwarded"))
         if grant.refused:
+            self._denied(grant, 403, grant.refused)
             return await self._refuse(conn, reader, writer, *_error(403, "permission_error", grant.refused))
         if grant.in_flight >= MAX_IN_FLIGHT:
+            self._denied(grant, 429, "in flight", "in_flight")
             return await self._refuse(conn, reader, writer, *_error(
                 429, "rate_limit_error", f"more than {MAX_IN_FLIGHT} model calls of this run at once"))
         size = _body_size(req)
         if size > MAX_BODY:
+            self._denied(grant, 413, "request body over 64 MB")
             return await self._refuse(conn, reader, writer, *_error(
                 413, "request_too_large", "request body over 64 MB"))
         if self._bodies[grant.run_id] + size > MAX_RUN_BODY_BYTES:
+            self._denied(grant, 429, "bodies at once", "run_body_bytes")
             return await self._refuse(conn, reader, writer, *_error(
                 429, "rate_limit_error", f"this run's model calls at once carry over {MAX_RUN_BODY_BYTES >> 20} MB"))
         grant.in_flight += 1
@@ -537,7 +572,9 @@ class Gateway:
         try:
             body = await self._body(conn, reader)
             if body is None:
-                await self._send(conn, writer, *_error(413, "request_too_large", "request body over 64 MB"))
+                self._denied(grant, 413, "request body over 64 MB")
+                await self._send(conn, writer, *_error(413, "request_too_large", "request body over 64 MB"),
+                                 close=True)
                 return False
             await self._forward(conn, writer, grant, req, target, body)
         finally:
@@ -550,6 +587,9 @@ class Gateway:
     async def _forward(self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant, req: h11.Request,
                        target: str, body: bytes) -> None:
         messages = target.split("?", 1)[0] == "/v1/messages"
+        if grant.on_first is not None:
+            first, grant.on_first = grant.on_first, None
+            first()
         try:
             ask = msgspec.json.decode(body, type=Ask)
         except (msgspec.DecodeError, RecursionError) as e:
@@ -559,11 +599,20 @@ class Gateway:
         if refused := self._tools_refused(grant, ask):
             return await self._send(conn, writer, *_error(403, "permission_error", refused))
         if self.admit is not None and (why := self.admit(grant)):
+            if grant.refused:
+                self._denied(grant, 403, why)
+            else:
+                self._denied(grant, 429, why, "budget_held")
             return await self._send(conn, writer, *_error(*(
                 (403, "permission_error") if grant.refused else (429, "rate_limit_error")), why))
+        agent = next((v.decode("latin-1")[:200] for k, v in req.headers if k == b"x-claude-code-agent-id"), "main")
+        who = {"tenant": grant.tenant, "run": grant.run_id, "agent": agent, "source": "wire"}
+        if messages:  # the denials and spills the CLI sends back, written before the call goes: a crash loses none
+            # a long conversation is megabytes of JSON: parsed off the loop
+            request = await asyncio.to_thread(_decode, body) if len(body) > 256 * 1024 else _decode(body)
+            self._results(grant, request, who)
         held = most_cost(ask, len(body), self.prices) if messages else 0.0
         grant.reserved += held
-        agent = next((v.decode("latin-1")[:200] for k, v in req.headers if k == b"x-claude-code-agent-id"), "main")
         started = time.monotonic()
         try:
             resp = await self._upstream.post(grant.upstream + target, _headers(req, grant.auth), body)
@@ -579,12 +628,8 @@ class Gateway:
             reader.close()
             grant.reserved -= held
             if messages:
-                who = {"tenant": grant.tenant, "run": grant.run_id, "agent": agent, "source": "wire"}
                 self._calls(grant, reader, who)  # at once: the CLI's next request answers these
                 self._meter(grant, reader, ask, resp.status_code, time.monotonic() - started)
-                # a long conversation is megabytes of JSON: parsed off the loop, after the answer went back
-                request = await asyncio.to_thread(_decode, body) if len(body) > 256 * 1024 else _decode(body)
-                self._results(grant, request, who)
 
     async def _relay(self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant, resp: UpstreamResponse,
                      reader: ResponseReader) -> None:
@@ -624,21 +669,27 @@ class Gateway:
             while len(grant.tools) > _TOOL_MEMORY:
                 grant.tools.popitem(last=False)
             audit_log.info("audit.tool_call", tool=call.tool, tool_use_id=call.id, **who)
+        if reader.calls and self.on_audit is not None:
+            self.on_audit(grant)
 
     def _results(self, grant: Grant, request: dict[str, object], who: dict[str, str]) -> None:
         """Denials and spills in what the CLI sent back — only for calls the model really made, each once (a retry
         re-sends the same results; a forged result names no call the wire saw)."""
+        counted = False
         for result in tool_results(request):
             tool = grant.tools.pop(result.tool_use_id, None)
             if tool is None or result.kind not in ("deny", "spill"):
                 continue
             grant.counts[result.kind] += 1
+            counted = True
             if result.kind == "deny":
                 audit_log.warning("audit.deny", tool=tool, tool_use_id=result.tool_use_id,
                                   reason=" ".join(result.text.split())[:500], **who)
             else:
                 audit_log.info("audit.spill", tool=tool, tool_use_id=result.tool_use_id,
                                pointer=" ".join(result.text.split())[:300], **who)
+        if counted and self.on_audit is not None:
+            self.on_audit(grant)
 
     def _meter(self, grant: Grant, reader: ResponseReader, ask: Ask, status: int, seconds: float) -> None:
         usage = reader.usage

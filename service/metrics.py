@@ -25,6 +25,7 @@ exit.json; its sandbox disappeared; it used more disk than allowed; more money; 
 output; its tenant left the tenants file."""
 
 _WAIT_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, float("inf"))
+_START_BUCKETS = (0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf"))
 _DURATION_BUCKETS = (1, 5, 15, 60, 300, 900, 1800, 3600, 7200, 14400, 43200, 86400, float("inf"))
 
 
@@ -58,6 +59,9 @@ class Metrics:
                             "claimed (hit) or none left (miss, a cold start).", ["outcome"], registry=r)
         self.queue_wait = Histogram("flower_run_queue_wait_seconds", "From submit to the start of the sandbox.",
                                     ["tenant"], buckets=_WAIT_BUCKETS, registry=r)
+        self.start = Histogram("flower_run_start_seconds", "From submit to the run's first model request, as the "
+                               "gateway sees it; warm: the run claimed a waiting sandbox.", ["warm"],
+                               buckets=_START_BUCKETS, registry=r)
         self.duration = Histogram("flower_run_duration_seconds", "From the start of the sandbox to the run's end.",
                                   ["tenant", "status"], buckets=_DURATION_BUCKETS, registry=r)
         self.denials = Counter("flower_guard_denials", "Tool calls a run's guards denied.", ["tenant"], registry=r)
@@ -77,6 +81,9 @@ class Metrics:
     def started(self, tenant: str, waited_s: float) -> None:
         self.starts.labels(tenant).inc()
         self.queue_wait.labels(tenant).observe(max(0.0, waited_s))
+
+    def first_request(self, warm: bool, after_s: float) -> None:
+        self.start.labels("true" if warm else "false").observe(max(0.0, after_s))
 
     def finished(self, tenant: str, status: str, ran_s: float | None, reason: FailureReason | None) -> None:
         if ran_s is not None:

@@ -1,4 +1,6 @@
-"""The runs registry: one SQLite file (WAL) under data_dir; every state a run goes through.
+"""The runs registry: every state a run goes through, in one SQLite file (WAL) under data_dir, or in PostgreSQL
+when ``database_url`` names one (``open_registry``). One schema for both (``service.tables``), migrated by
+Alembic at open (``service.migrate``); what the two databases spell differently is in ``service.dialects``.
 
     queued → starting → running → succeeded | failed | aborted | killed | cancelled
     queued → cancelled;  starting → failed (preparation failed)
@@ -8,7 +10,7 @@ The service may stop at any point: the row says where a run was, and the schedul
 it up from there (``event_offset`` / ``event_seq``: how far its events.jsonl was read). Beside the runs: each
 tenant's spend per day (``spend``) and its webhook deliveries (``deliveries``, ``service.webhooks``).
 
-Nothing in the file is believed about the host because it is there: a file holding anything a registry of ours
+Nothing in a SQLite file is believed about the host because it is there: a file holding anything a registry of ours
 does not (a trigger, a view, another table or index, a column defined otherwise) is refused at open and at
 ``restore`` (``foreign``), and so is a row that names what is not its own. A run's folder is its id, or the
 warm slot (``warm-<hex>``, ``sandbox.pool``) it claimed — no run id looks like one, and no two rows name the same
@@ -18,90 +20,49 @@ folder, and the backend signals a process only when it carries its run's marker 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import re
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Literal, get_args
 
 import msgspec
+from sqlalchemy import (ColumnElement, Connection, Engine, RowMapping, Select, delete, exists, func, or_, select, text,
+                        update)
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.sql.dml import UpdateBase
 
 from sandbox.backends.local import folder_of
 from sandbox.layout import valid_run_id
 from sandbox.pool import SLOT_PREFIX
 
+from . import dialects
 from .backup import RegistryDamaged, check_registry
+from .errors import RegistryNewer, RegistryUnreachable
+from .migrate import migrate
+from .config import ServiceConfig
+from .tables import ADDED_SINCE_V1, deliveries, leases, runs, spend, wire_audit
 
-__all__ = ["Registry", "Run", "Push", "Delivery", "ACTIVE", "TERMINAL", "STATUSES", "foreign"]
+__all__ = ["Registry", "Run", "Kept", "Lease", "RunStatus", "Ending", "Push", "Delivery", "ACTIVE", "TERMINAL",
+           "STATUSES", "SCHEMA",
+           "foreign", "open_registry"]
 
-STATUSES = ("queued", "starting", "running", "succeeded", "failed", "aborted", "cancelled", "killed")
-ACTIVE = ("starting", "running")
-TERMINAL = ("succeeded", "failed", "aborted", "cancelled", "killed")
+RunStatus = Literal["queued", "starting", "running", "succeeded", "failed", "aborted", "cancelled", "killed"]
+"""Every status a run is in (the diagram above); ``service.api.schemas.Status`` is this one."""
+Ending = Literal["succeeded", "failed", "aborted", "cancelled", "killed"]
+STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
+ACTIVE: tuple[RunStatus, ...] = ("starting", "running")
+TERMINAL: tuple[Ending, ...] = get_args(Ending)
+CHANNEL = "flower_runs"  # PostgreSQL's NOTIFY channel: a run queued, or its status changed
+SCHEMA = 5  # SQLite's PRAGMA user_version this code writes (service/migrations/versions/v0003_wire_audit.py)
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id              TEXT PRIMARY KEY,
-    tenant          TEXT NOT NULL,
-    ask             TEXT NOT NULL,
-    options         TEXT NOT NULL DEFAULT '{}',
-    status          TEXT NOT NULL,
-    repo            TEXT NOT NULL DEFAULT '',
-    handle          TEXT,
-    branch          TEXT,
-    base            TEXT,
-    commit_sha      TEXT,
-    created         REAL NOT NULL,
-    started         REAL,
-    ended           REAL,
-    cost_usd        REAL NOT NULL DEFAULT 0,
-    error           TEXT,
-    step            TEXT,
-    diffstat        TEXT,
-    event_offset    INTEGER NOT NULL DEFAULT 0,
-    event_seq       INTEGER NOT NULL DEFAULT 0,
-    cancel_requested INTEGER NOT NULL DEFAULT 0,
-    disk_bytes      INTEGER,
-    deleted         REAL
-);
-CREATE INDEX IF NOT EXISTS runs_tenant ON runs (tenant, created);
-CREATE INDEX IF NOT EXISTS runs_status ON runs (status, created);
-CREATE TABLE IF NOT EXISTS spend (
-    tenant          TEXT NOT NULL,
-    day             TEXT NOT NULL,
-    cost_usd        REAL NOT NULL DEFAULT 0,
-    input_tokens    INTEGER NOT NULL DEFAULT 0,
-    output_tokens   INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (tenant, day)
-);
-CREATE TABLE IF NOT EXISTS deliveries (
-    id              TEXT PRIMARY KEY,
-    tenant          TEXT NOT NULL,
-    run             TEXT NOT NULL,
-    event           TEXT NOT NULL,
-    body            BLOB NOT NULL,
-    created         REAL NOT NULL,
-    state           TEXT NOT NULL,
-    attempts        INTEGER NOT NULL DEFAULT 0,
-    last_status     INTEGER,
-    last_error      TEXT,
-    next_try        REAL,
-    ended           REAL
-);
-CREATE INDEX IF NOT EXISTS deliveries_tenant ON deliveries (tenant, created);
-CREATE INDEX IF NOT EXISTS deliveries_state ON deliveries (state, created);
-"""
-_VERSION = 3
-# Columns added since version 1 (an older file gains them): what the model gateway measures, disk and tombstones.
-_ADDED = {"disk_bytes": "INTEGER", "deleted": "REAL",
-          "input_tokens": "INTEGER NOT NULL DEFAULT 0", "output_tokens": "INTEGER NOT NULL DEFAULT 0",
-          "cache_write_tokens": "INTEGER NOT NULL DEFAULT 0", "cache_read_tokens": "INTEGER NOT NULL DEFAULT 0",
-          "claimed_cost_usd": "REAL NOT NULL DEFAULT 0", "token_sha256": "TEXT", "folder": "TEXT", "push": "TEXT"}
-# After the columns above exist: no two runs name one folder (a warm slot is claimed once).
-_INDEXES = "CREATE UNIQUE INDEX IF NOT EXISTS runs_folder ON runs (folder);"
 _SLOT = re.compile(re.escape(SLOT_PREFIX) + r"[0-9a-f]{1,58}")
 
 
@@ -138,12 +99,31 @@ class Delivery(msgspec.Struct, kw_only=True):
     """When it was delivered, or given up on."""
 
 
+class Lease(msgspec.Struct, kw_only=True, frozen=True):
+    """A replica's hold on one live run (``Registry.take``): ``generation`` is the fencing token its writes carry."""
+
+    run_id: str
+    owner: str
+    generation: int
+    expires: float
+
+
+class Kept(msgspec.Struct, kw_only=True, frozen=True):
+    """What the row keeps of an ended run's work (``Registry.finish``): every field is written, None included."""
+
+    commit_sha: str | None
+    branch: str | None
+    diffstat: dict[str, Any] | None
+    claimed_cost_usd: float
+    disk_bytes: int | None
+
+
 class Run(msgspec.Struct, kw_only=True):
     id: str
     tenant: str
     ask: str
     options: dict[str, Any]
-    status: str
+    status: RunStatus
     repo: str = ""
     handle: str | None = None
     branch: str | None = None
@@ -187,8 +167,13 @@ _Runs = list[Run]  # (inside Registry, ``list`` is its method)
 _Deliveries = list[Delivery]
 
 
-def _convert(r: sqlite3.Row) -> Run:
-    d = dict(r)
+def _plain(r: RowMapping | sqlite3.Row) -> dict[str, Any]:
+    """A row as a dict keyed by plain ``str`` (SQLAlchemy's column names are a ``str`` subclass msgspec refuses)."""
+    return {str(k): r[k] for k in r.keys()}
+
+
+def _convert(r: RowMapping | sqlite3.Row) -> Run:
+    d = _plain(r)
     d["options"] = json.loads(d["options"] or "{}")
     d["diffstat"] = json.loads(d["diffstat"]) if d["diffstat"] else None
     d["push"] = json.loads(d["push"]) if d.get("push") else None
@@ -196,7 +181,7 @@ def _convert(r: sqlite3.Row) -> Run:
     return msgspec.convert(d, Run)
 
 
-def _row(r: sqlite3.Row) -> Run:
+def _row(r: RowMapping | sqlite3.Row) -> Run:
     """A row as a Run, refused if it names what is not its own (whatever wrote the row)."""
     run = _convert(r)
     wrong = _not_its_own(run)
@@ -218,15 +203,17 @@ def _not_its_own(run: Run) -> str | None:
     return None
 
 
-def _migrate(db: sqlite3.Connection) -> None:
-    """Our tables, indexes and columns, added where missing (a fresh file, or one an older service wrote)."""
-    db.executescript(_SCHEMA)
-    have = {r[1] for r in db.execute("PRAGMA table_info(runs)")}
-    for name, kind in _ADDED.items():
-        if name not in have:
-            db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
-    db.executescript(_INDEXES)
-    db.execute(f"PRAGMA user_version={_VERSION}")
+@functools.cache
+def _fresh_schema() -> dict[str, tuple[str, str, str | None]]:
+    """name → (type, table, sql) of what a fresh registry file holds: the migrations run on an empty database."""
+    engine = dialects.sqlite_engine(Path(":memory:"))
+    try:
+        migrate(engine, where="a fresh registry")
+        with engine.connect() as c:
+            rows = c.exec_driver_sql("SELECT type, name, tbl_name, sql FROM sqlite_master").all()
+    finally:
+        engine.dispose()
+    return {str(r[1]): (str(r[0]), str(r[2]), r[3]) for r in rows}
 
 
 def _definitions(sql: str) -> list[str]:
@@ -254,12 +241,7 @@ def _foreign_schema(db: sqlite3.Connection) -> str | None:
     """Compared with what a fresh registry creates: every trigger and view is foreign, so is any table or index
     we do not create or define otherwise, and any column not defined as ours (one we added since may be
     missing: an older service wrote the file)."""
-    fresh = sqlite3.connect(":memory:")
-    try:
-        _migrate(fresh)
-        ours = {r[1]: (r[0], r[2], r[3]) for r in fresh.execute("SELECT type, name, tbl_name, sql FROM sqlite_master")}
-    finally:
-        fresh.close()
+    ours = _fresh_schema()
     for kind, name, table, sql in db.execute("SELECT type, name, tbl_name, sql FROM sqlite_master "
                                              "ORDER BY type DESC, name"):  # views and triggers first
         if kind in ("trigger", "view"):
@@ -271,11 +253,11 @@ def _foreign_schema(db: sqlite3.Connection) -> str | None:
         if kind == "index" and (sql and " ".join(sql.split())) != (want and " ".join(want.split())):
             return f"the index `{name}` defined as {sql!r}, not as ours"
         if kind == "table":
-            extra = [d for d in _definitions(sql) if d not in _definitions(want)]
+            extra = [d for d in _definitions(sql) if d not in _definitions(want or "")]
             if extra:
                 return f"the table `{name}` with `{extra[0]}`, which is not how a registry defines it"
-            missing = [d.split()[0] for d in _definitions(want) if d not in _definitions(sql)]
-            if missing and (name != "runs" or any(column not in _ADDED for column in missing)):
+            missing = [d.split()[0] for d in _definitions(want or "") if d not in _definitions(sql)]
+            if missing and (name != "runs" or any(column not in ADDED_SINCE_V1 for column in missing)):
                 return f"the table `{name}` without its `{missing[0]}`"
     return None
 
@@ -320,212 +302,432 @@ def _foreign_deliveries(db: sqlite3.Connection) -> str | None:
     return None
 
 
+_NO_LOCK = contextlib.nullcontext()  # PostgreSQL keeps its writers apart itself: no lock in the process
+
+
 class Registry:
-    """Thread-safe (one connection, one lock); every call is one short transaction."""
+    """Thread-safe: on SQLite one connection behind one lock, on PostgreSQL a pool; every call is one short
+    transaction, and every guard is in the SQL (``WHERE status IN …``, ``ON CONFLICT``), so two writers —
+    two threads, or two replicas on one PostgreSQL — never both win."""
+
+    path: Path | None
+    """The SQLite file (None on PostgreSQL)."""
+    where: str
+    """The file, or the database and host: for sentences (never a password)."""
+    dialect: dialects.Dialect
+    revision: str
+    """The migration the database is at (``service.migrate``)."""
+    migrated_from: str | None
+    """Where this open found it, when this open migrated it (None: it was at ``revision`` already)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self.where = str(self.path)
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         check_registry(self.path)  # a truncated or corrupt file stops the service with the way to restore it
         os.close(os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))  # SQLite gives -wal/-shm its mode
-        self._lock = threading.RLock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30)
-        self._db.row_factory = sqlite3.Row
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
-        self._db.execute("PRAGMA trusted_schema=OFF")
-        with self._lock:
-            version = self._db.execute("PRAGMA user_version").fetchone()[0]
-            if version > _VERSION:
-                raise RuntimeError(f"registry {self.path} was written by a newer service (schema {version}); "
-                                   "upgrade the service or point data_dir elsewhere")
-            found = foreign(self._db)
-            if found:
-                self._db.close()
-                raise RegistryDamaged(
-                    f"the registry {self.path} holds {found}: this service did not write that, so it will not "
-                    f"start on it; restore a backup with `python -m service restore <backup file>`, or move "
-                    f"{self.path.name} aside to start with an empty registry")
-            _migrate(self._db)
+        self._start(dialects.sqlite_engine(self.path), "sqlite", threading.RLock())
+        try:
+            with self._lock:
+                self._refuse_sqlite(self.path)
+                self.migrated_from, self.revision = migrate(self._engine, where=self.where)
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    @classmethod
+    def postgres(cls, url: str, *, lock_timeout_s: float = 60.0) -> Registry:
+        """The registry in the PostgreSQL database ``url`` names, migrated (once, whichever replica is first)."""
+        parsed = dialects.postgres_url(url)
+        self = cls.__new__(cls)
+        self.path, self.where = None, dialects.describe(parsed)
+        self._start(dialects.postgres_engine(parsed), "postgresql", _NO_LOCK)
+        try:
+            with self._engine.connect():
+                pass
+        except OperationalError as e:
+            self._engine.dispose()
+            reason = " ".join(str(e.orig or e).split())
+            raise RegistryUnreachable(
+                f"the registry's {self.where} cannot be reached ({reason}): check database_url and that the "
+                "server is up", host=parsed.host or str(parsed.query.get("host") or ""),
+                database=parsed.database or "") from None
+        try:
+            self.migrated_from, self.revision = migrate(self._engine, where=self.where, lock_timeout_s=lock_timeout_s)
+        except BaseException:
+            self._engine.dispose()
+            raise
+        return self
+
+    def _start(self, engine: Engine, dialect: dialects.Dialect,
+               lock: contextlib.AbstractContextManager[object]) -> None:
+        self._engine, self.dialect, self._lock = engine, dialect, lock
+        # One statement needs no transaction around it: on PostgreSQL each commits itself, so a call is one round
+        # trip, not BEGIN, it, COMMIT (SQLite's transactions are in-process: begun as ever).
+        self._one = engine.execution_options(isolation_level="AUTOCOMMIT") if dialect == "postgresql" else engine
+        tie = dialects.insertion_order(runs, dialect)
+        self._runs_order = [runs.c.created, *(c for c in tie if c is not runs.c.created)]
+        self._deliveries_order = dialects.insertion_order(deliveries, dialect)
+
+    def _refuse_sqlite(self, path: Path) -> None:
+        """A file a newer service wrote, or one holding what ours does not, is refused before anything is changed."""
+        with self._engine.connect() as c:
+            raw = c.connection.dbapi_connection
+            assert isinstance(raw, sqlite3.Connection)
+            version = int(raw.execute("PRAGMA user_version").fetchone()[0])
+            if version > SCHEMA:
+                raise RegistryNewer(f"registry {path} was written by a newer service (schema {version}); upgrade "
+                                    "the service or point data_dir elsewhere", where=str(path), found=str(version),
+                                    known=str(SCHEMA))
+            found = foreign(raw)
+        if found:
+            raise RegistryDamaged(
+                f"the registry {path} holds {found}: this service did not write that, so it will not "
+                f"start on it; restore a backup with `python -m service restore <backup file>`, or move "
+                f"{path.name} aside to start with an empty registry")
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            self._engine.dispose()
+
+    # -- the two ways a statement runs ---------------------------------------------------------
+    def _rows(self, statement: Select[Any]) -> Sequence[RowMapping]:
+        with self._lock, self._one.connect() as c:
+            return c.execute(statement).mappings().all()
+
+    def _write(self, statement: UpdateBase) -> int:
+        """One statement, committed; the number of rows it changed."""
+        with self._statement() as c:
+            return int(c.execute(statement).rowcount)
+
+    @contextlib.contextmanager
+    def _statement(self) -> Iterator[Connection]:
+        """For one write statement (and a NOTIFY after it): committed by itself on PostgreSQL."""
+        with self._lock, self._one.begin() as c:
+            yield c
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[Connection]:
+        with self._lock, self._engine.begin() as c:
+            yield c
 
     # -- reads -----------------------------------------------------------------------------
     def get(self, run_id: str, *, tenant: str | None = None) -> Run | None:
-        sql, args = "SELECT * FROM runs WHERE id = ?", [run_id]
+        q = select(runs).where(runs.c.id == run_id)
         if tenant is not None:
-            sql += " AND tenant = ?"
-            args.append(tenant)
-        with self._lock:
-            r = self._db.execute(sql, args).fetchone()
-        return _row(r) if r else None
+            q = q.where(runs.c.tenant == tenant)
+        rows = self._rows(q)
+        return _row(rows[0]) if rows else None
 
     def ids_starting(self, prefix: str, *, tenant: str, limit: int = 6) -> list[str]:
         """The ids of ``tenant``'s runs that start with ``prefix`` (at most ``limit``, oldest first): how a short
         id a person typed is resolved, never across tenants."""
-        sql = "SELECT id FROM runs WHERE tenant = ? AND substr(id, 1, ?) = ? ORDER BY created, rowid LIMIT ?"
-        with self._lock:
-            rows = self._db.execute(sql, (tenant, len(prefix), prefix, int(limit))).fetchall()
-        return [str(r[0]) for r in rows]
+        q = (select(runs.c.id).where(runs.c.tenant == tenant, dialects.starts_with(runs.c.id, prefix, self.dialect))
+             .order_by(*self._runs_order).limit(int(limit)))
+        return [str(r["id"]) for r in self._rows(q)]
 
     def list(self, *, tenant: str | None = None, statuses: Iterable[str] | None = None,
              limit: int | None = None, oldest_first: bool = False, deleted: bool | None = None,
-             ended_before: float | None = None) -> list[Run]:
+             ended_before: float | None = None) -> _Runs:
         """``deleted``: None = tombstones too, False = without them, True = only them."""
-        where, args = [], []  # type: list[str], list[Any]
+        where: list[ColumnElement[bool]] = []
         if deleted is not None:
-            where.append("deleted IS NOT NULL" if deleted else "deleted IS NULL")
+            where.append(runs.c.deleted.is_not(None) if deleted else runs.c.deleted.is_(None))
         if ended_before is not None:
-            where.append("ended IS NOT NULL AND ended < ?")
-            args.append(ended_before)
+            where += [runs.c.ended.is_not(None), runs.c.ended < ended_before]
         if tenant is not None:
-            where.append("tenant = ?")
-            args.append(tenant)
+            where.append(runs.c.tenant == tenant)
         if statuses is not None:
-            st = list(statuses)
-            where.append(f"status IN ({','.join('?' * len(st))})")
-            args.extend(st)
-        return [_row(r) for r in self._select("runs", where, args, ("created", "rowid"), oldest_first, limit)]
-
-    def _select(self, table: str, where: Sequence[str], args: Sequence[Any], order: tuple[str, ...],
-                oldest_first: bool, limit: int | None) -> Sequence[sqlite3.Row]:
-        """``SELECT *`` of ``table`` under the ``where`` clauses (ANDed), ordered, at most ``limit`` rows."""
-        way = "ASC" if oldest_first else "DESC"
-        sql = f"SELECT * FROM {table}" + (" WHERE " + " AND ".join(where) if where else "")
-        sql += " ORDER BY " + ", ".join(f"{column} {way}" for column in order)
-        if limit is not None:
-            sql += " LIMIT ?"
-            args = [*args, int(limit)]
-        with self._lock:
-            rows: Sequence[sqlite3.Row] = self._db.execute(sql, args).fetchall()
-        return rows
+            where.append(runs.c.status.in_(list(statuses)))
+        q = _ordered(select(runs).where(*where), self._runs_order, oldest_first, limit)
+        return [_row(r) for r in self._rows(q)]
 
     def count(self, *, statuses: Iterable[str], tenant: str | None = None) -> int:
-        st = list(statuses)
-        sql = f"SELECT COUNT(*) FROM runs WHERE status IN ({','.join('?' * len(st))})"
-        args: list[Any] = st
+        q = select(func.count()).select_from(runs).where(runs.c.status.in_(list(statuses)))
         if tenant is not None:
-            sql += " AND tenant = ?"
-            args = [*st, tenant]
-        with self._lock:
-            return int(self._db.execute(sql, args).fetchone()[0])
+            q = q.where(runs.c.tenant == tenant)
+        with self._lock, self._engine.connect() as c:
+            return int(c.execute(q).scalar_one())
 
     def folders(self) -> set[str]:
         """The folder names runs took from warm slots (their folders are theirs, not the pool's)."""
-        with self._lock:
-            return {r[0] for r in self._db.execute("SELECT folder FROM runs WHERE folder IS NOT NULL")}
+        return {str(r["folder"]) for r in self._rows(select(runs.c.folder).where(runs.c.folder.is_not(None)))}
 
     def counts(self) -> dict[tuple[str, str], int]:
         """(tenant, status) → number of runs."""
-        with self._lock:
-            rows = self._db.execute("SELECT tenant, status, COUNT(*) FROM runs GROUP BY tenant, status").fetchall()
-        return {(r[0], r[1]): int(r[2]) for r in rows}
+        q = select(runs.c.tenant, runs.c.status, func.count().label("n")).group_by(runs.c.tenant, runs.c.status)
+        return {(str(r["tenant"]), str(r["status"])): int(r["n"]) for r in self._rows(q)}
 
     # -- writes ----------------------------------------------------------------------------
     def create(self, *, id: str, tenant: str, ask: str, options: dict[str, Any], repo: str) -> Run:
-        now = time.time()
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO runs (id, tenant, ask, options, status, repo, created) VALUES (?,?,?,?,?,?,?)",
-                (id, tenant, ask, json.dumps(options, ensure_ascii=False), "queued", repo, now))
-        run = self.get(id)
-        assert run is not None
-        return run
+        with self._statement() as t:
+            row = t.execute(runs.insert().values(id=id, tenant=tenant, ask=ask, status="queued", repo=repo,
+                                                 options=json.dumps(options, ensure_ascii=False), created=time.time())
+                            .returning(*runs.c)).mappings().one()
+            self._notify(t)
+        return _row(row)
 
     def update(self, run_id: str, *, only_if: Iterable[str] | None = None, **fields: Any) -> bool:
         """Set fields; with ``only_if`` only when the status is one of those. True when a row changed."""
         bad = set(fields) - set(_COLUMNS)
         if bad:
             raise KeyError(f"unknown run fields: {sorted(bad)}")
-        sets, args = [], []  # type: list[str], list[Any]
-        for k, v in fields.items():
-            if isinstance(v, msgspec.Struct):
-                v = msgspec.json.encode(v).decode()
-            elif k in ("options", "diffstat") and v is not None:
-                v = json.dumps(v, ensure_ascii=False)
-            elif k == "cancel_requested":
-                v = int(bool(v))
-            sets.append(f"{k} = ?")
-            args.append(v)
-        sql = f"UPDATE runs SET {', '.join(sets)} WHERE id = ?"
-        args.append(run_id)
+        q = update(runs).where(runs.c.id == run_id).values({k: _stored(k, v) for k, v in fields.items()})
         if only_if is not None:
-            st = list(only_if)
-            sql += f" AND status IN ({','.join('?' * len(st))})"
-            args.extend(st)
-        with self._lock:
-            cur = self._db.execute(sql, args)
-            return cur.rowcount > 0
+            q = q.where(runs.c.status.in_(list(only_if)))
+        return self._write(q) > 0
 
     def add_usage(self, run_id: str, tenant: str, day: str, *, input_tokens: int, output_tokens: int,
                   cache_write_tokens: int, cache_read_tokens: int, cost_usd: float) -> None:
         """What the gateway measured for one answer: onto the run and the tenant's day, in one transaction."""
-        with self._lock:
-            self._db.execute("BEGIN")
-            try:
-                self._db.execute(
-                    "UPDATE runs SET input_tokens = input_tokens + ?, output_tokens = output_tokens + ?, "
-                    "cache_write_tokens = cache_write_tokens + ?, cache_read_tokens = cache_read_tokens + ?, "
-                    "cost_usd = cost_usd + ? WHERE id = ?",
-                    (input_tokens, output_tokens, cache_write_tokens, cache_read_tokens, cost_usd, run_id))
-                self._db.execute(
-                    "INSERT INTO spend (tenant, day, cost_usd, input_tokens, output_tokens) VALUES (?,?,?,?,?) "
-                    "ON CONFLICT (tenant, day) DO UPDATE SET cost_usd = cost_usd + excluded.cost_usd, "
-                    "input_tokens = input_tokens + excluded.input_tokens, "
-                    "output_tokens = output_tokens + excluded.output_tokens",
-                    (tenant, day, cost_usd, input_tokens, output_tokens))
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        c = runs.c
+        onto_run = update(runs).where(c.id == run_id).values(
+            input_tokens=c.input_tokens + input_tokens, output_tokens=c.output_tokens + output_tokens,
+            cache_write_tokens=c.cache_write_tokens + cache_write_tokens,
+            cache_read_tokens=c.cache_read_tokens + cache_read_tokens, cost_usd=c.cost_usd + cost_usd)
+        day_row = dialects.insert(spend, self.dialect).values(tenant=tenant, day=day, cost_usd=cost_usd,
+                                                              input_tokens=input_tokens, output_tokens=output_tokens)
+        onto_day = day_row.on_conflict_do_update(index_elements=[spend.c.tenant, spend.c.day], set_={
+            "cost_usd": spend.c.cost_usd + day_row.excluded.cost_usd,
+            "input_tokens": spend.c.input_tokens + day_row.excluded.input_tokens,
+            "output_tokens": spend.c.output_tokens + day_row.excluded.output_tokens})
+        with self._transaction() as t:
+            t.execute(onto_run)
+            t.execute(onto_day)
 
     def spent(self, tenant: str, day: str) -> dict[str, float]:
         """The tenant's measured spend on ``day`` (YYYY-MM-DD, UTC)."""
-        with self._lock:
-            r = self._db.execute("SELECT cost_usd, input_tokens, output_tokens FROM spend WHERE tenant = ? AND day = ?",
-                                 (tenant, day)).fetchone()
-        return {"cost_usd": r[0] if r else 0.0, "input_tokens": r[1] if r else 0, "output_tokens": r[2] if r else 0}
+        q = select(spend.c.cost_usd, spend.c.input_tokens, spend.c.output_tokens).where(
+            spend.c.tenant == tenant, spend.c.day == day)
+        rows = self._rows(q)
+        r = rows[0] if rows else {"cost_usd": 0.0, "input_tokens": 0, "output_tokens": 0}
+        return {"cost_usd": r["cost_usd"], "input_tokens": r["input_tokens"], "output_tokens": r["output_tokens"]}
+
+    def record_wire_audit(self, run_id: str, counts: Counter[str]) -> None:
+        """The gateway's audit counts of a run as they stand (its process writes them; the scheduler compares them
+        with the run's own at the end)."""
+        q = dialects.insert(wire_audit, self.dialect).values(
+            run=run_id, tool_calls=counts["tool_call"], denials=counts["deny"], spills=counts["spill"])
+        self._write(q.on_conflict_do_update(index_elements=[wire_audit.c.run], set_={
+            "tool_calls": q.excluded.tool_calls, "denials": q.excluded.denials, "spills": q.excluded.spills}))
+
+    def record_first_request(self, run_id: str, at: float) -> None:
+        """When the gateway saw the run's first model request (a gateway started again later keeps the first)."""
+        q = dialects.insert(wire_audit, self.dialect).values(run=run_id, first_request=at)
+        self._write(q.on_conflict_do_update(index_elements=[wire_audit.c.run], set_={
+            "first_request": func.coalesce(wire_audit.c.first_request, q.excluded.first_request)}))
+
+    def first_request(self, run_id: str) -> float | None:
+        """What ``record_first_request`` kept, or None."""
+        rows = self._rows(select(wire_audit.c.first_request).where(wire_audit.c.run == run_id))
+        return float(rows[0]["first_request"]) if rows and rows[0]["first_request"] is not None else None
+
+    def wire_counts(self, run_id: str) -> Counter[str] | None:
+        """What ``record_wire_audit`` last wrote for the run, or None when the gateway counted nothing of it."""
+        rows = self._rows(select(wire_audit).where(wire_audit.c.run == run_id))
+        if not rows:
+            return None
+        r = rows[0]
+        return Counter({"tool_call": int(r["tool_calls"]), "deny": int(r["denials"]), "spill": int(r["spills"])})
+
+    def active_grants(self) -> _Runs:
+        """The runs the model gateway serves: starting or running, with a token."""
+        q = select(runs).where(runs.c.status.in_(list(ACTIVE)), runs.c.token_sha256.is_not(None))
+        return [_row(r) for r in self._rows(q)]
 
     def transition(self, run_id: str, to: str, *, frm: Iterable[str], **fields: Any) -> bool:
         if to not in STATUSES:
             raise ValueError(f"unknown status {to!r}")
         return self.update(run_id, only_if=frm, status=to, **fields)
 
+    # -- leases: which replica follows each live run (``service.tables.leases``) -------------------------------
+    def take(self, run_id: str, owner: str, *, ttl: float, now: float) -> Lease | None:
+        """Hold ``run_id`` for ``owner`` until ``now + ttl``: when no one holds it, its lease has expired, or
+        ``owner`` holds it already (a replica started again under its name). The generation goes up either way —
+        whatever held it before writes nothing more. None when another replica holds it still."""
+        new = dialects.insert(leases, self.dialect).values(run_id=run_id, owner=owner, generation=1,
+                                                           expires=now + ttl)
+        q = new.on_conflict_do_update(
+            index_elements=[leases.c.run_id],
+            set_={"owner": owner, "generation": leases.c.generation + 1, "expires": now + ttl},
+            where=or_(leases.c.expires < now, leases.c.owner == owner)).returning(*leases.c)
+        with self._statement() as t:
+            row = t.execute(q).mappings().first()
+        return msgspec.convert(_plain(row), Lease) if row is not None else None
+
+    def renew(self, owner: str, *, ttl: float, now: float) -> dict[str, Lease]:
+        """Every lease ``owner`` still holds, moved on to ``now + ttl`` — a run missing here is another's now. One that
+        ran out while renewals failed (a full disk, the database away) and that no one took since is still its own."""
+        q = (update(leases).where(leases.c.owner == owner)
+             .values(expires=now + ttl).returning(*leases.c))
+        with self._statement() as t:
+            rows = t.execute(q).mappings().all()
+        return {str(r["run_id"]): msgspec.convert(_plain(r), Lease) for r in rows}
+
+    def unheld(self, *, now: float) -> tuple[str, ...]:
+        """The live runs no replica holds: never taken, or their lease expired (their replica stopped renewing)."""
+        held = select(leases.c.run_id).where(leases.c.expires >= now)
+        q = (select(runs.c.id).where(runs.c.status.in_(ACTIVE), runs.c.id.not_in(held))
+             .order_by(runs.c.created))
+        return tuple(str(r["id"]) for r in self._rows(q))
+
+    def release(self, lease: Lease) -> None:
+        """Let go of a run (it ended, or went back in line) — only the lease given: a newer one stays."""
+        with self._statement() as t:
+            t.execute(delete(leases).where(leases.c.run_id == lease.run_id, leases.c.owner == lease.owner,
+                                           leases.c.generation == lease.generation))
+
+    # -- named writes: each returns the run as written, or None when its guard did not hold -----------------
+    def record_start(self, run_id: str, *, branch: str | None, base: str | None, folder: str | None = None,
+                     token_sha256: str | None = None, lease: Lease | None = None) -> Run | None:
+        """What preparing a starting run made: its branch and base, the warm slot's folder, its token's hash."""
+        return self._returning(run_id, ("starting",), lease, branch=branch, base=base, folder=folder,
+                               token_sha256=token_sha256)
+
+    def record_progress(self, run_id: str, *, event_offset: int, event_seq: int, claimed_cost_usd: float,
+                        step: str | None, lease: Lease | None = None) -> Run | None:
+        """How far a live run's events were read, and what they said it spent and is doing."""
+        return self._returning(run_id, ACTIVE, lease, event_offset=event_offset, event_seq=event_seq,
+                               claimed_cost_usd=claimed_cost_usd, step=step)
+
+    def record_commit(self, run_id: str, sha: str, *, lease: Lease | None = None) -> Run | None:
+        """The commit a live run's work was taken as (before it is finished)."""
+        return self._returning(run_id, ACTIVE, lease, commit_sha=sha)
+
+    def begin(self, run_id: str, *, started: float) -> Run | None:
+        """A queued run taken to be started (once: None when it was not queued — cancelled, or taken already)."""
+        return self._returning(run_id, ("queued",), status="starting", started=started)
+
+    def record_running(self, run_id: str, handle: str, *, lease: Lease | None = None) -> Run | None:
+        """A starting run whose sandbox the backend started (``handle``: how it is found again)."""
+        return self._returning(run_id, ("starting",), lease, status="running", handle=handle)
+
+    def requeue(self, run_id: str, *, lease: Lease | None = None) -> Run | None:
+        """A starting run back in line, as if never taken: nothing of its preparation is kept (a warm slot it
+        claimed is swept with the waiting ones)."""
+        return self._returning(run_id, ("starting",), lease, status="queued", started=None, branch=None,
+                               base=None, folder=None)
+
+    def cancel(self, run_id: str, *, at: float) -> Run | None:
+        """A cancel asked for: a queued run ends now, a live one is marked for the scheduler to stop; the row as
+        left, or None when the run was neither (ended already)."""
+        ended = self._returning(run_id, ("queued",), status="cancelled", ended=at, error="cancelled on request",
+                                cancel_requested=True)
+        return ended or self._returning(run_id, ACTIVE, cancel_requested=True)
+
+    def finish(self, run_id: str, status: Ending, *, ended: float, error: str | None = None,
+               kept: Kept | None = None, frm: Iterable[RunStatus] = ACTIVE, lease: Lease | None = None) -> Run | None:
+        """End a run (once: None when it was not in ``frm``); its gateway token's hash goes with it. ``kept``: what
+        was taken of its work, written with its end; without it the row keeps what it had (its branch, its commit)."""
+        fields: dict[str, Any] = {"status": status, "ended": ended, "error": error, "token_sha256": None}
+        if kept is not None:
+            fields.update(msgspec.structs.asdict(kept))
+        return self._returning(run_id, tuple(frm), lease, **fields)
+
+    def _returning(self, run_id: str, frm: Sequence[RunStatus], lease: Lease | None = None,
+                   **fields: Any) -> Run | None:
+        """``UPDATE … WHERE id AND status IN frm [AND the lease is still lease] RETURNING *`` (SQLite ≥ 3.35 and
+        PostgreSQL): the guard, the write and the row it left in one statement, so no other writer comes between —
+        and a writer whose lease was taken by another replica writes nothing."""
+        q = update(runs).where(runs.c.id == run_id, runs.c.status.in_(list(frm)))
+        if lease is not None:
+            q = q.where(exists().where(leases.c.run_id == run_id, leases.c.owner == lease.owner,
+                                       leases.c.generation == lease.generation))
+        q = q.values({k: _stored(k, v) for k, v in fields.items()}).returning(*runs.c)
+        with self._statement() as t:
+            row = t.execute(q).mappings().first()
+            if row is not None and fields.keys() & {"status", "cancel_requested"}:
+                self._notify(t)  # begun, requeued, ended, or to be stopped: a slot taken or freed, or a stop to make
+        return _row(row) if row is not None else None
+
+    # -- wake-ups: PostgreSQL's LISTEN/NOTIFY --------------------------------------------------------------
+    def _notify(self, t: Connection) -> None:
+        if self.dialect == "postgresql":
+            t.execute(text("SELECT pg_notify(:channel, '')"), {"channel": CHANNEL})
+
+    def listen(self, wake: Callable[[], None]) -> Callable[[], None]:
+        """``wake()`` — from a thread of its own — whenever any replica queues a run or changes one's status (on
+        PostgreSQL: LISTEN/NOTIFY, so no replica waits for its next poll to see it); what it returns stops that.
+        On SQLite nothing: one replica, which wakes itself."""
+        if self.dialect != "postgresql":
+            return lambda: None
+        import psycopg
+
+        conninfo = self._engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+        stop = threading.Event()
+
+        def listening() -> None:
+            while not stop.is_set():
+                try:
+                    with psycopg.connect(conninfo, autocommit=True) as c:
+                        c.execute(f"LISTEN {CHANNEL}")
+                        wake()  # what was notified while this was not listening
+                        while not stop.is_set():
+                            for _ in c.notifies(timeout=0.5, stop_after=1):
+                                wake()
+                except psycopg.Error:
+                    stop.wait(1.0)  # the database is away: the passes poll meanwhile
+
+        thread = threading.Thread(target=listening, name="flower-registry-listen", daemon=True)
+        thread.start()
+
+        def close() -> None:
+            stop.set()
+            thread.join(2)
+
+        return close
+
     # -- webhook deliveries (service.webhooks) ---------------------------------------------------
     def add_delivery(self, d: Delivery) -> bool:
         """Queue one delivery; False when one of that id is there already (an event read twice is sent once)."""
-        with self._lock:
-            cur = self._db.execute(
-                "INSERT OR IGNORE INTO deliveries (id, tenant, run, event, body, created, state, next_try) "
-                "VALUES (?,?,?,?,?,?,?,?)", (d.id, d.tenant, d.run, d.event, d.body, d.created, d.state, d.next_try))
-            return cur.rowcount > 0
+        q = dialects.insert(deliveries, self.dialect).values(
+            id=d.id, tenant=d.tenant, run=d.run, event=d.event, body=d.body, created=d.created, state=d.state,
+            next_try=d.next_try).on_conflict_do_nothing(index_elements=[deliveries.c.id]).returning(deliveries.c.id)
+        with self._statement() as t:  # RETURNING: SQLAlchemy's psycopg rowcount is -1 for an INSERT … ON CONFLICT
+            return t.execute(q).first() is not None
 
     def deliveries(self, *, tenant: str | None = None, state: DeliveryState | None = None,
                    limit: int | None = None, oldest_first: bool = False) -> _Deliveries:
-        where, args = [], []  # type: list[str], list[Any]
+        where: list[ColumnElement[bool]] = []
         if tenant is not None:
-            where.append("tenant = ?")
-            args.append(tenant)
+            where.append(deliveries.c.tenant == tenant)
         if state is not None:
-            where.append("state = ?")
-            args.append(state)
-        rows = self._select("deliveries", where, args, ("rowid",), oldest_first, limit)
-        return [msgspec.convert(dict(r), Delivery) for r in rows]
+            where.append(deliveries.c.state == state)
+        q = _ordered(select(deliveries).where(*where), self._deliveries_order, oldest_first, limit)
+        return [msgspec.convert({**_plain(r), "body": bytes(r["body"])}, Delivery) for r in self._rows(q)]
 
     def delivery_tried(self, d: Delivery) -> None:
         """Store how a try went: its state, attempts, last status and error, next try, end."""
-        with self._lock:
-            self._db.execute(
-                "UPDATE deliveries SET state = ?, attempts = ?, last_status = ?, last_error = ?, next_try = ?, "
-                "ended = ? WHERE id = ?",
-                (d.state, d.attempts, d.last_status, d.last_error, d.next_try, d.ended, d.id))
+        self._write(update(deliveries).where(deliveries.c.id == d.id).values(
+            state=d.state, attempts=d.attempts, last_status=d.last_status, last_error=d.last_error,
+            next_try=d.next_try, ended=d.ended))
 
     def pending_pushes(self) -> _Runs:
         """Runs whose push was under way when the service stopped."""
-        with self._lock:
-            rows = self._db.execute("SELECT * FROM runs WHERE push IS NOT NULL AND "
-                                    "json_extract(push, '$.state') = 'pending' ORDER BY rowid").fetchall()
-        return [_row(r) for r in rows]
+        q = select(runs).where(runs.c.push.is_not(None),
+                               dialects.json_text(runs.c.push, "state", self.dialect) == "pending")
+        return [_row(r) for r in self._rows(_ordered(q, dialects.insertion_order(runs, self.dialect), True, None))]
+
+
+def _stored(field: str, value: Any) -> Any:
+    """A Run field's value as its column holds it: structs and dicts as JSON text, the flag as 0/1."""
+    if isinstance(value, msgspec.Struct):
+        return msgspec.json.encode(value).decode()
+    if field in ("options", "diffstat") and value is not None:
+        return json.dumps(value, ensure_ascii=False)
+    if field == "cancel_requested":
+        return int(bool(value))
+    return value
+
+
+def _ordered(q: Select[Any], order: Sequence[ColumnElement[Any]], oldest_first: bool,
+             limit: int | None) -> Select[Any]:
+    q = q.order_by(*(c.asc() if oldest_first else c.desc() for c in order))
+    return q if limit is None else q.limit(int(limit))
+
+
+def open_registry(config: ServiceConfig) -> Registry:
+    """The registry the config names: PostgreSQL when ``database_url`` is set, else the SQLite file in data_dir."""
+    if config.database_url:
+        return Registry.postgres(config.database_url)
+    return Registry(config.db_path)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-__all__ = ["ALLOWED", "run_environment", "left_out"]
+__all__ = ["ALLOWED", "run_environment", "settings_of", "left_out"]
 
 MODELS = ("ANTHROPIC_MODEL", "ANTHROPIC_SMALL_FAST_MODEL", "ANTHROPIC_DEFAULT_OPUS_MODEL",
           "ANTHROPIC_DEFAULT_SONNET_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL", "CLAUDE_CODE_SUBAGENT_MODEL")
@@ -46,6 +46,11 @@ def run_environment(values: Mapping[str, str], token: str, *, url: str | None = 
     if url:
         out["ANTHROPIC_BASE_URL"] = url
     return out
+
+
+def settings_of(values: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The allowed settings of the tenant's file, sorted: what a warm sandbox's CLI is started with (pool.Shape)."""
+    return tuple(sorted((k, v) for k, v in values.items() if k in ALLOWED))
 
 
 def left_out(values: Mapping[str, str]) -> list[str]:

@@ -1,4 +1,5 @@
-"""Shared fixtures. Tests that need Docker fail instead of skipping when FLOWER_REQUIRE_DOCKER=1."""
+"""Shared fixtures. Tests that need Docker fail instead of skipping when FLOWER_REQUIRE_DOCKER=1; tests that need
+PostgreSQL (``_postgres``) likewise when FLOWER_REQUIRE_POSTGRES=1."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from _postgres import postgres_empty_url, postgres_server, postgres_url  # noqa: F401  (fixtures)
 from flower.core.credentials import LOOKUP_VARS
 from flower.testing import Rule, ScriptedModel
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -15,6 +16,9 @@ from .errors import ConfigError
 
 # The plugin that travels with the repo; after a wheel install it may not exist.
 PLUGIN_DIR = Path(__file__).resolve().parents[2] / "plugin"
+# Claude Code's builtin AGENTS.md/CLAUDE.md loader: with no setting sources (portable) it reads nothing ("project
+# memory is off") yet costs ~45 ms of every first prompt, on the path to the first model request.
+PORTABLE_SETTINGS = {"enabledPlugins": {"cc-plugin-agents-md@builtin": False}}
 
 
 def default_window() -> int:
@@ -145,6 +149,7 @@ def build_options(
         disallowed_tools=list(spec.disallowed_tools),
         permission_mode=spec.permission_mode,
         setting_sources=[] if portable else ["project"],
+        settings=json.dumps(PORTABLE_SETTINGS) if portable else None,
         env=env,
         **kw,
     )

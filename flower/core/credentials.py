@@ -21,10 +21,9 @@ from pathlib import Path
 
 from dotenv import dotenv_values
 
-from .agent import PLUGIN_DIR
 from .errors import CredentialsError
 
-CODE_ROOT = PLUGIN_DIR.parent
+CODE_ROOT = Path(__file__).resolve().parents[2]  # agent.PLUGIN_DIR's parent, without importing the SDK
 
 # The nine keys borrowed from settings.json: the token (three ways of giving it), the
 # endpoint and headers a proxy needs, and the model names a proxy's token is bound to.

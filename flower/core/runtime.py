@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import time
 import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, Callable, Generic, Protocol, TypeVar
@@ -47,11 +48,25 @@ from .outcome import (
 )
 from .guard import merge_hooks, whitelist_guard, workbench_hooks
 from .resilience import Resilience
+from .spare import Spare
 from .workbench import Workbench
 
 
 _log = structlog.get_logger("flower.runtime")
 T = TypeVar("T")
+_KEY_HELPER: ContextVar[str | None] = ContextVar("flower_key_helper", default=None)
+
+
+@contextmanager
+def key_helper(command: str) -> Iterator[None]:
+    """Runtimes made inside take their key from the shell ``command`` (Claude Code's ``apiKeyHelper``), run by the
+    CLI when it needs one: a warm sandbox's CLI is spawned before its run's key exists. Not a constructor keyword:
+    the reference's ``Runtime`` signature stays as it is."""
+    token = _KEY_HELPER.set(command)
+    try:
+        yield
+    finally:
+        _KEY_HELPER.reset(token)
 
 
 class _Question(Protocol):
@@ -160,9 +175,12 @@ class Runtime:
         resilience: Resilience | bool = True,
         handoff: HandoffPolicy | bool = True,
     ) -> None:
-        # Credentials first: a Runtime that cannot run leaves no empty folders behind.
+        # Credentials first: a Runtime that cannot run leaves no empty folders behind. Made under ``key_helper``
+        # its CLI asks that command for its key instead: the key is the command's to find, later.
         load_dotenv()
-        check_credentials()
+        self.key_helper = _KEY_HELPER.get()
+        if self.key_helper is None:
+            check_credentials()
         self.workspace = Path(workspace).resolve()
         self.workspace.mkdir(parents=True, exist_ok=True)
         self.run_dir = Path(run_dir).resolve()
@@ -192,6 +210,7 @@ class Runtime:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._current: StepResult | None = None
         self._ctx, self._warned = 0, False
+        self._spare: Spare | None = None
 
     # -- what a Workflow lends for a while: its channel, its workbench, a session listener ----------
     @property
@@ -398,20 +417,55 @@ class Runtime:
                                 resume_at=resume_at, portable=self.portable, add_dirs=add_dirs,
                                 prelude=wb.prompt_block() if wb else "")
         options.hooks = hooks or None
+        if self.key_helper:
+            options.settings = json.dumps({**json.loads(options.settings or "{}"), "apiKeyHelper": self.key_helper})
         return options
+
+    def attempt_options(self, spec: AgentSpec, *, resume: str | None = None, fork: bool = False,
+                        resume_at: str | None = None) -> ClaudeAgentOptions:
+        """What one attempt of ``spec`` spawns its CLI with: ``options`` and the runtime's compaction rule."""
+        if self.handoff.enabled and spec.compact is None:
+            # With both on, nobody could tell which one shrank the context.
+            spec = replace(spec, compact=CompactPolicy("no_summary"))
+        return self.options(spec, resume=resume, fork=fork, resume_at=resume_at)
+
+    async def prespawn(self, spec: AgentSpec, *, env: Mapping[str, str] | None = None) -> None:
+        """Spawn the CLI of ``spec``'s first attempt now, before its prompt is known (a warm sandbox does, before
+        its run exists): the next attempt whose CLI would be spawned the same — options and environment — takes it
+        (``flower.core.spare``); one that differs closes it, says why in a ``system`` event, and spawns its own.
+        ``env``: what the run's environment is expected to hold (a warm sandbox's bridge as its base URL), given to
+        this CLI alone — the process's environment stays the run's to make."""
+        options = self.attempt_options(spec)
+        if env:
+            options.env = {**options.env, **env}
+        spare = Spare(options)
+        await spare.start()
+        self._spare = spare
+
+    async def _client(self, options: ClaudeAgentOptions, name: str,
+                      on_event: OnEvent | None) -> tuple[ClaudeSDKClient, bool]:
+        """The attempt's client and whether it is connected already (the spare, when it fits)."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return ClaudeSDKClient(options), False
+        why = spare.misfit(options)
+        _emit(on_event, "system", "预先启动的 CLI " + ("已接手" if why is None else f"不适用,重新启动: {why}"), name,
+              subtype="prespawn", taken=why is None, why=why)
+        if why is None:
+            return spare.take(options), True
+        _log.info("runtime.respawn", step=name, why=why)
+        await spare.close()
+        return ClaudeSDKClient(options), False
 
     async def _attempt(self, spec: AgentSpec, prompt: str, name: str, *, resume: str | None, fork: bool,
                        resume_at: str | None, on_event: OnEvent | None, handing_off: bool = False) -> StepResult:
         r = StepResult(step=name, session_id=None if fork else resume)
-        if self.handoff.enabled and spec.compact is None:
-            # With both on, nobody could tell which one shrank the context.
-            spec = replace(spec, compact=CompactPolicy("no_summary"))
-        options = self.options(spec, resume=resume, fork=fork, resume_at=resume_at)
+        options = self.attempt_options(spec, resume=resume, fork=fork, resume_at=resume_at)
         stderr: list[str] = []
         options.stderr = lambda line: stderr.append(line) if len(stderr) < 200 else None
         stop: dict[str, str] = {}  # why we stopped the CLI ourselves, if we did
         self._interrupt.clear()
-        client = ClaudeSDKClient(options)
+        client, connected = await self._client(options, name, on_event)
 
         async def on_person() -> None:
             # Acts at once, not at the next message: a turn blocked on a question sends none.
@@ -422,7 +476,8 @@ class Runtime:
                 await client.interrupt()
 
         try:
-            await client.connect()
+            if not connected:
+                await client.connect()
             watcher = asyncio.create_task(on_person())
             try:
                 await client.query(prompt)

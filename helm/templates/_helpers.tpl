@@ -89,3 +89,79 @@ matchExpressions:
   - key: flower.run
     operator: Exists
 {{- end }}
+
+{{/* The gateway's pod (gateway.separate): its Deployment's selector, its Service's and the NetworkPolicies'.
+     Not app.kubernetes.io/name=flower, so the service's Deployment and Service never pick it. */}}
+{{- define "flower.gatewaySelectorLabels" -}}
+app.kubernetes.io/name: flower-gateway
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/* Where runs' pods call the model gateway: the gateway's own Service, or the service's. */}}
+{{- define "flower.gatewayUrl" -}}
+{{- if .Values.gateway.separate -}}
+http://{{ .Release.Name }}-gateway.{{ .Release.Namespace }}.svc:{{ .Values.gateway.port }}
+{{- else -}}
+http://{{ .Release.Name }}.{{ .Release.Namespace }}.svc:{{ .Values.gateway.port }}
+{{- end }}
+{{- end }}
+
+{{/* What values.schema.json refuses for replicas >= 2, said again as sentences (a chart rendered without its
+     schema, e.g. --skip-schema-validation, still stops here). */}}
+{{- define "flower.validate" -}}
+{{- $n := int64 .Values.replicas }}
+{{- if ge $n 2 }}
+{{- if not .Values.database.existingSecret }}
+{{- fail (printf "replicas: %d needs database.existingSecret (a Secret holding the registry's postgresql:// URL): the SQLite registry on the data volume serves one replica only; see \"Two or more replicas\" in helm/README.md" $n) }}
+{{- end }}
+{{- if ne .Values.persistence.accessMode "ReadWriteMany" }}
+{{- fail (printf "replicas: %d needs persistence.accessMode ReadWriteMany: the replicas read each other's run folders on the data volume" $n) }}
+{{- end }}
+{{- if not .Values.gateway.separate }}
+{{- fail (printf "replicas: %d needs gateway.separate: true: one gateway serves a data dir, so the API pods cannot each start their own" $n) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The registry's URL from the operator's Secret (database.existingSecret), as service.config reads it. */}}
+{{- define "flower.databaseEnv" -}}
+{{- with .Values.database.existingSecret -}}
+- name: FLOWER_SERVICE_DATABASE_URL
+  valueFrom:
+    secretKeyRef:
+      name: {{ . }}
+      key: {{ $.Values.database.key }}
+{{- end }}
+{{- end }}
+
+{{/* Egress to PostgreSQL (database.cidrs, or any address, on database.port), when the registry is there. */}}
+{{- define "flower.databaseEgress" -}}
+{{- if .Values.database.existingSecret -}}
+- ports:
+    - protocol: TCP
+      port: {{ .Values.database.port }}
+  {{- with .Values.database.cidrs }}
+  to:
+    {{- range . }}
+    - ipBlock:
+        cidr: {{ . }}
+    {{- end }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Egress to the model's API (service.networkPolicy.modelUpstream): the gateway's way out. */}}
+{{- define "flower.modelEgress" -}}
+{{- with .Values.service.networkPolicy.modelUpstream -}}
+- ports:
+    - protocol: TCP
+      port: {{ .port }}
+  {{- with .cidrs }}
+  to:
+    {{- range . }}
+    - ipBlock:
+        cidr: {{ . }}
+    {{- end }}
+  {{- end }}
+{{- end }}
+{{- end }}

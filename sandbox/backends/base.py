@@ -14,6 +14,7 @@ its end implements ``Inspectable`` (``logs``, ``wait``). Every error a backend r
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, NewType, Protocol, runtime_checkable
 
@@ -68,10 +69,12 @@ def run_env(layout: RunLayout, spec: RunSpec, env_file: str) -> dict[str, str]:
             RUN_MARK: layout.run_id, "FLOWER_TENANT": spec.tenant, **spec.env}
 
 
-def warm_env(layout: RunLayout) -> dict[str, str]:
-    """A warm sandbox's environment: no tenant, no run, no credential (the entrypoint sets the run's at claim)."""
-    return {"FLOWER_ENV": str(layout.env_file), "HOME": str(layout.home), "LANG": "C.UTF-8",
-            "PYTHONUNBUFFERED": "1", RUN_MARK: layout.dir.name, WARM_MARK: "1"}
+def warm_env(layout: RunLayout, settings: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A warm sandbox's environment: no tenant, no run, no credential (the entrypoint sets the run's at claim);
+    the name of the checkout its slot holds, where it starts the first step's CLI ahead, and the settings (model
+    names, switches: never a key) that CLI is started with."""
+    return {**(settings or {}), "FLOWER_ENV": str(layout.env_file), "HOME": str(layout.home), "LANG": "C.UTF-8",
+            "PYTHONUNBUFFERED": "1", RUN_MARK: layout.dir.name, WARM_MARK: "1", "FLOWER_WARM_REPO": layout.repo_name}
 
 
 def claim_slot(layout: RunLayout, spec: RunSpec, owner: tuple[int, int] | None) -> None:
@@ -178,9 +181,11 @@ def read_exit(folder: Path) -> dict[str, object] | None:
 class WarmBackend(Backend, Protocol):
     """A backend that can start sandboxes ahead of their runs (``sandbox.pool``)."""
 
-    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> Handle:
+    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress,
+             settings: Mapping[str, str] | None = None) -> Handle:
         """Start a sandbox on the slot folder ``layout`` (made by the pool, no spec, no env file in it): the
-        runner imported and waiting. Same mounts, limits and network as a run of that shape."""
+        runner imported and waiting, with ``settings`` in its environment (``warm_env``). Same mounts, limits and
+        network as a run of that shape."""
         ...
 
     def claim(self, handle: Handle, layout: RunLayout, spec: RunSpec) -> Handle:

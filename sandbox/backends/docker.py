@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -122,10 +122,12 @@ class DockerBackend:
                          env=run_env(layout, spec, str(layout.env_file)), labels=labels, network=network, warm=False)
 
     @_mapped
-    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> Handle:
+    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress,
+             settings: Mapping[str, str] | None = None) -> Handle:
         """A container on the slot folder ``layout`` with the runner imported and waiting (``sandbox.pool``)."""
         return self._run(layout, f"flower-warm-{layout.dir.name}", objects=objects, egress=egress,
-                         env=warm_env(layout), labels={"flower.warm": layout.dir.name}, network=None, warm=True)
+                         env=warm_env(layout, settings), labels={"flower.warm": layout.dir.name}, network=None,
+                         warm=True)
 
     @_mapped
     def claim(self, handle: Handle, layout: RunLayout, spec: RunSpec) -> Handle:
@@ -142,7 +144,7 @@ class DockerBackend:
 
     def _run(self, layout: RunLayout, name: str, *, objects: Path | None, egress: Egress, env: dict[str, str],
              labels: dict[str, str], network: str | None, warm: bool) -> Handle:
-        """One container; a ``warm`` one is handed its folders (and starts in them) only at its claim."""
+        """One container; a ``warm`` one starts in its slot folder, which holds nothing of any run until its claim."""
         import docker
         from docker.types import Mount
 
@@ -157,10 +159,8 @@ class DockerBackend:
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
         owner = self.mail_owner()
-        if owner is not None and not warm:
+        if owner is not None:  # warm: the (empty) mailbox to watch, the checkout made ahead, its CLI's home
             layout.hand_over(*owner)
-        elif owner is not None:  # only the (empty) mailbox, so the waiting runner can watch it for its spec
-            os.chown(layout.mailbox, *owner)
         mounts = [Mount(str(d), str(d), type="bind") for d in layout.writable]
         mounts.append(Mount(str(layout.mailbox), str(layout.mailbox), type="bind", read_only=True))
         if objects is not None:

@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
@@ -116,11 +117,17 @@ def _kill_cgroups(run: str) -> None:
                 pass
 
 
+SWEEP_AFTER_S = 60.0  # a cgroup younger than this may be one another service on this machine is about to join
+
+
 def _sweep() -> None:
-    """Remove the empty cgroups runs left (a run's last processes may outlive its removal by a moment)."""
+    """Remove the empty cgroups runs left (a run's last processes may outlive its removal by a moment) — not a
+    young one: an empty cgroup is also one made a moment ago, by this service or a replica beside it, for a run
+    whose wrapper has yet to join it (removed then, that run would fail to start)."""
     for d in [*CGROUP.glob("memory/flower-*"), *CGROUP.glob("pids/flower-*"), *CGROUP.glob("flower/*")]:
         try:
-            if d.is_dir() and not (d / "cgroup.procs").read_text().strip():
+            young = time.time() - d.stat().st_mtime < SWEEP_AFTER_S
+            if d.is_dir() and not young and not (d / "cgroup.procs").read_text().strip():
                 d.rmdir()
         except OSError:
             continue
@@ -282,9 +289,10 @@ class LocalBackend:
             raise BackendError(f"run {layout.run_id} is already running ({running})")
         return self._spawn(layout, objects, spec.egress, run_env(layout, spec, str(layout.env_file)))
 
-    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> Handle:
+    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress,
+             settings: Mapping[str, str] | None = None) -> Handle:
         """A sandbox on the slot folder ``layout`` with the runner imported and waiting (``sandbox.pool``)."""
-        return self._spawn(layout, objects, egress, warm_env(layout))
+        return self._spawn(layout, objects, egress, warm_env(layout, settings))
 
     def claim(self, handle: Handle, layout: RunLayout, spec: RunSpec) -> Handle:
         claim_slot(layout, spec, None)  # bubblewrap maps the service's uid to the run's: nothing to hand over

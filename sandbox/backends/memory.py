@@ -13,7 +13,7 @@ re-finds the live runs, as a real backend does by its labels.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,7 +160,8 @@ class MemoryBackend:
         return None
 
     # -- WarmBackend -------------------------------------------------------------------------
-    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress) -> Handle:
+    def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress,
+             settings: Mapping[str, str] | None = None) -> Handle:
         self._call("warm")
         layout.ensure()
         handle = Handle(f"memory:{next(self.runs.counter)}:{layout.dir}")

@@ -1,5 +1,5 @@
 """What handlers are given rather than fetch: the caller's tenant (from its bearer token), the registry,
-the scheduler, the config, and the run a path names — already checked to be the caller's own."""
+the scheduler, the submit rules (``service.admission``), the config, and the run a path names — already checked to be the caller's own."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from litestar.params import FromPath
 from litestar.exceptions import NotAuthorizedException, NotFoundException
 from litestar.handlers import BaseRouteHandler
 
+from ..admission import Admission
 from ..config import ServiceConfig
 from ..metrics import Metrics
 from ..registry import Registry, Run
@@ -20,10 +21,11 @@ from ..scheduler import Scheduler
 from ..tenants import Tenant, Tenants
 from .errors import Conflict
 
-__all__ = ["bearer_guard", "dependencies", "provide_run", "ConfigDep", "RegistryDep", "SchedulerDep", "MetricsDep",
+__all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ConfigDep", "RegistryDep", "SchedulerDep", "MetricsDep",
            "TenantDep", "RunDep", "MIN_PREFIX"]
 
 # what a handler declares to be given (by name: ``registry: RegistryDep``)
+AdmissionDep = NamedDependency[Admission]
 ConfigDep = NamedDependency[ServiceConfig]
 RegistryDep = NamedDependency[Registry]
 SchedulerDep = NamedDependency[Scheduler]
@@ -84,5 +86,7 @@ def dependencies(config: ServiceConfig, registry: Registry, scheduler: Scheduler
     def value(v: Any) -> Provide:
         return Provide(lambda: v, use_cache=True, sync_to_thread=False)
 
+    admission = Admission(config, registry, scheduler.health, refusal=lambda: scheduler.refusal, wake=scheduler.wake)
     return {"config": value(config), "registry": value(registry), "scheduler": value(scheduler),
+            "admission": value(admission),
             "metrics": value(metrics), "tenant": Provide(_tenant, sync_to_thread=False)}

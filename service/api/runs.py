@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import secrets
-import sqlite3
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -17,16 +14,13 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from sandbox.layout import RunLayout
-from sandbox.spec import RunSpec
-
+from ..admission import BadSubmit, DiskLow, NotTakingRuns, new_run_id
 from ..config import ServiceConfig
-from ..health import is_disk_full
 from ..logging import get_logger
 from ..registry import STATUSES, Registry, Run
 from ..scheduler import Scheduler
 from ..tenants import Tenant, TenantNotReady
-from .deps import ConfigDep, RegistryDep, RunDep, SchedulerDep, TenantDep, provide_run
+from .deps import AdmissionDep, ConfigDep, RegistryDep, RunDep, SchedulerDep, TenantDep, provide_run
 from .errors import Conflict, Gone, InsufficientStorage, Unprocessable, errors, example_error
 from .examples import DIFF, FILES, MANIFEST, RUN, RUNS, SUBMITTED, USAGE, SubmitBody, ok
 from .schemas import (Budget, DiffFile, DiffFilesOut, ErrorOut, ManifestOut, RunList, RunOut, SubmitOut, UsageOut,
@@ -38,11 +32,6 @@ if TYPE_CHECKING:
 __all__ = ["RunController", "new_run_id", "usage"]
 
 log = get_logger("flower.service.api")
-
-
-def new_run_id() -> str:
-    """Sortable by time, with 128 random bits: nobody guesses another tenant's run."""
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(16)
 
 
 def _gone(run: RunDep, what: str) -> None:
@@ -81,47 +70,22 @@ class RunController(Controller):
     @post("/", status_code=201, operation_id="create_run", summary="Submit an ask; the run is queued",
           responses={**ok(201, SUBMITTED, "queued: `id` names the run, `branch` is where its work will be"),
                      **errors(400, 413, 422, 503, 507)})
-    async def submit(self, tenant: TenantDep, scheduler: SchedulerDep, registry: RegistryDep,
-                     data: SubmitBody) -> Response[SubmitOut]:
+    async def submit(self, tenant: TenantDep, admission: AdmissionDep, data: SubmitBody) -> Response[SubmitOut]:
         """The ask is queued as a new run of the caller's tenant (`Location` names it); it starts when a slot
         is free. `options` may set only what the tenant's `allowed_options` list; nothing is queued on a 4xx or
         5xx."""
-        if scheduler.refusal:
-            raise ServiceUnavailableException(scheduler.refusal)
-        ask = data.ask.strip()
-        if not ask:
-            raise ValidationException("`ask` is blank: say what you want done")
         try:
-            tenant.check_options(data.options)
-        except TenantNotReady as e:
+            admitted = await admission.submit(tenant, data.ask, data.options)
+        except NotTakingRuns as e:
+            raise ServiceUnavailableException(str(e)) from None
+        except BadSubmit as e:
             raise ValidationException(str(e)) from None
-        run_id = new_run_id()
-        try:
-            spec = RunSpec(run_id=run_id, tenant=tenant.name, ask=ask, options=dict(data.options), env={})
-        except (ValueError, TypeError, msgspec.ValidationError) as e:
-            raise ValidationException(f"invalid options: {e}") from None
-        try:
-            layout = RunLayout(scheduler.config.runs_root, run_id, Path(tenant.repo).name)
-            await asyncio.to_thread(tenant.check_ready)
         except TenantNotReady as e:
             raise Unprocessable(str(e)) from None
-        except ValueError as e:
-            raise Unprocessable(f"tenant {tenant.name} cannot run here: {e}") from None
-        disk = scheduler.health.disk(fresh=True)
-        if disk.low:
-            raise InsufficientStorage(f"the service is low on disk space ({disk.sentence()}): nothing was queued; "
-                                      "submit again once the operator has freed space", headers={"Retry-After": "60"})
-        try:
-            run = registry.create(id=run_id, tenant=tenant.name, ask=ask, options=spec.options, repo=tenant.repo)
-        except sqlite3.OperationalError as e:
-            if not is_disk_full(e):
-                raise
-            scheduler.health.disk_full_seen()
-            raise InsufficientStorage("the service's disk is full: nothing was queued; submit again once the "
-                                      "operator has freed space", headers={"Retry-After": "60"}) from None
-        log.info("run.submitted", tenant=tenant.name, run=run.id, options=sorted(data.options))
-        scheduler.wake()
-        return Response(SubmitOut(id=run.id, status=run.status, branch=layout.branch),  # type: ignore[arg-type]
+        except DiskLow as e:
+            raise InsufficientStorage(str(e), headers={"Retry-After": "60"}) from None
+        run = admitted.run
+        return Response(SubmitOut(id=run.id, status=run.status, branch=admitted.branch),
                         status_code=201, headers={"Location": f"/v1/runs/{run.id}"})
 
     @get("/", operation_id="list_runs", summary="The tenant's runs, newest first",
@@ -265,7 +229,7 @@ class RunController(Controller):
         steps = await asyncio.to_thread(read_json, folder, "run/manifest.json", limit=8 * 1024 * 1024)
         exit_data = await asyncio.to_thread(read_exit, folder)
         rows: list[dict[str, Any]] = [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
-        return ManifestOut(id=run.id, status=run.status, steps=rows, exit=exit_data)  # type: ignore[arg-type]
+        return ManifestOut(id=run.id, status=run.status, steps=rows, exit=exit_data)
 
 
 @get("/usage", tags=["runs"], operation_id="get_usage", summary="The tenant's spend on one UTC day (the gateway's)",

@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from ..registry import Delivery, Push, Run
+from ..registry import Delivery, Push, Run, RunStatus
 
 __all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
            "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget",
@@ -22,7 +22,7 @@ MAX_ASK = 100_000
 MAX_TEXT = 20_000
 QID_RE = r"^[\w.-]{1,200}$"
 
-Status = Literal["queued", "starting", "running", "succeeded", "failed", "aborted", "cancelled", "killed"]
+Status = RunStatus  # one vocabulary: the registry's
 JSON = Any  # an option's value: whatever JSON the tenant's allowed options take (checked by RunSpec)
 
 
@@ -232,7 +232,7 @@ def _iso(t: float | None) -> str | None:
 
 def run_out(run: Run) -> RunOut:
     stat = msgspec.convert(run.diffstat, DiffStat) if run.diffstat else None
-    return RunOut(id=run.id, status=run.status, ask=run.ask, options=run.options,  # type: ignore[arg-type]
+    return RunOut(id=run.id, status=run.status, ask=run.ask, options=run.options,
                   branch=run.branch, base=run.base, commit=run.commit_sha, created=_iso(run.created) or "",
                   started=_iso(run.started), ended=_iso(run.ended), cost_usd=round(run.cost_usd, 6),
                   error=run.error, step=run.step, diffstat=stat, events=run.event_seq,

@@ -11,9 +11,11 @@ import pytest
 
 from sandbox.checkpoint import checkpoint
 from sandbox.worktree import (
+    AHEAD_BRANCH,
     BranchExists,
     NotAGitRepo,
     WorktreeError,
+    checkout_ahead,
     delete_branch,
     diff,
     import_bundle,
@@ -189,3 +191,19 @@ def test_a_checkout_owned_by_another_uid_still_hands_its_work_back(repo: Path, t
     os.chown(tmp_path / "b", 10001, 10001)
     import_bundle(repo, tmp_path / "b", "flower/u", base=base)
     assert "+++ b/f" in diff(repo, "flower/u", base="main")
+
+
+def test_a_checkout_made_ahead_is_moved_to_its_runs_branch_and_base(repo: Path, tmp_path: Path) -> None:
+    first = git(repo, "rev-parse", "HEAD").strip()
+    ws = tmp_path / "slot" / "ws"
+    ws.mkdir(parents=True)
+    assert checkout_ahead(objects_dir(repo), ws) == first  # before any run: the repository's HEAD
+    assert (ws / "README.md").is_file() and git(ws, "branch", "--show-current").strip() == AHEAD_BRANCH
+    (repo / "later.txt").write_text("committed after the slot was made\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "later")
+    base = make_workspace(repo, ws, "flower/r1")  # the claim: the run's own branch at today's HEAD
+    assert base == git(repo, "rev-parse", "HEAD").strip() != first
+    assert git(ws, "branch", "--show-current").strip() == "flower/r1" and (ws / "later.txt").is_file()
+    assert git(ws, "branch", "--list", AHEAD_BRANCH) == ""
+    assert git(repo, "rev-parse", "flower/r1").strip() == base

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from _service_helpers import Deployment, Service, wait_for, wait_status
+from _service_helpers import Deployment, Service, gateway_pid, wait_for, wait_status
 from _hostile import DONE, ENDED, hostile_deployment, worker_rules
 from flower.testing import ScriptedModel
 from service.gateway import MAX_PEER_CONNECTIONS
@@ -158,6 +158,12 @@ def start(dep: Deployment, services: list[Service], model: ScriptedModel | None 
     return service
 
 
+def gateway_of(dep: Deployment) -> int:
+    """The gateway's process (beside the service's: what a run's connections cost is counted there)."""
+    pid: int = wait_for(lambda: gateway_pid(dep.data), 30, what="the gateway process serving")
+    return pid
+
+
 def bound_lines(service: Service, bound: str, **who: str) -> list[dict]:
     return [x for x in service.lines() if x.get("event") == "gateway.bound" and x.get("bound") == bound
             and all(x.get(k) == v for k, v in who.items())]
@@ -175,8 +181,7 @@ def test_a_run_flooding_its_gateway_socket_and_holding_bodies_costs_the_service_
     rules = worker_rules("占满网关", HOG) + worker_rules("beta 的活", f"echo hello > hello.txt; echo {DONE}")
     with ScriptedModel(rules) as model:
         service = start(dep, services, model)
-        assert service.proc is not None
-        pid = service.proc.pid
+        pid = gateway_of(dep)
         a = submit(service, "acme", "占满网关")
         work = dep.data / "runs" / a / dep.repos["acme"].name
         wait_status(service.client("acme"), a, ("running",), timeout=120)
@@ -200,7 +205,7 @@ def test_a_run_flooding_its_gateway_socket_and_holding_bodies_costs_the_service_
                   key=len, default="")
     flood = next((x for x in out.splitlines() if x.startswith("FLOOD")), "")
     bodies = next((x for x in out.splitlines() if x.startswith("BODIES")), "")
-    print(f"flood: {connected} of {FLOOD} connected; service fds {base} before, peak {flood_peak[0]}; "
+    print(f"flood: {connected} of {FLOOD} connected; gateway fds {base} before, peak {flood_peak[0]}; "
           f"beta GET /v1/runs p99 {p99:.1f} ms over 50 | {flood}")
     print(f"bodies: service VmHWM {rss_before:.0f} MB before, {rss_peak:.0f} MB after | {bodies}")
     assert rb["status"] == "succeeded" and health.status_code == 200, (rb["status"], rb["error"], health.text)
@@ -218,10 +223,11 @@ def test_one_peer_flooding_the_tcp_listener_without_a_token_is_turned_away_past_
     dep = hostile_deployment(tmp_path / "dep", "local")
     dep.config.write_text(dep.config.read_text() + "gateway_port = 0\ngateway_host = \"127.0.0.1\"\n")
     service = start(dep, services)
-    assert service.proc is not None
-    port = next(x["port"] for x in service.lines() if x.get("event") == "gateway.listening")
-    base = fds(service.proc.pid)
-    with fd_peak(service.proc.pid) as peak:
+    pid = gateway_of(dep)
+    port = wait_for(lambda: next((x["port"] for x in service.lines() if x.get("event") == "gateway.listening"), None),
+                    30, what="the gateway's TCP listener")
+    base = fds(pid)
+    with fd_peak(pid) as peak:
         flood = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(4 * MAX_PEER_CONNECTIONS)]
         for s in flood:
             s.setblocking(False)
@@ -245,7 +251,7 @@ def test_one_peer_flooding_the_tcp_listener_without_a_token_is_turned_away_past_
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:  # the listener still answers
         s.sendall(b"POST /v1/messages HTTP/1.1\r\nhost: gw\r\ncontent-length: 2\r\n\r\n{}")
         answer = s.recv(65536)
-    print(f"tcp flood: {len(flood)} connections, {turned_away} turned away at once; service fds {base} before, "
+    print(f"tcp flood: {len(flood)} connections, {turned_away} turned away at once; gateway fds {base} before, "
           f"peak {peak[0]}; acme GET /v1/runs p99 {p99:.1f} ms over 50")
     assert health.status_code == 200
     assert len(open_left) <= MAX_PEER_CONNECTIONS, len(open_left)

@@ -1,10 +1,12 @@
 """The warm pool through the real service (local bubblewrap and Docker): a sandbox started ahead holds nothing of
-any run — no spec, no env file, no token, no socket, no key — a submitted run claims it (the sandbox existed
-before the run did) and gets its gateway token then, and the pool starts another."""
+any run — no spec, no env file, no token, no socket, no key — though its first step's CLI is already started in
+the repository's checkout, waiting on its key helper; a submitted run claims it (the sandbox existed before the run
+did), gets its gateway token then, its first step takes the waiting CLI, and the pool starts another."""
 
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import uuid
@@ -36,6 +38,19 @@ def ready(runs: Path, backend_name: str, *, gone: Iterable[Path] = ()) -> dict[P
     """The waiting sandboxes once there is one per tenant and none of the folders ``gone`` is among them."""
     w = waiting(runs, backend_name)
     return w if len(w) == 2 and not set(gone) & set(w) else None
+
+
+def commands_of(backend_name: str, folder: Path, handle: str) -> str:
+    """The command lines of the waiting sandbox's processes, one a line."""
+    if backend_name == "docker":
+        return subprocess.run(["docker", "top", handle], capture_output=True, text=True).stdout
+    lines = []
+    for pid in marked_pids(folder.name):
+        try:
+            lines.append(Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return "\n".join(lines)
 
 
 def environ_of(backend_name: str, folder: Path, handle: str) -> list[str]:
@@ -75,18 +90,22 @@ echo {DONE}"""
         # one waiting sandbox per tenant repository, holding nothing of any run
         slots = wait_for(lambda: ready(runs, backend_name), timeout=120, what="a warm sandbox for each tenant")
         for folder, handle in slots.items():
+            wait_for(lambda: "_bundled/claude" in commands_of(backend_name, folder, handle), timeout=120,
+                     what="the waiting sandbox's CLI started ahead")
             files = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if not p.is_dir())
-            assert files in ([], ["output.log"]), files  # no spec, no env file, no gateway socket
+            handed = [f for f in files if f.startswith(("mailbox/", "gateway/"))]
+            assert handed == [], handed  # no spec, no env file, no gateway socket
             assert not any(KEY in p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file())
             env = environ_of(backend_name, folder, handle)
             assert "FLOWER_WARM=1" in env, env
-            held = [e for e in env if KEY in e or "flower-run-" in e or e.startswith(("ANTHROPIC", "FLOWER_TENANT"))]
+            # the CLI is told where its sandbox's own bridge listens, nothing else of the model's
+            held = [e for e in env if KEY in e or "flower-run-" in e or e.startswith(("ANTHROPIC", "FLOWER_TENANT"))
+                    and not re.fullmatch(r"ANTHROPIC_BASE_URL=http://127\.0\.0\.1:\d+", e)]
             assert held == [], held
         acme_repo = dep.repos["acme"].name
         acme_slot = next(f for f in slots if (f / acme_repo).is_dir())
 
-        r = service.client("acme").post("/v1/runs", json={"ask": "热启动",
-                                                          "options": {"rounds": 1, "timeout_s": 30}})
+        r = service.client("acme").post("/v1/runs", json={"ask": "热启动", "options": {"rounds": 1}})
         assert r.status_code == 201, r.text
         run_id = r.json()["id"]
         run = wait_status(service.client("acme"), run_id, ENDED, timeout=300)
@@ -100,8 +119,12 @@ echo {DONE}"""
     assert started["handle"] == slots[acme_slot]
     assert "ENV 0" in out and "FILES 0" in out and "TOKEN 1" in out, out  # its token came with the claim
     assert run["usage"]["input_tokens"] > 0  # through the gateway, metered
+    events = [json.loads(x) for x in (acme_slot / "outbox" / "events.jsonl").read_text().splitlines()]
+    taken = [e["payload"] for e in events if e["payload"].get("subtype") == "prespawn"]
+    assert taken[:1] == [{"subtype": "prespawn", "taken": True, "why": None}], taken  # the waiting CLI did step 1
     assert acme_slot not in refilled and len(refilled) == 2  # a claimed sandbox is never handed out again
     assert 'flower_warm_claims_total{outcome="hit"} 1.0' in metrics, metrics
+    assert 'flower_run_start_seconds_count{warm="true"} 1.0' in metrics, metrics  # submit → its first request
     service.stop()
     assert waiting(runs, backend_name) == {}, "a stopped service leaves no sandbox waiting"
     assert not any(p.name.startswith("warm-") and not (p / "outbox" / "exit.json").exists() for p in runs.iterdir())

@@ -73,14 +73,15 @@ class Deployment:
 class Service:
     """``python -m service`` in a subprocess; its JSON log lines are kept in a file."""
 
-    def __init__(self, deployment: Deployment, name: str = "service") -> None:
+    def __init__(self, deployment: Deployment, name: str = "service", env: dict[str, str] | None = None) -> None:
         self.deployment = deployment
+        self.env = env or {}
         self.log_path = deployment.root / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
     def start(self, timeout: float = 30) -> "Service":
-        env = {**os.environ, "FLOWER_SERVICE_CONFIG": str(self.deployment.config), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, "FLOWER_SERVICE_CONFIG": str(self.deployment.config), "PYTHONUNBUFFERED": "1", **self.env}
         self._log = open(self.log_path, "ab")
         self._mark = self.log_path.stat().st_size
         self.proc = subprocess.Popen([sys.executable, "-m", "service", "--port", "0", "--log-format", "json"],
@@ -130,6 +131,8 @@ class Service:
                 self.proc.wait(5)
         self.proc = None
         self._log.close()
+        if sig != signal.SIGKILL:  # as an operator stops it; a kill -9 leaves the data plane serving
+            stop_gateway(self.deployment.data)
 
 
 def serve(deployment: Deployment, services: list[Service], model: Any, name: str = "service",
@@ -213,10 +216,36 @@ def end_leftover_runs(root: Path) -> None:
         backend.remove(handle)
 
 
+def gateway_pid(data: Path) -> int | None:
+    """The pid of the gateway process serving ``data`` (what its lock file names), while it is one."""
+    try:
+        pid = int((data / "gateway.lock").read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if b"gateway" in cmdline and b"service" in cmdline else None
+
+
+def stop_gateway(data: Path, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
+    """The gateway process a service started beside itself outlives it (its own session): ended here."""
+    pid = gateway_pid(data)
+    if pid is None:
+        return
+    os.kill(pid, sig)
+    deadline = time.monotonic() + timeout
+    while gateway_pid(data) == pid and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if gateway_pid(data) == pid:
+        os.kill(pid, signal.SIGKILL)
+
+
 def stop_services(started: list[Service]) -> None:
-    """Stop what a test started, and end every run sandbox (process or container) it left behind."""
+    """Stop what a test started — the services and the gateway each left serving its data dir — and end every run
+    sandbox (process or container) it left behind."""
     for s in started:
         s.stop()
+    for data in {s.deployment.data for s in started}:
+        stop_gateway(data)
     for root in {s.deployment.data / "runs" for s in started}:
         end_leftover_runs(root)
         for run in (root.iterdir() if root.is_dir() else []):

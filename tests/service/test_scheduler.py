@@ -9,10 +9,12 @@ import http.server
 import json
 import secrets
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Generator
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from sandbox.backends.base import Backend
@@ -55,7 +57,7 @@ class World:
             if self.row(run_id).status in statuses:
                 return self.row(run_id)
             await asyncio.sleep(0)
-            for task in list(self.scheduler._stopping.values()):
+            for task in self.scheduler.live.stop_tasks():
                 await task
         raise AssertionError(f"run {run_id} stayed {self.row(run_id).status}, not {statuses}")
 
@@ -80,20 +82,22 @@ def tenants_file(root: Path, repo: Path, creds: Path, **extra: object) -> Path:
 def make_world(tmp_path: Path, git_repo: Callable[..., Path]) -> Callable[..., AsyncIterator[World]]:
     async def make(handler: Callable[[MemoryRun], Generator[None, None, None] | None] | None = None,
                    tenant: dict[str, object] | None = None,
-                   backend: Callable[[ServiceConfig], Backend] | None = None, **config: object) -> World:
+                   backend: Callable[[ServiceConfig], Backend] | None = None, postgres: str = "",
+                   run_loop: bool = False, **config: object) -> World:
         repo = git_repo(tmp_path / "repos" / "acme")
         creds = tmp_path / "acme.env"
         creds.write_text("ANTHROPIC_API_KEY=sk-test-not-used\n")
-        cfg = ServiceConfig(data_dir=str(tmp_path / "data"), backend="local", poll_s=0.05, min_free_mb=0,
+        config = {"poll_s": 0.05, **config}
+        cfg = ServiceConfig(data_dir=str(tmp_path / "data"), backend="local", min_free_mb=0,
                             guard_canary=False,
                             tenants=str(tenants_file(tmp_path, repo, creds, **(tenant or {}))),
-                            **config)  # type: ignore[arg-type]
+                            **{"gateway_process": "inside", **config})  # type: ignore[arg-type]
         cfg.data_path.mkdir(parents=True, exist_ok=True)
         cfg.runs_root.mkdir(parents=True, exist_ok=True)
-        registry = Registry(cfg.db_path)
+        registry = Registry.postgres(postgres) if postgres else Registry(cfg.db_path)
         seam = backend(cfg) if backend is not None else MemoryBackend(handler)
         scheduler = Scheduler(cfg, registry, Tenants(cfg.tenants), seam)
-        await scheduler.start(run_loop=False)
+        await scheduler.start(run_loop=run_loop)
         return World(tmp_path, repo, cfg, registry, seam, scheduler)  # type: ignore[arg-type]
 
     return make  # type: ignore[return-value]
@@ -150,6 +154,7 @@ async def test_a_start_while_the_engine_is_down_requeues_the_run(make_world: Cal
     await w.scheduler.tick()
     assert w.row(run_id).status == "queued", "the machine's fault, not the run's: it waits its turn"
     assert not w.scheduler.health.backend_up
+    assert w.scheduler.gateway.grant(run_id) is None, "a queued run holds no token: the start's grant was ended"
     w.scheduler.backoff.reset()  # the backoff's wait, skipped
     row = await w.until(run_id, "succeeded")
     assert row.error is None and w.scheduler.health.backend_up
@@ -212,6 +217,60 @@ async def test_a_restarted_scheduler_reattaches_to_a_live_run(make_world: Callab
     again.backend.advance(handle)
     row = await again.until(run_id, "succeeded")
     assert row.claimed_cost_usd == 0.25
+
+
+async def test_a_replica_that_stops_renewing_loses_its_run_to_another_and_writes_nothing_after(
+        make_world: Callable[..., World]) -> None:
+    """Two replicas on one registry and one engine: ``a`` starts a run and is paused past its lease; ``b`` takes
+    the run over and re-attaches to its sandbox; ``a``, waking in the middle of finishing it, writes nothing and
+    removes nothing (its lease is fenced); ``b`` finishes the run, once."""
+    w = await make_world(waits, lease_s=1.0, replica="a")
+    run_id = w.submit()
+    await w.until(run_id, "running")
+    a_run = w.row(run_id)
+    b_backend = MemoryBackend(w.backend.handler, runs=w.backend.runs)
+    b = Scheduler(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants), b_backend)
+    await b.start(run_loop=False)
+    await b.tick()
+    assert run_id not in b.handles, "a holds it: b leaves it alone"
+    w.scheduler._renewing.set()  # a is paused (SIGSTOP, a long GC, a lost network): its renewer renews nothing
+    await asyncio.sleep(1.2)
+    await b.tick()
+    assert run_id in b.handles and b_backend.calls.count("start") == 0, "taken over: re-attached, not started again"
+    w.backend.advance(w.scheduler.handles[run_id])  # the run ends while a is still paused
+    await w.scheduler._follow(a_run)  # a wakes up mid-pass, before it renews: it sees the run ended
+    assert w.row(run_id).status == "running", "a's finish was fenced"
+    assert "remove" not in w.backend.calls and run_id not in w.scheduler.handles, "a let the run go untouched"
+    done = None
+    for _ in range(50):
+        await b.tick()
+        done = w.row(run_id)
+        if done.status == "succeeded":
+            break
+    assert done is not None and done.status == "succeeded" and done.claimed_cost_usd == 0.25
+    assert b_backend.calls.count("remove") == 1
+    await w.scheduler.tick()  # a's next pass: nothing of the run is its own any more
+    assert w.row(run_id) == done and w.registry.unheld(now=time.time()) == ()
+    await b.stop()
+
+
+async def test_on_postgres_a_run_queued_by_another_replica_wakes_the_scheduler_at_once(
+        make_world: Callable[..., World], postgres_url: str) -> None:
+    """LISTEN/NOTIFY: with a poll of a minute, only the notification can start the run before the test's end."""
+    w = await make_world(waits, postgres=postgres_url, run_loop=True, poll_s=60)
+    other = Registry.postgres(postgres_url)  # another replica's API took the submit
+    run_id = f"20261202-000000-{secrets.token_hex(16)}"
+    try:
+        await asyncio.sleep(0.5)  # the loop's first pass is over: it waits a minute, or for a wake-up
+        other.create(id=run_id, tenant="acme", ask="做一个 hello", options={}, repo=str(w.repo))
+        for _ in range(100):
+            if w.row(run_id).status == "running":
+                break
+            await asyncio.sleep(0.1)
+        assert w.row(run_id).status == "running", "woken by the notification, not by its next poll"
+    finally:
+        other.close()
+        await w.scheduler.stop()
 
 
 async def test_an_error_handling_one_runs_output_fails_that_run_alone(make_world: Callable[..., World]) -> None:
@@ -297,3 +356,51 @@ async def test_a_run_forging_ask_events_gets_a_bounded_number_of_question_webhoo
     asked = [d for d in w.registry.deliveries(limit=10_000) if d.event == "question.asked"]
     assert len(asked) == ASKED_PER_RUN, len(asked)
     assert len({d.id for d in asked}) == ASKED_PER_RUN
+
+
+async def test_a_poisoned_run_leaves_no_error_streak_behind(make_world: Callable[..., World]) -> None:
+    """The leak: the passes that failed on a run's output are logged under the run's key; a run ended as poisoned
+    never said "ok" again, so its streak stayed open (``errors.failing()``) for the life of the process."""
+    w = await make_world(waits)
+    run_id = w.submit()
+    await w.until(run_id, "running")
+    w.backend.fail_next(RuntimeError("an output nobody expected"), times=POISON_AFTER,
+                        handle=w.scheduler.handles[run_id])
+    for _ in range(POISON_AFTER):
+        await w.scheduler.tick()
+        w.scheduler.backoff.reset()
+    await w.until(run_id, "failed")
+    assert "scheduler.follow_failed" not in w.scheduler.errors.failing(), "the ended run's streak is kept"
+
+
+async def test_nothing_of_an_ended_run_is_kept_whichever_way_it_ended(make_world: Callable[..., World]) -> None:
+    def hands_back_and_exits(run: MemoryRun) -> None:  # the checkpoint is read by the finish's own last drain
+        assert run.spec is not None
+        (run.layout.workspace / "hello.py").write_text("print('hello')\n")
+        checkpoint(run.layout.workspace, run.layout.bundle, branch=run.layout.branch, base=run.spec.base,
+                   message="work")
+        run.event("checkpoint", "work handed back")
+        run.event("tool_call", "Write")
+        run.exit("succeeded")
+
+    def plays(run: MemoryRun) -> Generator[None, None, None] | None:
+        if "wait" in run.spec.ask if run.spec else False:
+            return waits(run)
+        hands_back_and_exits(run)
+        return None
+
+    w = await make_world(plays)
+    done, cancelled = w.submit("hand back"), w.submit("wait, then be cancelled")
+    await w.until(done, "succeeded")
+    await w.until(cancelled, "running")
+    w.scheduler.request_cancel(cancelled)
+    await w.until(cancelled, "cancelled")
+    w.backend.fail_next(RuntimeError("the engine refused this one"))
+    unstarted = w.submit("never starts")
+    await w.until(unstarted, "failed")
+    assert w.row(done).commit_sha, "its work was taken by the finish's own last read"
+    assert "could not start the run" in (w.row(unstarted).error or ""), w.row(unstarted).error
+    assert len(w.scheduler.live) == 0 and not w.scheduler.handles, "no record of an ended run"
+    assert w.scheduler.gateway.grants() == [], "no token of an ended run"
+    assert not w.scheduler.errors.failing(), "no error streak of an ended run"
+    assert all(w.scheduler.backoff.failures(r) == 0 for r in (done, cancelled, unstarted))

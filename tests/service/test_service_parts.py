@@ -266,6 +266,43 @@ def test_events_are_numbered_by_complete_lines_whoever_reads(tmp_path: Path):
     assert read_new(tmp_path / "absent", 0, 0) == ([], 0, 0)
 
 
+def test_a_stream_of_a_run_another_replica_follows_is_the_files_whole_and_in_order(tmp_path: Path):
+    """Nothing is published on this replica's queue for a run another one follows: the stream reads the file
+    again on its own, every event once and in order, resumes after Last-Event-ID, and ends with the run."""
+    import asyncio
+
+    from service.events import Ended, Numbered, replay
+
+    path = _events_file(tmp_path, b'{"kind": "step", "text": "1"}\n')
+    status: list[str] = []
+
+    async def follow(after: int) -> list[Numbered | Ended]:
+        got: list[Numbered | Ended] = []
+        async for item in replay(tmp_path, after, asyncio.Queue(), lambda: status[0] if status else None,
+                                 keepalive_s=60, poll_s=0.05):
+            if not isinstance(item, (Numbered, Ended)):
+                continue
+            got.append(item)
+        return got
+
+    async def the_run_writes() -> None:
+        for n in range(2, 6):
+            await asyncio.sleep(0.1)
+            with open(path, "ab") as f:
+                f.write(json.dumps({"kind": "text", "text": str(n)}).encode() + b"\n")
+        status.append("succeeded")
+
+    async def both() -> tuple[list[Numbered | Ended], list[Numbered | Ended]]:
+        whole, _, resumed = await asyncio.gather(asyncio.wait_for(follow(0), 10), the_run_writes(),
+                                                 asyncio.wait_for(follow(3), 10))
+        return whole, resumed
+
+    whole, resumed = asyncio.run(both())
+    assert [(i.seq, i.event.text) for i in whole if isinstance(i, Numbered)] == [(n, str(n)) for n in range(1, 6)]
+    assert whole[-1] == Ended("succeeded", 5)
+    assert [i.seq for i in resumed if isinstance(i, Numbered)] == [4, 5] and resumed[-1] == Ended("succeeded", 5)
+
+
 def test_a_huge_event_line_is_cut_not_stalled_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     import service.events as events
 

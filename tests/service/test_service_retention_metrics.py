@@ -127,6 +127,7 @@ def test_delete_retention_and_metrics_leave_a_live_run_alone(deployment: Deploym
                             (("status", "succeeded"), ("tenant", "acme")): 2}, runs
             assert m[("flower_run_starts_total", (("tenant", "acme"),))] == 4
             assert m[("flower_run_queue_wait_seconds_count", (("tenant", "acme"),))] == 4
+            assert m[("flower_run_start_seconds_count", (("warm", "false"),))] == 4  # each reached the model
             assert m[("flower_run_duration_seconds_count", (("status", "succeeded"), ("tenant", "acme")))] == 2
             assert m[("flower_run_duration_seconds_count", (("status", "cancelled"), ("tenant", "acme")))] == 1
             assert not [k for k in m if k[0] == "flower_run_failures_total"], "no run failed"

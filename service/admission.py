@@ -1,0 +1,114 @@
+"""The submit rules: whether an ask becomes a queued run, and if not, why — the service behind ``POST /v1/runs``.
+
+The HTTP handler stays thin (litestar-fullstack's controller → service shape): it hands the tenant and the
+body here and turns the errors below into statuses. In order: the service takes runs at all (the guard canary
+did not fail); the ask is not blank; the options are ones the tenant may set and a run spec accepts; the
+tenant's repository and credentials can serve a run now; the disk has room (a fresh look); then the row.
+Nothing is queued when any of them says no.
+
+    ServiceError
+    ├── NotTakingRuns   the service refuses every run (503): the canary's sentence
+    ├── BadSubmit       the ask or its options cannot be run (400) (ValueError)
+    ├── TenantNotReady  the tenant cannot run here now (422) — ``service.errors``
+    └── DiskLow         the disk is full or below its floor: nothing was queued (507, retry later)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import msgspec
+
+from sandbox.layout import RunLayout
+from sandbox.spec import RunSpec
+
+from .config import ServiceConfig
+from .errors import ServiceError, TenantNotReady
+from .health import Health, is_disk_full
+from .logging import get_logger
+from .registry import Registry, Run
+from .tenants import Tenant
+
+__all__ = ["Admission", "Admitted", "NotTakingRuns", "BadSubmit", "DiskLow", "new_run_id"]
+
+log = get_logger("flower.service.api")
+
+
+class NotTakingRuns(ServiceError):
+    """The service refuses every run (the guard canary failed); the message is the canary's sentence."""
+
+
+class BadSubmit(ServiceError, ValueError):
+    """The ask or its options cannot be run; the message says which and how."""
+
+
+class DiskLow(ServiceError):
+    """The service's disk is full or below its free-space floor: nothing was queued; submit again later."""
+
+
+def new_run_id() -> str:
+    """Sortable by time, with 128 random bits: nobody guesses another tenant's run."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(16)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    run: Run
+    branch: str
+    """Where its work will be (``flower/<run>``)."""
+
+
+class Admission:
+    def __init__(self, config: ServiceConfig, registry: Registry, health: Health, *,
+                 refusal: Callable[[], str | None], wake: Callable[[], None]) -> None:
+        self.config = config
+        self.registry = registry
+        self.health = health
+        self._refusal = refusal  # read at each submit: the canary sets it while the service runs
+        self._wake = wake
+
+    async def submit(self, tenant: Tenant, ask: str, options: dict[str, object]) -> Admitted:
+        """Queue ``ask`` as a new run of ``tenant``, or raise why not (nothing is queued then)."""
+        refusal = self._refusal()
+        if refusal:
+            raise NotTakingRuns(refusal)
+        ask = ask.strip()
+        if not ask:
+            raise BadSubmit("`ask` is blank: say what you want done")
+        try:
+            tenant.check_options(options)
+        except TenantNotReady as e:
+            raise BadSubmit(str(e)) from None
+        run_id = new_run_id()
+        try:
+            spec = RunSpec(run_id=run_id, tenant=tenant.name, ask=ask, options=dict(options), env={})
+        except (ValueError, TypeError, msgspec.ValidationError) as e:
+            raise BadSubmit(f"invalid options: {e}") from None
+        try:
+            layout = RunLayout(self.config.runs_root, run_id, Path(tenant.repo).name)
+            await asyncio.to_thread(tenant.check_ready)
+        except TenantNotReady:
+            raise
+        except ValueError as e:
+            raise TenantNotReady(f"tenant {tenant.name} cannot run here: {e}") from None
+        disk = self.health.disk(fresh=True)
+        if disk.low:
+            raise DiskLow(f"the service is low on disk space ({disk.sentence()}): nothing was queued; "
+                          "submit again once the operator has freed space")
+        try:
+            run = self.registry.create(id=run_id, tenant=tenant.name, ask=ask, options=spec.options,
+                                       repo=tenant.repo)
+        except Exception as e:  # noqa: BLE001 - whichever database: a full disk is the one it says so for
+            if not is_disk_full(e):
+                raise
+            self.health.disk_full_seen()
+            raise DiskLow("the service's disk is full: nothing was queued; submit again once the "
+                          "operator has freed space") from None
+        log.info("run.submitted", tenant=tenant.name, run=run.id, options=sorted(options))
+        self._wake()
+        return Admitted(run, layout.branch)

@@ -1,0 +1,132 @@
+"""A run's events, from its file to the registry, the log and the SSE streams.
+
+``tail`` reads what the run wrote since the last pass (``events.read_new``: bounded, numbered, hostile data),
+folds status, step and claimed cost into the row, logs its audit lines (labelled ``source="run"``: a claim) and
+fans each event out to the run's subscribers; ``publish_end`` tells them it is over. ``compare_audits`` puts the
+wire's counts (the gateway's audit, which the run cannot touch) beside the run's own at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from sandbox.records import Event, decode_audit
+
+from .ending import claimed_cost
+from .events import END, read_new
+from .live import LiveRun, one_line
+from .logging import get_logger
+from .metrics import Metrics
+from .registry import Registry, Run
+from .results import Results
+
+__all__ = ["EventFeed", "Item", "SUB_QUEUE"]
+
+SUB_QUEUE = 10_000
+
+audit_log = get_logger("flower.audit")
+
+Item = object
+"""What a subscriber's queue holds: ``(seq, Event)``, or ``events.END`` (a sentinel object, hence no narrower type)."""
+
+
+class EventFeed:
+    def __init__(self, registry: Registry, results: Results, metrics: Metrics) -> None:
+        self.registry = registry
+        self.results = results
+        self.metrics = metrics
+        self._subs: dict[str, set[asyncio.Queue[Item]]] = defaultdict(set)
+        self.streams: Counter[str] = Counter()
+        """Open SSE streams per tenant (the API counts them in and out)."""
+
+    # -- the run's file ----------------------------------------------------------------------
+    def tail(self, run: Run, folder: Path, live: LiveRun) -> Run:
+        """Read what the run wrote since the last pass; fold, log, fan out; store the offset."""
+        events, offset, seq = read_new(folder, run.event_offset, run.event_seq)
+        if offset == run.event_offset:
+            return run
+        cost, step = run.claimed_cost_usd, run.step
+        for n, ev in events:
+            if ev.kind == "checkpoint":
+                live.checkpoint_due = True
+            elif ev.kind == "tool_call":
+                live.self_reported["tool_call"] += 1
+            elif ev.kind == "audit":
+                self._audit(run, ev, live)
+            elif ev.kind == "step" and ev.text:
+                step = one_line(ev.text, 200)
+            elif ev.kind == "result":
+                cost += claimed_cost(ev.payload.get("cost_usd"), 0.0)
+            elif ev.kind == "ask":
+                self.results.asked(run, ev)
+            self.publish(run.id, n, ev)
+        self.registry.record_progress(run.id, event_offset=offset, event_seq=seq, claimed_cost_usd=cost, step=step,
+                                      lease=live.lease)
+        run.event_offset, run.event_seq, run.claimed_cost_usd, run.step = offset, seq, cost, step
+        return run
+
+    def _audit(self, run: Run, ev: Event, live: LiveRun) -> None:
+        """An audit line ({"kind": "audit", "text": <deny|spill|spill_failed|isolate>, "payload": {...}})
+        → one structured log line ``audit.<kind>`` with the tenant, the run and the claim's fields — ours by name
+        (``sandbox.records.AuditClaim``): a run's payload keys never become log fields or keywords."""
+        kind, claim = decode_audit(ev)
+        if kind is None:
+            audit_log.warning("audit.unrecognised", tenant=run.tenant, run=run.id, source="run",
+                              claimed_kind=one_line(ev.text, 64), step=ev.step or None)
+            return
+        if kind in ("deny", "spill"):
+            live.self_reported[kind] += 1
+        self.metrics.audited(run.tenant, kind)
+        level = "warning" if kind in ("deny", "spill_failed") else "info"
+        getattr(audit_log, level)(f"audit.{kind}", tenant=run.tenant, run=run.id, source="run",
+                                  step=ev.step or None, **claim.fields())
+
+    @staticmethod
+    def compare_audits(run: Run, live: LiveRun, wire: Counter[str] | None) -> None:
+        """The wire's counts (the gateway's) against the run's own: a run that hid (or invented) a denial shows up
+        here."""
+        if wire is None:
+            return
+        claimed = live.self_reported
+        if any(wire[k] != claimed[k] for k in ("deny", "spill")) or wire["tool_call"] < claimed["tool_call"]:
+            audit_log.warning("audit.mismatch", tenant=run.tenant, run=run.id,
+                              wire_denials=wire["deny"], run_denials=claimed["deny"],
+                              wire_spills=wire["spill"], run_spills=claimed["spill"],
+                              wire_tool_calls=wire["tool_call"], run_tool_calls=claimed["tool_call"])
+
+    # -- the SSE side ------------------------------------------------------------------------
+    def subscribe(self, run_id: str) -> asyncio.Queue[Item]:
+        q: asyncio.Queue[Item] = asyncio.Queue(maxsize=SUB_QUEUE)
+        self._subs[run_id].add(q)
+        return q
+
+    def unsubscribe(self, run_id: str, q: asyncio.Queue[Item]) -> None:
+        subs = self._subs.get(run_id)
+        if subs is not None:
+            subs.discard(q)
+            if not subs:
+                self._subs.pop(run_id, None)
+
+    def subscribed(self) -> list[str]:
+        """The runs someone is streaming."""
+        return list(self._subs)
+
+    def publish(self, run_id: str, seq: int, ev: Event) -> None:
+        for q in list(self._subs.get(run_id, ())):
+            try:
+                q.put_nowait((seq, ev))
+            except asyncio.QueueFull:  # a stalled client: it re-reads from the file when it catches up
+                pass
+
+    def publish_end(self, run_id: str) -> None:
+        for q in list(self._subs.get(run_id, ())):
+            try:
+                q.put_nowait(END)
+            except asyncio.QueueFull:
+                try:
+                    q.get_nowait()
+                    q.put_nowait(END)
+                except (asyncio.QueueEmpty, asyncio.QueueFull):
+                    pass

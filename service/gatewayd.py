@@ -1,0 +1,233 @@
+"""``python -m service gateway``: the model gateway as a process of its own — the data plane that outlives the
+control plane.
+
+With the gateway inside the API's process, a restart of the API (a crash, an upgrade) stalls every running agent's
+model calls. Here the gateway reads what it needs from the registry and nothing else: every ``SYNC_S`` it lists
+the active runs that hold a token (``Registry.active_grants``), opens a grant for each new one — the tenant's
+upstream and credentials read from its credentials file, a listener on the run's ``layout.gateway`` folder on the
+local and Docker backends — and closes the grants of runs that are no longer active (or whose tenant left the
+tenants file). Usage is metered into the registry here (``Budgets.metered`` → ``add_usage``), calls are admitted
+here against the registry's spend plus this process's own calls in flight, and the wire audit's counts go to the
+registry (``wire_audit``) for the scheduler's comparison at a run's end. The scheduler stops a run over budget
+from its row; this side answers 403 from the moment it is over.
+
+Started by the service beside itself it is given the service's pid (``--parent``): once that process is gone and
+no run is active it ends (``ORPHAN_EXIT_S``) — a gateway with runs to serve never does.
+
+One gateway per data dir: it holds an flock on ``data_dir/gateway.lock`` (its pid written in it) while it serves;
+a second one finds the lock held, says so and exits 0. SIGTERM (or SIGINT) closes it gracefully.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+import signal
+import time
+from pathlib import Path
+
+from .budgets import Budgets
+from .config import ServiceConfig
+from .gateway import Gateway, Grant, upstream_of
+from .grants import SYNC_S, server_tools  # SYNC_S: how often the active runs are read
+from .live import layout_of, one_line
+from .logging import get_logger
+from .metrics import Metrics
+from .registry import Registry, Run, open_registry
+from .tenants import Tenants
+from .wire import Usage
+
+__all__ = ["GatewayProcess", "serve_gateway", "take_lock", "lock_path", "LOCK_NAME", "SYNC_S"]
+
+LOCK_NAME = "gateway.lock"
+LOCK_WAIT_S = 0.5  # a lock held a moment (another process probing it) is waited for this long
+ORPHAN_EXIT_S = 2.0  # parent gone and no grant for this long: nothing left to serve
+
+log = get_logger("flower.service.gateway")
+
+
+def lock_path(config: ServiceConfig) -> Path:
+    return config.data_path / LOCK_NAME
+
+
+def take_lock(path: Path, *, wait_s: float = LOCK_WAIT_S) -> int | None:
+    """The lock's fd, held (exclusive), or None when another process holds it past ``wait_s``."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+
+
+def lock_held(path: Path) -> bool:
+    """Some process holds the gateway's lock (a gateway serves); never waits."""
+    fd = take_lock(path, wait_s=0)
+    if fd is None:
+        return True
+    os.close(fd)  # closing the fd lets the lock go
+    return False
+
+
+class GatewayProcess:
+    """The grants kept in step with the registry; the gateway's hooks write to it."""
+
+    def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants) -> None:
+        self.config = config
+        self.registry = registry
+        self.tenants = tenants
+        self.gateway = Gateway(prices=config.prices)
+        self.budgets = Budgets(registry, tenants, self.gateway, Metrics(), self._refused)
+        self.gateway.on_audit = self._audited
+        if config.backend == "kubernetes":
+            self.gateway.resolve = self._resolve
+        self._failed: dict[str, str] = {}  # run → why its grant could not be opened (logged once)
+
+    # -- the registry's side ---------------------------------------------------------------------
+    async def sync(self) -> None:
+        """One pass: grants opened for the active runs that have none (or a new token), closed for the rest."""
+        rows = await asyncio.to_thread(self.registry.active_grants)
+        names = {t.name for t in self.tenants.all()}
+        wanted = {r.id: r for r in rows if r.tenant in names}
+        for grant in self.gateway.grants():
+            row = wanted.get(grant.run_id)
+            if row is None or row.token_sha256 != grant.token_hash:
+                await self.gateway.close(grant.run_id)
+                log.info("gateway.grant_closed", tenant=grant.tenant, run=grant.run_id)
+        for run in wanted.values():
+            if self.gateway.grant(run.id) is None:
+                await self._open(run)
+        for run_id in set(self._failed) - set(wanted):
+            del self._failed[run_id]
+
+    async def _open(self, run: Run) -> Grant | None:
+        grant = await self._grant_of(run)
+        if grant is None:
+            return None
+        folder = None if self.config.backend == "kubernetes" else layout_of(self.config.runs_root, run).gateway
+        try:
+            await self.gateway.open(grant, folder)
+        except OSError as e:  # its folder went (the run is ending): the next pass sees its row
+            self._failed_once(run, f"its socket could not be opened ({type(e).__name__}: {one_line(e, 200)})")
+            await self.gateway.close(run.id)
+            return None
+        tenant = self.tenants.get(run.tenant)
+        if tenant is not None:
+            self.budgets.check(grant, tenant)
+        log.info("gateway.grant_opened", tenant=run.tenant, run=run.id, spent_usd=round(run.cost_usd, 6))
+        return grant
+
+    async def _grant_of(self, run: Run) -> Grant | None:
+        """The run's grant as its row and its tenant's credentials file say (what it spent so far included)."""
+        from sandbox.envfile import read_env_file
+
+        tenant = self.tenants.get(run.tenant)
+        if tenant is None or not run.token_sha256:
+            return None
+        try:
+            values = await asyncio.to_thread(read_env_file, tenant.credentials)
+        except (OSError, ValueError) as e:
+            self._failed_once(run, f"its tenant's credentials file could not be read ({type(e).__name__})")
+            return None
+        upstream, auth = upstream_of(values)
+        run_id = run.id
+        return Grant(run.id, run.tenant, run.token_sha256, upstream, auth, server_tools=server_tools(tenant),
+                     on_first=lambda: self.registry.record_first_request(run_id, time.time()),
+                     usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
+                                 cache_creation_input_tokens=run.cache_write_tokens,
+                                 cache_read_input_tokens=run.cache_read_tokens, cost_usd=run.cost_usd))
+
+    def _failed_once(self, run: Run, why: str) -> None:
+        if self._failed.get(run.id) != why:
+            self._failed[run.id] = why
+            log.warning("gateway.grant_failed", tenant=run.tenant, run=run.id, error=why,
+                        hint="tried again every pass while the run is active")
+
+    async def _resolve(self, digest: str) -> Grant | None:
+        """Kubernetes: a token no grant holds yet — the run may have started since the last pass."""
+        rows = await asyncio.to_thread(self.registry.active_grants)
+        row = next((r for r in rows if r.token_sha256 == digest), None)
+        if row is None or self.tenants.get(row.tenant) is None:
+            return None
+        return self.gateway.grant(row.id) or await self._open(row)
+
+    # -- the gateway's hooks ---------------------------------------------------------------------
+    def _audited(self, grant: Grant) -> None:
+        self.registry.record_wire_audit(grant.run_id, grant.counts)
+
+    @staticmethod
+    def _refused(run_id: str, why: str) -> None:
+        """Over budget: the grant answers 403 from now on; the scheduler stops the run from its row."""
+
+    async def run(self, stop: asyncio.Event, *, parent: int | None = None) -> None:
+        """Pass after pass until ``stop`` — or the data dir is gone, or the ``parent`` is gone with no run active
+        for ``ORPHAN_EXIT_S``: nothing left to serve."""
+        idle_since: float | None = None
+        while not stop.is_set():
+            if not self.config.data_path.is_dir():
+                log.warning("gateway.data_dir_gone", data_dir=self.config.data_dir)
+                return
+            if parent is not None and not self.gateway.grants() and not _alive(parent):
+                idle_since = idle_since or time.monotonic()
+                if time.monotonic() - idle_since > ORPHAN_EXIT_S:
+                    log.info("gateway.orphaned", parent=parent, why="the service that started it is gone and no "
+                                                                    "run is active")
+                    return
+            else:
+                idle_since = None
+            try:
+                await self.sync()
+            except Exception as e:  # noqa: BLE001 - a pass that fails (the database away) is tried again
+                log.warning("gateway.sync_failed", error=f"{type(e).__name__}: {one_line(e, 300)}")
+            try:
+                await asyncio.wait_for(stop.wait(), SYNC_S)
+            except TimeoutError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+async def serve_gateway(config: ServiceConfig, *, parent: int | None = None) -> int:
+    """The gateway's process: the lock, the registry, the passes, until SIGTERM. Returns the exit status."""
+    config.data_path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    config.runs_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = await asyncio.to_thread(take_lock, lock_path(config))
+    if fd is None:
+        log.info("gateway.already_serving", data_dir=config.data_dir,
+                 hint=f"another gateway process holds {lock_path(config)}; this one leaves it to serve")
+        return 0
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    registry = open_registry(config)
+    tenants = Tenants(config.tenants, on_reload_error=lambda why: log.error("tenants.reload_failed", error=why))
+    process = GatewayProcess(config, registry, tenants)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        if config.gateway_port is not None:
+            port = await process.gateway.listen_tcp(config.gateway_host, config.gateway_port)
+            log.info("gateway.listening", host=config.gateway_host, port=port)
+        log.info("gateway.serving", pid=os.getpid(), data_dir=config.data_dir, registry=registry.where)
+        await process.run(stop, parent=parent)
+    finally:
+        await process.gateway.aclose()
+        registry.close()
+        os.close(fd)
+        log.info("gateway.stopped", pid=os.getpid())
+    return 0

@@ -1,0 +1,93 @@
+"""Starting one run: everything it needs on disk, then its sandbox — a warm one when the pool has one of its shape.
+
+Layout → a checkout of its own on ``flower/<run>`` from the repo's HEAD → a gateway token of its own (the
+scheduler's ``grant``) in an env file (0600) → spec → ``backend.start``, or ``backend.claim`` of a waiting
+sandbox (the run takes its folder). Each step that made something pushes its undo; a failure on the way undoes
+them all, last first, and re-raises: the caller decides whether the run waits its turn again or fails.
+"""
+
+from __future__ import annotations
+
+import shutil
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+
+from sandbox.backends.base import Backend, Handle
+from sandbox.layout import RunLayout
+from sandbox.pool import Shape
+from sandbox.spec import RunSpec, write_spec
+
+from .config import ServiceConfig
+from .harvest import Harvest
+from .live import layout_of
+from .registry import Registry, Run
+from .runenv import settings_of
+from .tenants import Tenant
+from .warm import WarmKeeper
+
+__all__ = ["Launcher", "Started", "GrantFn"]
+
+
+class GrantFn(Protocol):
+    """Blocking: the run's token, its socket open on the gateway; the env file's values."""
+
+    def __call__(self, run: Run, tenant: Tenant, values: dict[str, str], layout: RunLayout, *,
+                 warm: bool = False) -> dict[str, str]: ...
+
+
+@dataclass(frozen=True)
+class Started:
+    handle: Handle
+    base: str
+    """The commit its checkout started from."""
+    folder: str | None
+    """The warm slot's folder it took, or None for a cold start."""
+
+
+class Launcher:
+    def __init__(self, config: ServiceConfig, registry: Registry, backend: Backend, warm: WarmKeeper,
+                 harvest: Harvest, grant: GrantFn) -> None:
+        self.config = config
+        self.registry = registry
+        self.backend = backend
+        self.warm = warm
+        self.harvest = harvest
+        self._grant = grant
+
+    def start(self, run: Run, tenant: Tenant) -> Started:
+        """Blocking: prepare and start ``run``; undoes what it made if a step fails."""
+        from sandbox.envfile import write_env_file
+        from sandbox.worktree import make_workspace, objects_dir
+
+        values = tenant.check_ready()  # the repo or the credentials may have changed since the submit
+        objects = str(objects_dir(run.repo))
+        slot = self.warm.claim(Shape(Path(run.repo).name, objects, tenant.egress, settings_of(values)))
+        with ExitStack() as undo:
+            if slot is not None:
+                run = msgspec.structs.replace(run, folder=slot.folder)
+                self.registry.update(run.id, folder=slot.folder)
+                undo.callback(self.registry.update, run.id, folder=None)
+                undo.callback(self.warm.discard, slot)
+            layout = layout_of(self.config.runs_root, run)
+            if slot is None and not layout.dir.exists():
+                undo.callback(shutil.rmtree, layout.dir, ignore_errors=True)
+            layout.ensure()
+            base = make_workspace(run.repo, layout.workspace, layout.branch)
+            undo.callback(self.registry.update, run.id, branch=None, base=None)
+            undo.callback(self.harvest.discard_workspace, run, keep_branch=False)
+            self.registry.update(run.id, branch=layout.branch, base=base)  # known even if we stop right here
+            write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=slot is not None))
+            spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
+                           base=base, objects=objects, egress=tenant.egress)
+            if slot is not None:
+                assert self.warm.pool is not None  # a slot comes from the pool
+                handle = self.warm.pool.backend.claim(slot.handle, layout, spec)
+            else:
+                write_spec(layout, spec)
+                handle = self.backend.start(layout, spec)
+            undo.pop_all()  # started: nothing is undone
+            return Started(handle, base, slot.folder if slot is not None else None)

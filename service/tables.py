@@ -1,0 +1,108 @@
+"""The registry's schema, once, as SQLAlchemy Core tables: the same rows on SQLite and on PostgreSQL.
+
+Types say what a value is, not how one database spells it (``service.dialects`` holds every spelling that
+differs): ``Real`` is SQLite's REAL and PostgreSQL's DOUBLE PRECISION, ``Int64`` a counter that may pass 2³¹
+(bytes read, tokens in a day), ``LargeBinary`` BLOB or BYTEA. Columns are in the order a schema-3 file has them:
+the ones after ``deleted`` were added since version 1 (``ADDED_SINCE_V1``), so a file from then may lack them
+until it is migrated. A run's folder is unique: a warm slot is claimed by one run only.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Column, Index, Integer, LargeBinary, MetaData, Table, Text, text
+
+from .dialects import Int64, Real
+
+__all__ = ["metadata", "runs", "spend", "deliveries", "leases", "wire_audit", "ADDED_SINCE_V1"]
+
+metadata = MetaData()
+
+_ZERO = text("0")
+
+runs = Table(
+    "runs", metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("ask", Text, nullable=False),
+    Column("options", Text, nullable=False, server_default=text("'{}'")),
+    Column("status", Text, nullable=False),
+    Column("repo", Text, nullable=False, server_default=text("''")),
+    Column("handle", Text),
+    Column("branch", Text),
+    Column("base", Text),
+    Column("commit_sha", Text),
+    Column("created", Real, nullable=False),
+    Column("started", Real),
+    Column("ended", Real),
+    Column("cost_usd", Real, nullable=False, server_default=_ZERO),
+    Column("error", Text),
+    Column("step", Text),
+    Column("diffstat", Text),
+    Column("event_offset", Int64, nullable=False, server_default=_ZERO),
+    Column("event_seq", Int64, nullable=False, server_default=_ZERO),
+    Column("cancel_requested", Integer, nullable=False, server_default=_ZERO),
+    Column("disk_bytes", Int64),
+    Column("deleted", Real),
+    Column("input_tokens", Int64, nullable=False, server_default=_ZERO),
+    Column("output_tokens", Int64, nullable=False, server_default=_ZERO),
+    Column("cache_write_tokens", Int64, nullable=False, server_default=_ZERO),
+    Column("cache_read_tokens", Int64, nullable=False, server_default=_ZERO),
+    Column("claimed_cost_usd", Real, nullable=False, server_default=_ZERO),
+    Column("token_sha256", Text),
+    Column("folder", Text),
+    Column("push", Text),
+)
+Index("runs_tenant", runs.c.tenant, runs.c.created)
+Index("runs_status", runs.c.status, runs.c.created)
+Index("runs_folder", runs.c.folder, unique=True)
+
+spend = Table(
+    "spend", metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("day", Text, primary_key=True),
+    Column("cost_usd", Real, nullable=False, server_default=_ZERO),
+    Column("input_tokens", Int64, nullable=False, server_default=_ZERO),
+    Column("output_tokens", Int64, nullable=False, server_default=_ZERO),
+)
+
+deliveries = Table(
+    "deliveries", metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("run", Text, nullable=False),
+    Column("event", Text, nullable=False),
+    Column("body", LargeBinary, nullable=False),
+    Column("created", Real, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=_ZERO),
+    Column("last_status", Integer),
+    Column("last_error", Text),
+    Column("next_try", Real),
+    Column("ended", Real),
+)
+Index("deliveries_tenant", deliveries.c.tenant, deliveries.c.created)
+Index("deliveries_state", deliveries.c.state, deliveries.c.created)
+
+# Who follows each live run (``Registry.take``): one replica at a time, until ``expires`` unless renewed.
+# ``generation`` is the fencing token: it goes up at every take, and a run's writes hold only under the generation
+# their writer took — a replica paused past its lease cannot write once another has taken the run.
+leases = Table(
+    "leases", metadata,
+    Column("run_id", Text, primary_key=True),
+    Column("owner", Text, nullable=False),
+    Column("generation", Int64, nullable=False),
+    Column("expires", Real, nullable=False),
+)
+
+wire_audit = Table(  # since v0003: the gateway's own audit counts of a run, written by the gateway's process
+    "wire_audit", metadata,
+    Column("run", Text, primary_key=True),
+    Column("tool_calls", Int64, nullable=False, server_default=_ZERO),
+    Column("denials", Int64, nullable=False, server_default=_ZERO),
+    Column("spills", Int64, nullable=False, server_default=_ZERO),
+    Column("first_request", Real),  # when its first model request came (the start histogram's end)
+)
+
+# Columns a file of schema 1 or 2 may not have yet (the migration adds them; ``registry.foreign`` lets them be missing).
+ADDED_SINCE_V1 = frozenset({"disk_bytes", "deleted", "input_tokens", "output_tokens", "cache_write_tokens",
+                            "cache_read_tokens", "claimed_cost_usd", "token_sha256", "folder", "push"})

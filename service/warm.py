@@ -1,0 +1,138 @@
+"""The warm pool's keeper: sandboxes started ahead, of every tenant's shape, so a run's start is a claim.
+
+It owns the fill: one at a time in a worker thread, ``REFILL_AFTER_S`` after a claim (a new sandbox's imports —
+a second of CPU — would otherwise compete with the claimed run's CLI start), and a check every ``WARM_CHECK_S``
+that replaces a waiting sandbox that died and retries a start that failed. No warm sandbox is a slower start,
+never a refusal: its failures are logged, not raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+from sandbox.backends.base import Backend, WarmBackend
+from sandbox.pool import Shape, Slot, WarmPool
+
+from .backoff import RepeatLog
+from .logging import get_logger
+from .metrics import Metrics
+from .registry import Registry
+from .runenv import settings_of
+from .tenants import Tenants
+
+__all__ = ["WarmKeeper", "WARM_CHECK_S", "REFILL_AFTER_S"]
+
+log = get_logger("flower.service.scheduler")
+
+WARM_CHECK_S = 30.0  # how often the warm pool's waiting sandboxes are checked (and a failed start retried)
+REFILL_AFTER_S = 3.0  # a claim refills the pool this much later: a new sandbox's imports (a second of CPU) would
+# otherwise compete with the claimed run's CLI start, which is over by then
+
+
+class WarmKeeper:
+    def __init__(self, pool: WarmPool | None, registry: Registry, tenants: Tenants, metrics: Metrics,
+                 errors: RepeatLog) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.tenants = tenants
+        self.metrics = metrics
+        self.errors = errors
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._filling: asyncio.Task[int] | None = None
+        self._next_check = 0.0
+        if pool is not None:
+            pool.on_error = self._failed
+
+    @classmethod
+    def of(cls, backend: Backend, runs_root: Path, size: int, registry: Registry, tenants: Tenants,
+           metrics: Metrics, errors: RepeatLog) -> WarmKeeper:
+        """A keeper with a pool of ``size`` per shape when the backend can start sandboxes ahead, else none."""
+        pool = WarmPool(backend, runs_root, size) if size and isinstance(backend, WarmBackend) else None
+        return cls(pool, registry, tenants, metrics, errors)
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The loop fills are started on (the service's)."""
+        self._loop = loop
+
+    async def sweep(self) -> None:
+        """What a previous service left waiting goes (the first fill wants every tenant's shape)."""
+        if self.pool is not None:
+            await asyncio.to_thread(self._sweep, self.pool)
+
+    async def stop(self) -> None:
+        """A waiting sandbox holds memory and nothing else: it goes with the service."""
+        if self._filling is not None:
+            self._filling.cancel()
+            await asyncio.gather(self._filling, return_exceptions=True)
+        if self.pool is not None:
+            await asyncio.to_thread(self.pool.close)
+
+    def claim(self, shape: Shape) -> Slot | None:
+        """Blocking: a waiting sandbox of the run's shape, if the pool has one; the pool refills either way."""
+        if self.pool is None:
+            return None
+        slot = self.pool.claim(shape)
+        self.metrics.warm.labels("hit" if slot is not None else "miss").inc()
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._loop.call_later, REFILL_AFTER_S, self.refill)
+        return slot
+
+    def discard(self, slot: Slot) -> None:
+        """Blocking: a claimed slot whose run did not start goes."""
+        assert self.pool is not None
+        self.pool.discard(slot)
+
+    def check_due(self) -> None:
+        """A pass's share: every ``WARM_CHECK_S`` a waiting sandbox that died is replaced, a failed start retried."""
+        if self.pool is not None and time.monotonic() >= self._next_check:
+            self._next_check = time.monotonic() + WARM_CHECK_S
+            self.refill()
+
+    def _sweep(self, pool: WarmPool) -> None:
+        removed = pool.sweep(keep=self.registry.folders().__contains__)
+        if removed:
+            log.info("warm.swept", sandboxes=removed, why="started by an earlier service")
+
+    def _fill(self, pool: WarmPool) -> int:
+        """Blocking: the pool keeps the shapes of the tenants there are now (the tenants file is re-read when it
+        changes: a new tenant gets waiting sandboxes, a removed one's go), then tops them up."""
+        from sandbox.worktree import objects_dir
+
+        shapes: set[Shape] = set()
+        for tenant in self.tenants.all():
+            key = f"warm:{tenant.name}"
+            try:
+                shapes.add(Shape(Path(tenant.repo).name, str(objects_dir(tenant.repo)), tenant.egress,
+                                 settings_of(tenant.check_ready())))
+            except Exception as e:  # noqa: BLE001 - a tenant whose repo is not ready gets no warm sandbox
+                self.errors.error("warm.tenant_skipped", key, e, tenant=tenant.name)
+            else:
+                self.errors.ok(key)
+        pool.retain(shapes)
+        return pool.fill()
+
+    def refill(self) -> None:
+        """Top the pool up in a worker thread, one fill at a time (a claim during a fill is picked up next)."""
+        if self.pool is None or self._loop is None or (self._filling is not None and not self._filling.done()):
+            return
+        self._filling = self._loop.create_task(asyncio.to_thread(self._fill, self.pool), name="flower-warm-fill")
+        self._filling.add_done_callback(self._filled)
+
+    def _filled(self, task: asyncio.Task[int]) -> None:
+        if task.cancelled():
+            return
+        error = task.exception()
+        if error is not None:
+            self._failed(None, error)
+            return
+        full = self.pool is None or all(n >= self.pool.size for n in self.pool.waiting().values())
+        if task.result() and not full:
+            self.refill()  # claimed while it filled
+        elif full:
+            self.errors.ok("warm")
+        # a fill that started nothing and left the pool short failed: the periodic check (WARM_CHECK_S) retries
+
+    def _failed(self, shape: Shape | None, error: BaseException) -> None:
+        self.errors.error("warm.start_failed", "warm", error, repo=shape.repo_name if shape else None)
