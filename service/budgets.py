@@ -1,69 +1,135 @@
-"""What a run may still spend: every model call is admitted against its tenant's budgets, every answer metered.
+"""What a run may still spend: the model gateway's ``Meter`` — every Messages call admitted against its tenant's
+budgets before it is forwarded, every answer settled from what the upstream reported.
 
-Money is counted by the gateway, on the wire (``on_usage``): tokens and cost go onto the run's row and the
-tenant's day, and a ``budget_usd`` crossed stops the run with a sentence saying so (``stop``, the scheduler's).
-A call is let through only while what is spent and held by the calls in flight (each holding the most it can
-cost, ``Grant.reserved``) stays under a cap, so however many calls run at once a budget is passed by at most the
-one call let in last.
+The money lives in the registry, not in a gateway: a call let through writes a hold (the most it can cost,
+``wire.most_cost``) in the same transaction that checks the run's and the tenant's day's spent and held against
+their caps (``Registry.hold``), and its answer replaces the hold with what it cost (``Registry.add_usage``). So
+however many calls run at once, through however many gateway processes on one database, a budget is passed by at
+most the one call let in last. Spent at a cap, the run may spend nothing more (403, and ``stop``, the scheduler's,
+ends it with a sentence); only held by calls in flight, the call is refused for now (429: the CLI retries, and a
+subagent is not lost to money that is only promised). A registry that cannot be reached admits nothing (429).
 """
 
 from __future__ import annotations
 
+import asyncio
+import secrets
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
-from .gateway import Gateway, Grant
+import msgspec
+
+from .gateway import Gateway, Grant, Held, Refused
+from .live import one_line
 from .logging import get_logger
 from .metrics import Metrics
-from .registry import Registry, Run
+from .registry import Registry, Run, Spent, Standing
 from .tenants import Tenant, Tenants
 from .wire import Usage
 
-__all__ = ["Budgets", "day_of"]
+__all__ = ["Budgets", "day_of", "HOLD_S"]
 
 log = get_logger("flower.service.scheduler")
+T = TypeVar("T")
+
+HOLD_S = 900.0
+"""A hold nobody settles stops counting after this: its gateway died with the call in flight (an answer is read for
+the upstream's 600 s at most). A gateway started again under its name lets its own go at once."""
+SETTLE_TRIES = 5  # an answer's cost written to a registry that failed a moment: tried this many times, a second apart
 
 
 def day_of(t: float | None = None) -> str:
-    """The UTC day a spend is counted on (YYYY-MM-DD)."""
+    """The UTC day a spend is counted on (YYYY-MM-DD): the day its call was let through."""
     return time.strftime("%Y-%m-%d", time.gmtime(time.time() if t is None else t))
 
 
 class Budgets:
-    """Bound to ``gateway``: its ``admit`` and ``on_usage`` are ours. ``stop(run_id, why)`` stops a run over
-    budget (its grant already answers 403). Without a gateway (it runs in a process of its own, which holds the
-    other side of this class), the scheduler asks ``over`` of each running run's row every pass."""
+    """``gateway``'s meter. ``owner`` names the holds this gateway takes; ``stop(run_id, why)`` stops a run over
+    budget (its grant answers 403 already). Without a gateway in this process (it runs in one of its own, which
+    holds the other side of this class) the scheduler asks ``over`` of each running run's row every pass."""
 
     def __init__(self, registry: Registry, tenants: Tenants, gateway: Gateway | None, metrics: Metrics,
-                 stop: Callable[[str, str], None]) -> None:
+                 stop: Callable[[str, str], None], *, owner: str) -> None:
         self.registry = registry
         self.tenants = tenants
         self.gateway = gateway or Gateway()
         self.metrics = metrics
+        self.owner = owner
         self._stop = stop
-        self.gateway.on_usage = self.metered
-        self.gateway.admit = self.admit
+        self.gateway.meter = self
 
-    def metered(self, grant: Grant, usage: Usage) -> None:
-        """One answer measured by the gateway: onto the run and the tenant's day; budgets checked."""
-        self.registry.add_usage(grant.run_id, grant.tenant, day_of(), input_tokens=usage.input_tokens,
-                                output_tokens=usage.output_tokens,
-                                cache_write_tokens=usage.cache_creation_input_tokens,
-                                cache_read_tokens=usage.cache_read_input_tokens, cost_usd=usage.cost_usd)
+    # -- the gateway's meter -----------------------------------------------------------------
+    async def admit(self, grant: Grant, most: float) -> Held | Refused:
+        """Let a call through holding ``most`` USD, or say why not (``Refused.final``: spent at a cap)."""
+        tenant = self.tenants.get(grant.tenant)
+        day = day_of()
+        if tenant is None or (tenant.budget_usd.run is None and tenant.budget_usd.day is None):
+            return Held(id=None, amount=most, day=day)  # no cap to hold against
+        hold = secrets.token_hex(12)
+        try:
+            standing = await asyncio.to_thread(
+                self.registry.hold, hold, run_id=grant.run_id, tenant=tenant.name, day=day, amount=most,
+                owner=self.owner, now=time.time(), ttl=HOLD_S, run_cap=tenant.budget_usd.run,
+                day_cap=tenant.budget_usd.day)
+        except Exception as e:  # noqa: BLE001 - the registry away: nothing is let through that cannot be held
+            log.warning("gateway.hold_failed", tenant=grant.tenant, run=grant.run_id,
+                        error=f"{type(e).__name__}: {one_line(e, 300)}")
+            return Refused(f"the service cannot check this run's budget right now ({type(e).__name__}: its "
+                           "registry did not answer); retry in a moment", final=False)
+        if standing is None:
+            why = f"run {grant.run_id} is no longer in the service's registry: it may spend nothing more"
+            self._overspend(grant, why)
+            return Refused(why, final=True)
+        if standing.taken:
+            return Held(id=hold, amount=most, day=day)
+        return self._refused(grant, tenant, standing)
+
+    async def settle(self, grant: Grant, held: Held, usage: Usage | None) -> None:
+        """The call's hold replaced by what it cost (onto the run and the tenant's day), or let go when nothing came
+        back; a cap reached stops the run (the day's: every run of the tenant)."""
+        hold = held.id
+        if usage is None:
+            if hold is not None:
+                await self._registry_write(grant, lambda: self.registry.release_hold(hold), {"release": hold})
+            return
         self.metrics.model_usage(grant.tenant, cost_usd=usage.cost_usd, tokens={
             "input": usage.input_tokens, "output": usage.output_tokens,
             "cache_write": usage.cache_creation_input_tokens, "cache_read": usage.cache_read_input_tokens})
+        spent = await self._registry_write(grant, lambda: self.registry.add_usage(
+            grant.run_id, grant.tenant, held.day, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+            cache_write_tokens=usage.cache_creation_input_tokens, cache_read_tokens=usage.cache_read_input_tokens,
+            cost_usd=usage.cost_usd, hold=hold), {"day": held.day, **msgspec.structs.asdict(usage)})
         tenant = self.tenants.get(grant.tenant)
-        if tenant is not None and self.gateway.grant(grant.run_id) is grant:  # an answer read on past the run's end
-            self.check(grant, tenant)
+        if spent is not None and tenant is not None and self.gateway.grant(grant.run_id) is grant:
+            self._check(grant, tenant, spent)  # (an answer read on past the run's end stops nothing)
 
+    async def _registry_write(self, grant: Grant, write: Callable[[], T], what: dict[str, object]) -> T | None:
+        """A metering write, tried again for a few seconds: an answer's cost is never dropped for a passing fault,
+        and one that cannot be written is logged whole (``what``: the figures an operator adds by hand)."""
+        for attempt in range(SETTLE_TRIES):
+            try:
+                return await asyncio.to_thread(write)
+            except Exception as e:  # noqa: BLE001 - the registry away for a moment
+                if attempt == SETTLE_TRIES - 1:
+                    log.error("gateway.meter_lost", tenant=grant.tenant, run=grant.run_id,
+                              error=f"{type(e).__name__}: {one_line(e, 300)}",
+                              hint="this write did not reach the registry; make it by hand", **what)
+                    return None
+                await asyncio.sleep(1.0)
+        return None
+
+    # -- what a cap says ---------------------------------------------------------------------
     def over_day(self, tenant: Tenant) -> str | None:
         """Why ``tenant`` may spend nothing more today, or None."""
-        cap = tenant.budget_usd.day
-        if cap is None:
+        if tenant.budget_usd.day is None:
             return None
-        spent = self.registry.spent(tenant.name, day_of())["cost_usd"]
-        if spent < cap:
+        return self._over_day(self.registry.spent(tenant.name, day_of())["cost_usd"], tenant)
+
+    @staticmethod
+    def _over_day(spent: float, tenant: Tenant) -> str | None:
+        cap = tenant.budget_usd.day
+        if cap is None or spent < cap:
             return None
         return (f"over budget: tenant {tenant.name} has spent ${spent:.4f} of its ${cap:.2f} daily budget today "
                 "(UTC, measured by the model gateway); the run was stopped — raise `budget_usd.day` or wait "
@@ -84,40 +150,36 @@ class Budgets:
         return self.over_run(run.cost_usd, tenant) or self.over_day(tenant)
 
     def check(self, grant: Grant, tenant: Tenant) -> None:
-        """Spent at a cap: the run is stopped (for the day's cap, every run of the tenant)."""
-        over = self.over_run(grant.usage.cost_usd, tenant)
+        """A grant (re)opened: a run already spent at a cap is refused from the start."""
+        self._check(grant, tenant, Spent(run=grant.usage.cost_usd, day=self.registry.spent(
+            tenant.name, day_of())["cost_usd"] if tenant.budget_usd.day is not None else 0.0))
+
+    def _check(self, grant: Grant, tenant: Tenant, spent: Spent) -> None:
+        """Spent at a cap: the run is stopped (for the day's cap, every run of the tenant this gateway serves)."""
+        over = self.over_run(spent.run, tenant)
         if over:
             self._overspend(grant, over)
             return
-        over = self.over_day(tenant)
+        over = self._over_day(spent.day, tenant)
         if over:
             for g in self.gateway.grants(tenant=tenant.name):
                 self._overspend(g, over)
 
-    def admit(self, grant: Grant) -> str | None:
-        """Before the gateway forwards a call: None when the budgets have room beside the calls in flight; else why
-        not. Spent alone at a cap stops the run (403 from then on); held by calls in flight, the call waits for
-        them (429: the CLI retries, and a subagent is not lost to a budget that is only promised)."""
-        tenant = self.tenants.get(grant.tenant)
-        if tenant is None:
-            return None
-        self.check(grant, tenant)
+    def _refused(self, grant: Grant, tenant: Tenant, standing: Standing) -> Refused:
+        """Why a call found no room: spent alone at a cap (final), else held by the calls in flight (for now)."""
+        self._check(grant, tenant, Spent(run=standing.run_spent, day=standing.day_spent))
         if grant.refused:
-            return grant.refused
+            return Refused(grant.refused, final=True)
         cap = tenant.budget_usd.run
-        if cap is not None and grant.usage.cost_usd + grant.reserved >= cap:
-            return (f"over budget for now: this run has spent ${grant.usage.cost_usd:.4f} and its calls in flight "
-                    f"may cost ${grant.reserved:.4f} more of its ${cap:.2f} per-run budget (tenant {tenant.name}, "
-                    "measured by the model gateway); retry once they are answered, or raise `budget_usd.run`")
-        day = tenant.budget_usd.day
-        if day is not None:
-            spent = self.registry.spent(tenant.name, day_of())["cost_usd"]
-            held = sum(g.reserved for g in self.gateway.grants(tenant=tenant.name))
-            if spent + held >= day:
-                return (f"over budget for now: tenant {tenant.name} has spent ${spent:.4f} today and its calls in "
-                        f"flight may cost ${held:.4f} more of its ${day:.2f} daily budget (UTC, measured by the "
-                        "model gateway); retry once they are answered, or raise `budget_usd.day`")
-        return None
+        if cap is not None and standing.run_spent + standing.run_held >= cap:
+            return Refused(f"over budget for now: this run has spent ${standing.run_spent:.4f} and its calls in "
+                           f"flight may cost ${standing.run_held:.4f} more of its ${cap:.2f} per-run budget (tenant "
+                           f"{tenant.name}, measured by the model gateway); retry once they are answered, or raise "
+                           "`budget_usd.run`", final=False)
+        return Refused(f"over budget for now: tenant {tenant.name} has spent ${standing.day_spent:.4f} today and its "
+                       f"calls in flight may cost ${standing.day_held:.4f} more of its ${tenant.budget_usd.day:.2f} "
+                       "daily budget (UTC, measured by the model gateway); retry once they are answered, or raise "
+                       "`budget_usd.day`", final=False)
 
     def _overspend(self, grant: Grant, why: str) -> None:
         if grant.refused:

@@ -38,8 +38,6 @@ class EventFeed:
         self.results = results
         self.metrics = metrics
         self._subs: dict[str, set[asyncio.Queue[Item]]] = defaultdict(set)
-        self.streams: Counter[str] = Counter()
-        """Open SSE streams per tenant (the API counts them in and out)."""
 
     # -- the run's file ----------------------------------------------------------------------
     def tail(self, run: Run, folder: Path, live: LiveRun) -> Run:

@@ -34,7 +34,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import h11
 import msgspec
@@ -43,7 +43,7 @@ from .logging import get_logger
 from .upstream import Upstream, UpstreamError, UpstreamResponse
 from .wire import Ask, ResponseReader, Usage, cost_of, most_cost, server_tools, tool_results
 
-__all__ = ["Gateway", "Grant", "upstream_of", "new_token", "SOCKET_NAME", "SECRET_KEYS"]
+__all__ = ["Gateway", "Grant", "Meter", "Held", "Refused", "upstream_of", "new_token", "SOCKET_NAME", "SECRET_KEYS"]
 
 SOCKET_NAME = "gateway.sock"
 MAX_HEAD = 64 * 1024
@@ -132,8 +132,6 @@ class Grant:
     refused: str | None = None
     """Set when the run may spend no more (its budget): every request is answered 403 with this sentence."""
     in_flight: int = 0
-    reserved: float = 0.0
-    """USD held by this run's calls in flight: the most each can cost, until its answer is metered."""
     server_tools: frozenset[str] = frozenset()
     """The server-side tools this run may use: its tenant's ``server_tools`` when its egress is open, else none."""
     tools: OrderedDict[str, str] = field(default_factory=OrderedDict)
@@ -144,9 +142,39 @@ class Grant:
         return f"Grant({self.run_id!r}, tenant={self.tenant!r})"
 
 
-UsageHook = Callable[[Grant, Usage], None]
-AdmitHook = Callable[[Grant], "str | None"]
-"""Before a call is forwarded: None when the run's budgets have room beside its calls in flight, else why not."""
+@dataclass(frozen=True)
+class Held:
+    """A model call let through: it holds ``amount`` (the most it can cost) until ``Meter.settle``."""
+
+    id: str | None
+    """The hold's name in the registry (None: the run has no budget, so nothing was held)."""
+    amount: float
+    day: str
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A model call not let through, and why (a sentence the run's model reads)."""
+
+    why: str
+    final: bool
+    """The run may spend nothing more (403; ``grant.refused`` is set) — else calls in flight hold the rest of a
+    budget for now (429: the CLI retries once they are answered)."""
+
+
+class Meter(Protocol):
+    """Money, on the service's side of the wall (``service.budgets``): every Messages call is admitted before it is
+    forwarded and settled once its answer was read to the end."""
+
+    async def admit(self, grant: Grant, most: float) -> Held | Refused:
+        """Let the call through holding ``most`` USD against the run's budgets, or refuse it."""
+        ...
+
+    async def settle(self, grant: Grant, held: Held, usage: Usage | None) -> None:
+        """What the upstream reported for the call (None: nothing came back) replaces what it held."""
+        ...
+
+
 AuditHook = Callable[[Grant], None]
 """After the wire audit counted something of a run's (a tool call, a denial, a spill): ``grant.counts`` changed."""
 ResolveHook = Callable[[str], Awaitable["Grant | None"]]
@@ -283,15 +311,13 @@ class _Streaks:
 
 
 class Gateway:
-    """Grants, listeners and the forwarding. ``on_usage`` is called after every metered answer, ``admit`` before
-    every call is forwarded."""
+    """Grants, listeners and the forwarding. ``meter`` admits every Messages call and settles its answer (without
+    one, nothing is held: a gateway of tests and benchmarks)."""
 
-    def __init__(self, *, prices: Mapping[str, tuple[float, float]] | None = None,
-                 on_usage: UsageHook | None = None, admit: AdmitHook | None = None, connect_timeout: float = 10,
-                 read_timeout: float = 600) -> None:
+    def __init__(self, *, prices: Mapping[str, tuple[float, float]] | None = None, meter: Meter | None = None,
+                 connect_timeout: float = 10, read_timeout: float = 600) -> None:
         self.prices = dict(prices or {})
-        self.on_usage = on_usage
-        self.admit = admit
+        self.meter = meter
         self.on_audit: AuditHook | None = None
         self.resolve: ResolveHook | None = None
         self._grants: dict[str, Grant] = {}
@@ -598,26 +624,32 @@ class Gateway:
                 "max_tokens and messages")))
         if refused := self._tools_refused(grant, ask):
             return await self._send(conn, writer, *_error(403, "permission_error", refused))
-        if self.admit is not None and (why := self.admit(grant)):
-            if grant.refused:
-                self._denied(grant, 403, why)
-            else:
-                self._denied(grant, 429, why, "budget_held")
-            return await self._send(conn, writer, *_error(*(
-                (403, "permission_error") if grant.refused else (429, "rate_limit_error")), why))
+        held: Held | None = None
+        meter = self.meter if messages else None  # what else the API has (count_tokens) costs nothing
+        if grant.refused:
+            self._denied(grant, 403, grant.refused)
+            return await self._send(conn, writer, *_error(403, "permission_error", grant.refused))
+        if meter is not None:
+            admitted = await meter.admit(grant, most_cost(ask, len(body), self.prices))
+            if isinstance(admitted, Refused) and admitted.final:
+                self._denied(grant, 403, admitted.why)
+                return await self._send(conn, writer, *_error(403, "permission_error", admitted.why))
+            if isinstance(admitted, Refused):
+                self._denied(grant, 429, admitted.why, "budget_held")
+                return await self._send(conn, writer, *_error(429, "rate_limit_error", admitted.why))
+            held = admitted
         agent = next((v.decode("latin-1")[:200] for k, v in req.headers if k == b"x-claude-code-agent-id"), "main")
         who = {"tenant": grant.tenant, "run": grant.run_id, "agent": agent, "source": "wire"}
         if messages:  # the denials and spills the CLI sends back, written before the call goes: a crash loses none
             # a long conversation is megabytes of JSON: parsed off the loop
             request = await asyncio.to_thread(_decode, body) if len(body) > 256 * 1024 else _decode(body)
             self._results(grant, request, who)
-        held = most_cost(ask, len(body), self.prices) if messages else 0.0
-        grant.reserved += held
         started = time.monotonic()
         try:
             resp = await self._upstream.post(grant.upstream + target, _headers(req, grant.auth), body)
         except UpstreamError as e:
-            grant.reserved -= held
+            if meter is not None and held is not None:
+                await meter.settle(grant, held, None)
             log.warning("gateway.upstream_failed", tenant=grant.tenant, run=grant.run_id, error=str(e)[:300])
             return await self._send(conn, writer, *_error(502, "api_error", f"the upstream did not answer ({e})"))
         reader = ResponseReader(stream=resp.header("content-type").startswith("text/event-stream"))
@@ -626,10 +658,11 @@ class Gateway:
         finally:
             resp.close()
             reader.close()
-            grant.reserved -= held
             if messages:
                 self._calls(grant, reader, who)  # at once: the CLI's next request answers these
-                self._meter(grant, reader, ask, resp.status_code, time.monotonic() - started)
+                usage = self._meter(grant, reader, ask, resp.status_code, time.monotonic() - started)
+                if meter is not None and held is not None:
+                    await meter.settle(grant, held, usage)
 
     async def _relay(self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant, resp: UpstreamResponse,
                      reader: ResponseReader) -> None:
@@ -691,16 +724,12 @@ class Gateway:
         if counted and self.on_audit is not None:
             self.on_audit(grant)
 
-    def _meter(self, grant: Grant, reader: ResponseReader, ask: Ask, status: int, seconds: float) -> None:
+    def _meter(self, grant: Grant, reader: ResponseReader, ask: Ask, status: int, seconds: float) -> Usage:
+        """One answer's usage and cost, as the upstream reported it, onto the grant."""
         usage = reader.usage
         model = reader.model or ask.model
         usage.cost_usd = cost_of(model, usage, self.prices)
         log.debug("gateway.answer", tenant=grant.tenant, run=grant.run_id, status=status, model=model[:100],
                   input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, seconds=round(seconds, 4))
-        self.metered(grant, usage)
-
-    def metered(self, grant: Grant, usage: Usage) -> None:
-        """One answer's usage onto the run, and ``on_usage`` told (the registry, the budgets)."""
         grant.usage.add(usage)
-        if self.on_usage is not None:
-            self.on_usage(grant, usage)
+        return usage

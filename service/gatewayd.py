@@ -6,8 +6,8 @@ model calls. Here the gateway reads what it needs from the registry and nothing 
 the active runs that hold a token (``Registry.active_grants``), opens a grant for each new one — the tenant's
 upstream and credentials read from its credentials file, a listener on the run's ``layout.gateway`` folder on the
 local and Docker backends — and closes the grants of runs that are no longer active (or whose tenant left the
-tenants file). Usage is metered into the registry here (``Budgets.metered`` → ``add_usage``), calls are admitted
-here against the registry's spend plus this process's own calls in flight, and the wire audit's counts go to the
+tenants file). Calls are admitted and their usage metered into the registry here (``Budgets``: holds in the
+registry, so two gateways on one database share a budget), and the wire audit's counts go to the
 registry (``wire_audit``) for the scheduler's comparison at a run's end. The scheduler stops a run over budget
 from its row; this side answers 403 from the moment it is over.
 
@@ -24,6 +24,7 @@ import asyncio
 import fcntl
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -45,6 +46,12 @@ LOCK_WAIT_S = 0.5  # a lock held a moment (another process probing it) is waited
 ORPHAN_EXIT_S = 2.0  # parent gone and no grant for this long: nothing left to serve
 
 log = get_logger("flower.service.gateway")
+
+
+def holds_owner(config: ServiceConfig) -> str:
+    """The name on the budget holds this data dir's gateway takes: one gateway serves a data dir at a time (its
+    lock), so one started again lets every hold of that name go — the calls its dead self had in flight."""
+    return f"gateway {config.replica or socket.gethostname()} {config.data_path}"
 
 
 def lock_path(config: ServiceConfig) -> Path:
@@ -83,7 +90,7 @@ class GatewayProcess:
         self.registry = registry
         self.tenants = tenants
         self.gateway = Gateway(prices=config.prices)
-        self.budgets = Budgets(registry, tenants, self.gateway, Metrics(), self._refused)
+        self.budgets = Budgets(registry, tenants, self.gateway, Metrics(), self._refused, owner=holds_owner(config))
         self.gateway.on_audit = self._audited
         if config.backend == "kubernetes":
             self.gateway.resolve = self._resolve
@@ -213,6 +220,8 @@ async def serve_gateway(config: ServiceConfig, *, parent: int | None = None) -> 
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     registry = open_registry(config)
+    if released := registry.release_holds(holds_owner(config)):
+        log.info("gateway.holds_released", holds=released, why="the calls a gateway before this one had in flight")
     tenants = Tenants(config.tenants, on_reload_error=lambda why: log.error("tenants.reload_failed", error=why))
     process = GatewayProcess(config, registry, tenants)
     stop = asyncio.Event()

@@ -48,9 +48,9 @@ from .backup import RegistryDamaged, check_registry
 from .errors import RegistryNewer, RegistryUnreachable
 from .migrate import migrate
 from .config import ServiceConfig
-from .tables import ADDED_SINCE_V1, deliveries, leases, runs, spend, wire_audit
+from .tables import ADDED_SINCE_V1, deliveries, holds, leases, runs, spend, streams, wire_audit
 
-__all__ = ["Registry", "Run", "Kept", "Lease", "RunStatus", "Ending", "Push", "Delivery", "ACTIVE", "TERMINAL",
+__all__ = ["Registry", "Run", "Kept", "Lease", "Standing", "Spent", "RunStatus", "Ending", "Push", "Delivery", "ACTIVE", "TERMINAL",
            "STATUSES", "SCHEMA",
            "foreign", "open_registry"]
 
@@ -61,7 +61,7 @@ STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 ACTIVE: tuple[RunStatus, ...] = ("starting", "running")
 TERMINAL: tuple[Ending, ...] = get_args(Ending)
 CHANNEL = "flower_runs"  # PostgreSQL's NOTIFY channel: a run queued, or its status changed
-SCHEMA = 5  # SQLite's PRAGMA user_version this code writes (service/migrations/versions/v0003_wire_audit.py)
+SCHEMA = 6  # SQLite's PRAGMA user_version this code writes (service/migrations/versions/v0004_holds.py)
 
 _SLOT = re.compile(re.escape(SLOT_PREFIX) + r"[0-9a-f]{1,58}")
 
@@ -106,6 +106,25 @@ class Lease(msgspec.Struct, kw_only=True, frozen=True):
     owner: str
     generation: int
     expires: float
+
+
+class Standing(msgspec.Struct, kw_only=True, frozen=True):
+    """A run and its tenant's day as ``Registry.hold`` found them, under the day's lock: what the gateway metered
+    (spent) and what the calls in flight may still cost (held, the new call's not included)."""
+
+    run_spent: float
+    run_held: float
+    day_spent: float
+    day_held: float
+    taken: bool
+    """The call's hold was written: spent and held were under both caps."""
+
+
+class Spent(msgspec.Struct, kw_only=True, frozen=True):
+    """What a run and its tenant's day have spent after an answer was metered (``Registry.add_usage``)."""
+
+    run: float
+    day: float
 
 
 class Kept(msgspec.Struct, kw_only=True, frozen=True):
@@ -478,22 +497,68 @@ class Registry:
         return self._write(q) > 0
 
     def add_usage(self, run_id: str, tenant: str, day: str, *, input_tokens: int, output_tokens: int,
-                  cache_write_tokens: int, cache_read_tokens: int, cost_usd: float) -> None:
-        """What the gateway measured for one answer: onto the run and the tenant's day, in one transaction."""
+                  cache_write_tokens: int, cache_read_tokens: int, cost_usd: float, hold: str | None = None) -> Spent:
+        """What the gateway measured for one answer: onto the tenant's day and the run, and the call's ``hold`` let
+        go, in one transaction (the money is never counted twice, nor for a moment not at all). The day's row is
+        written first, as ``hold`` does: the two take their locks in one order."""
         c = runs.c
-        onto_run = update(runs).where(c.id == run_id).values(
-            input_tokens=c.input_tokens + input_tokens, output_tokens=c.output_tokens + output_tokens,
-            cache_write_tokens=c.cache_write_tokens + cache_write_tokens,
-            cache_read_tokens=c.cache_read_tokens + cache_read_tokens, cost_usd=c.cost_usd + cost_usd)
         day_row = dialects.insert(spend, self.dialect).values(tenant=tenant, day=day, cost_usd=cost_usd,
                                                               input_tokens=input_tokens, output_tokens=output_tokens)
         onto_day = day_row.on_conflict_do_update(index_elements=[spend.c.tenant, spend.c.day], set_={
             "cost_usd": spend.c.cost_usd + day_row.excluded.cost_usd,
             "input_tokens": spend.c.input_tokens + day_row.excluded.input_tokens,
-            "output_tokens": spend.c.output_tokens + day_row.excluded.output_tokens})
+            "output_tokens": spend.c.output_tokens + day_row.excluded.output_tokens}).returning(spend.c.cost_usd)
+        onto_run = update(runs).where(c.id == run_id).values(
+            input_tokens=c.input_tokens + input_tokens, output_tokens=c.output_tokens + output_tokens,
+            cache_write_tokens=c.cache_write_tokens + cache_write_tokens,
+            cache_read_tokens=c.cache_read_tokens + cache_read_tokens, cost_usd=c.cost_usd + cost_usd
+        ).returning(c.cost_usd)
         with self._transaction() as t:
-            t.execute(onto_run)
-            t.execute(onto_day)
+            day_spent = float(t.execute(onto_day).scalar_one())
+            run_spent = t.execute(onto_run).scalar()
+            if hold is not None:
+                t.execute(delete(holds).where(holds.c.id == hold))
+        return Spent(run=float(run_spent or 0.0), day=day_spent)
+
+    def hold(self, hold_id: str, *, run_id: str, tenant: str, day: str, amount: float, owner: str, now: float,
+             ttl: float, run_cap: float | None, day_cap: float | None) -> Standing | None:
+        """Hold ``amount`` (the most a model call can cost) for the run on ``day`` while the run's spent and held
+        stay under ``run_cap`` and its tenant's day's under ``day_cap``: checked and written in one transaction
+        that first locks the tenant's day row, so gateways in several processes — or on several machines — admit
+        one call at a time and a budget is passed by one call at most. A hold no one settles stops counting at
+        ``now + ttl`` (its gateway died with the call in flight). None when the run has no row."""
+        touch_day = dialects.insert(spend, self.dialect).values(tenant=tenant, day=day).on_conflict_do_update(
+            index_elements=[spend.c.tenant, spend.c.day], set_={"cost_usd": spend.c.cost_usd}
+        ).returning(spend.c.cost_usd)
+        touch_run = update(runs).where(runs.c.id == run_id).values(cost_usd=runs.c.cost_usd).returning(
+            runs.c.cost_usd)
+        def held(where: ColumnElement[bool]) -> ColumnElement[float]:
+            return func.coalesce(func.sum(holds.c.amount).filter(where), 0.0)
+
+        sums = select(held(holds.c.run == run_id), held(holds.c.day == day)).where(holds.c.tenant == tenant,
+                                                                                    holds.c.expires >= now)
+        with self._transaction() as t:
+            day_spent = float(t.execute(touch_day).scalar_one())  # the lock every hold of this day waits on
+            run_spent = t.execute(touch_run).scalar()
+            if run_spent is None:
+                return None
+            t.execute(delete(holds).where(holds.c.tenant == tenant, holds.c.expires < now))
+            run_held, day_held = (float(x) for x in t.execute(sums).one())
+            taken = ((run_cap is None or run_spent + run_held < run_cap)
+                     and (day_cap is None or day_spent + day_held < day_cap))
+            if taken:
+                t.execute(holds.insert().values(id=hold_id, run=run_id, tenant=tenant, day=day, amount=amount,
+                                               owner=owner, expires=now + ttl))
+        return Standing(run_spent=float(run_spent), run_held=run_held, day_spent=day_spent, day_held=day_held,
+                        taken=taken)
+
+    def release_hold(self, hold_id: str) -> None:
+        """A call that was let through but brought back no answer to meter (the upstream failed): its hold goes."""
+        self._write(delete(holds).where(holds.c.id == hold_id))
+
+    def release_holds(self, owner: str) -> int:
+        """Every hold ``owner`` took: a gateway started again under that name lets go of its dead self's calls."""
+        return self._write(delete(holds).where(holds.c.owner == owner))
 
     def spent(self, tenant: str, day: str) -> dict[str, float]:
         """The tenant's measured spend on ``day`` (YYYY-MM-DD, UTC)."""
@@ -576,6 +641,36 @@ class Registry:
         with self._statement() as t:
             t.execute(delete(leases).where(leases.c.run_id == lease.run_id, leases.c.owner == lease.owner,
                                            leases.c.generation == lease.generation))
+
+    # -- SSE streams per tenant, across replicas (``service.streams``) ------------------------------------------
+    def take_stream(self, tenant: str, holder: str, *, cap: int, now: float, ttl: float) -> int | None:
+        """One of ``tenant``'s ``cap`` stream slots for ``holder`` until ``now + ttl``, or None when every one is
+        held: a free or run-out slot is taken by its primary key, so two replicas never both get the same one."""
+        for _ in range(3):  # another replica took the slot picked a moment ago: pick again
+            held = {int(r["slot"]) for r in self._rows(select(streams.c.slot).where(
+                streams.c.tenant == tenant, streams.c.slot < cap, streams.c.expires >= now))}
+            free = next((i for i in range(cap) if i not in held), None)
+            if free is None:
+                return None
+            new = dialects.insert(streams, self.dialect).values(tenant=tenant, slot=free, holder=holder,
+                                                                expires=now + ttl)
+            q = new.on_conflict_do_update(index_elements=[streams.c.tenant, streams.c.slot],
+                                          set_={"holder": holder, "expires": now + ttl},
+                                          where=streams.c.expires < now).returning(streams.c.slot)
+            with self._statement() as t:
+                if t.execute(q).first() is not None:
+                    return free
+        return None
+
+    def renew_streams(self, holders: Sequence[str], *, now: float, ttl: float) -> None:
+        """The slots of the streams still open here, kept until ``now + ttl``."""
+        if holders:
+            self._write(update(streams).where(streams.c.holder.in_(list(holders))).values(expires=now + ttl))
+
+    def give_back_stream(self, tenant: str, slot: int, holder: str) -> None:
+        """A stream ended: its slot is free (only if still ``holder``'s: one that ran out may be another's now)."""
+        self._write(delete(streams).where(streams.c.tenant == tenant, streams.c.slot == slot,
+                                          streams.c.holder == holder))
 
     # -- named writes: each returns the run as written, or None when its guard did not hold -----------------
     def record_start(self, run_id: str, *, branch: str | None, base: str | None, folder: str | None = None,
@@ -695,6 +790,14 @@ class Registry:
             where.append(deliveries.c.state == state)
         q = _ordered(select(deliveries).where(*where), self._deliveries_order, oldest_first, limit)
         return [msgspec.convert({**_plain(r), "body": bytes(r["body"])}, Delivery) for r in self._rows(q)]
+
+    def claim_delivery(self, d: Delivery, *, now: float, until: float) -> bool:
+        """Take ``d`` to send it, as read: still pending, due, and tried as often as ``d`` says — its next try moved
+        to ``until`` meanwhile, so no other replica sends it too (one that dies while sending leaves it due again at
+        ``until``). False when another took it first."""
+        c = deliveries.c
+        return self._write(update(deliveries).where(
+            c.id == d.id, c.state == "pending", c.attempts == d.attempts, c.next_try <= now).values(next_try=until)) > 0
 
     def delivery_tried(self, d: Delivery) -> None:
         """Store how a try went: its state, attempts, last status and error, next try, end."""

@@ -52,6 +52,7 @@ from .ending import Drained, Ended, decide
 from .events import END
 from .feed import EventFeed, Item
 from .budgets import Budgets
+from .streams import StreamSlots
 from .gateway import Gateway
 from .grants import Grants
 from .harvest import Harvest, diffstat
@@ -103,7 +104,12 @@ class Scheduler:
         self.tenants = tenants
         self.backend = backend
         self.gateway = gateway or Gateway(prices=config.prices)
-        self.budgets = Budgets(registry, tenants, self.gateway, self.metrics, self._over_budget)
+        self.owner = config.replica or socket.gethostname()
+        """This replica's name on the leases of the runs it follows."""
+        self.budgets = Budgets(registry, tenants, self.gateway, self.metrics, self._over_budget,
+                               owner=f"service {self.owner} {config.data_path}")
+        self.slots = StreamSlots(registry, self.owner, ttl=config.lease_s)
+        """The tenants' SSE streams, counted across replicas (renewed with the leases)."""
         self.grants = Grants(config, registry, tenants, self.gateway, self.budgets, self.metrics)
         self.results = results or Results(registry, tenants, Webhooks(registry, tenants,
                                                                       retry_s=config.webhook_retry_s))
@@ -113,8 +119,6 @@ class Scheduler:
         """Why queued runs wait (the guard canary has not passed yet); ``refusal`` when it failed."""
         self.refusal: str | None = None
         self._live = LiveRuns()
-        self.owner = config.replica or socket.gethostname()
-        """This replica's name on the leases of the runs it follows."""
         self._renewed = 0.0
         self._held: tuple[float, dict[str, Lease]] = (0.0, {})  # the renewer's last round: when, and what it kept
         self._renewing = threading.Event()  # set: the renewer stops
@@ -147,8 +151,8 @@ class Scheduler:
 
     @property
     def streams(self) -> Counter[str]:
-        """Open SSE streams per tenant."""
-        return self.feed.streams
+        """This replica's open SSE streams per tenant."""
+        return self.slots.open
 
     @property
     def pool(self) -> WarmPool | None:
@@ -195,6 +199,8 @@ class Scheduler:
         threading.Thread(target=self._renew, name="flower-lease-renewer", daemon=True).start()
         self.warm.bind(self._loop)
         self.grants.bind(self._loop)
+        if self.grants.inside:  # this process's gateway: the calls it had in flight before a restart hold nothing
+            await asyncio.to_thread(self.registry.release_holds, self.budgets.owner)
         await self.results.start()  # before recover: a run it finishes is announced (and pushed)
         try:
             await self.recover()
@@ -341,6 +347,7 @@ class Scheduler:
             now = time.time()
             try:
                 self._held = (now, self.registry.renew(self.owner, ttl=self.config.lease_s, now=now))
+                self.slots.renew()
             except Exception as e:  # noqa: BLE001 - the database away: the leases run out, another replica takes over
                 self.errors.error("scheduler.renew_failed", "renew", e)
 

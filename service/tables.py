@@ -13,7 +13,7 @@ from sqlalchemy import Column, Index, Integer, LargeBinary, MetaData, Table, Tex
 
 from .dialects import Int64, Real
 
-__all__ = ["metadata", "runs", "spend", "deliveries", "leases", "wire_audit", "ADDED_SINCE_V1"]
+__all__ = ["metadata", "runs", "spend", "deliveries", "leases", "wire_audit", "holds", "streams", "ADDED_SINCE_V1"]
 
 metadata = MetaData()
 
@@ -101,6 +101,34 @@ wire_audit = Table(  # since v0003: the gateway's own audit counts of a run, wri
     Column("denials", Int64, nullable=False, server_default=_ZERO),
     Column("spills", Int64, nullable=False, server_default=_ZERO),
     Column("first_request", Real),  # when its first model request came (the start histogram's end)
+)
+
+# Money promised to the model calls in flight (since v0004): each call a gateway lets through holds the most it can
+# cost until its answer is metered (``Registry.hold`` / ``add_usage``). Kept in the database, not in a gateway, so
+# that every gateway admits against what every other one has let through. ``owner`` is the gateway that took it
+# (a gateway started again lets its own go), ``expires`` when it stops counting if nobody settles it.
+holds = Table(
+    "holds", metadata,
+    Column("id", Text, primary_key=True),
+    Column("run", Text, nullable=False),
+    Column("tenant", Text, nullable=False),
+    Column("day", Text, nullable=False),
+    Column("amount", Real, nullable=False),
+    Column("owner", Text, nullable=False),
+    Column("expires", Real, nullable=False),
+)
+Index("holds_tenant", holds.c.tenant, holds.c.day)
+Index("holds_run", holds.c.run)
+
+# The SSE streams open per tenant, across replicas (since v0004): a stream takes one of its tenant's
+# ``max_streams_per_tenant`` numbered slots — the primary key is the cap — and its replica renews it until the
+# stream ends; a replica that died leaves its slots to run out at ``expires``.
+streams = Table(
+    "streams", metadata,
+    Column("tenant", Text, primary_key=True),
+    Column("slot", Integer, primary_key=True),
+    Column("holder", Text, nullable=False),
+    Column("expires", Real, nullable=False),
 )
 
 # Columns a file of schema 1 or 2 may not have yet (the migration adds them; ``registry.foreign`` lets them be missing).

@@ -13,6 +13,9 @@ constant time. A 2xx ends it; a 3xx (redirects are not followed) or a 4xx other 
 once; anything else — 5xx, 408, 429, no answer — is tried again after ``webhook_retry_s``, doubling, ``TRIES``
 tries in all. One run's deliveries go out in order: the next waits until the one before it ended. The rows
 outlive a restart (pending ones are sent by the next service), and ``GET /v1/webhooks/deliveries`` shows them.
+Several replicas on one registry send each try once: a try is claimed in the registry before it is sent
+(``Registry.claim_delivery``); one whose sender died mid-try is sent again after ``CLAIM_S``, with the same
+``X-Flower-Delivery``, which is what a receiver deduplicates on.
 The secret is read from its file at each try (a rotation applies at once) and is never logged or stored.
 """
 
@@ -44,6 +47,7 @@ TIMEOUT_S = 10.0
 IN_FLIGHT = 8  # deliveries sent at once, all tenants together (one per run at a time)
 SECRET_BYTES = 4096
 RETRIED = {408, 429}
+CLAIM_S = TIMEOUT_S + 20  # a delivery being sent is no other replica's until then (then its sender died)
 
 
 class QuestionBody(msgspec.Struct):
@@ -200,6 +204,8 @@ class Webhooks:
                 wait = min(wait, due)
             elif len(self._flying) < IN_FLIGHT:
                 assert self._loop is not None
+                if not self.registry.claim_delivery(d, now=now, until=now + CLAIM_S):
+                    continue  # another replica sends it
                 task = self._loop.create_task(self._deliver(d), name=f"flower-webhook-{d.id}")
                 self._flying[d.run] = task
                 task.add_done_callback(functools.partial(self._landed, d.run))

@@ -1,16 +1,17 @@
 """GET /v1/runs/{id}/events: the run's events as server-sent events (the replay itself is events.replay).
 
-A tenant holds at most ``max_streams_per_tenant`` streams. The handler counts a stream in the same step as it
-checks the cap (no await between the two, so concurrent opens cannot all pass one check), and the route's
-middleware gives the slot back when the response is done with: streamed to its end, cut by the client, or
-never sent at all (a client gone before the body started).
+A tenant holds at most ``max_streams_per_tenant`` streams, across every replica: the handler takes one of its slots
+in the registry (``service.streams``; the check and the count are one write, so concurrent opens cannot all pass one
+check), and the route's middleware gives the slot back when the response is done with: streamed to its end, cut by
+the client, or never sent at all (a client gone before the body started).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated, Any
 
 import msgspec
@@ -42,9 +43,9 @@ def _give_back_slot(app: ASGIApp) -> ASGIApp:
         try:
             await app(scope, receive, send)
         finally:
-            release: Callable[[], None] | None = scope.get("state", {}).pop(_SLOT, None)
+            release: Callable[[], Awaitable[None]] | None = scope.get("state", {}).pop(_SLOT, None)
             if release is not None:
-                release()
+                await release()
 
     return around
 
@@ -79,17 +80,16 @@ async def events(request: Request[Any, Any, Any], run: RunDep, tenant: TenantDep
     if run.deleted is not None:
         raise Gone(f"run {run.id} was deleted, and its events with it")
     folder = scheduler.layout(run).dir
-    open_now = scheduler.streams[tenant.name]
     cap = scheduler.config.max_streams_per_tenant
-    if open_now >= cap:
-        raise TooManyRequests(f"tenant {tenant.name} already has {open_now} event streams open "
-                              f"(at most {cap}); close one first", headers={"Retry-After": "5"})
-    scheduler.streams[tenant.name] += 1  # counted in the step that checked: from here on the slot is ours
+    slot = await asyncio.to_thread(scheduler.slots.take, tenant.name, cap)
+    if slot is None:
+        raise TooManyRequests(f"tenant {tenant.name} already has {cap} event streams open (at most {cap}, "
+                              "counted across the service's replicas); close one first", headers={"Retry-After": "5"})
     queue = scheduler.subscribe(run.id)  # before the replay: nothing falls between the two
 
-    def release() -> None:  # once: the middleware takes it out of the scope
+    async def release() -> None:  # once: the middleware takes it out of the scope
         scheduler.unsubscribe(run.id, queue)
-        scheduler.streams[tenant.name] -= 1
+        await asyncio.to_thread(scheduler.slots.give_back, slot)
 
     request.scope.setdefault("state", {})[_SLOT] = release
 

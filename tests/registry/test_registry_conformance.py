@@ -7,11 +7,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-from service.registry import Kept, Delivery, Push, Registry
+from service.registry import Kept, Delivery, Push, Registry, Standing
 
 ACME = [f"20260101-00000{i}-" + f"{i:x}" * 32 for i in range(6)]
 
@@ -109,6 +110,46 @@ def test_usage_added_by_twenty_threads_at_once_sums_exactly(registry: Registry):
     assert registry.spent("acme", "2026-01-01") == {"cost_usd": 50.0, "input_tokens": 600, "output_tokens": 1000}
     assert registry.spent("acme", "2026-01-02") == {"cost_usd": 0.0, "input_tokens": 0, "output_tokens": 0}
     assert registry.spent("beta", "2026-01-01")["cost_usd"] == 0.0
+
+
+def _hold(registry: Registry, hold_id: str, owner: str, **over: Any) -> Standing:
+    args: dict[str, Any] = dict(run_id=ACME[0], tenant="acme", day="2026-01-01", amount=0.5, now=100.0, ttl=60,
+                                run_cap=1.0, day_cap=None)
+    standing = registry.hold(hold_id, owner=owner, **{**args, **over})
+    assert standing is not None
+    return standing
+
+
+def test_forty_holds_at_once_take_no_more_than_the_caps_leave_room_for(registry: Registry):
+    for run_id in ACME[:2]:
+        registry.create(id=run_id, tenant="acme", ask="a", options={}, repo="")
+    standings = [s for s in _together(40, lambda i: _hold(  # $0.125 each: exact in binary, so are the sums
+        registry, f"h{i}", "gw-a" if i % 2 else "gw-b", run_id=ACME[i % 2], amount=0.125, run_cap=0.5,
+        day_cap=0.75)) if isinstance(s, Standing)]
+    assert len(standings) == 40
+    assert sum(s.taken for s in standings) == 6, "the day's $0.75 holds six calls, whichever run and gateway"
+    assert all(sum(s.taken for s in standings[r::2]) <= 4 for r in (0, 1)), "a run's $0.50 holds four"
+    refused = next(s for s in standings if not s.taken)
+    assert refused.day_spent == 0.0 and refused.day_held >= 0.5
+
+
+def test_a_settled_hold_becomes_spend_and_a_dead_gateways_holds_go(registry: Registry):
+    registry.create(id=ACME[0], tenant="acme", ask="a", options={}, repo="")
+    assert _hold(registry, "h1", "gw-a").taken and _hold(registry, "h2", "gw-b").taken
+    third = _hold(registry, "h3", "gw-b")
+    assert not third.taken and (third.run_spent, third.run_held) == (0.0, 1.0)
+    spent = registry.add_usage(ACME[0], "acme", "2026-01-01", input_tokens=1, output_tokens=2, cache_write_tokens=0,
+                               cache_read_tokens=0, cost_usd=0.25, hold="h1")
+    assert (spent.run, spent.day) == (0.25, 0.25)
+    again = _hold(registry, "h4", "gw-a")
+    assert again.taken and (again.run_spent, again.run_held) == (0.25, 0.5)
+    assert registry.release_holds("gw-b") == 1, "gw-b started again: its call in flight holds nothing more"
+    registry.release_hold("h4")
+    later = _hold(registry, "h5", "gw-a", now=1000.0)
+    assert later.taken and later.run_held == 0.0
+    assert _hold(registry, "h6", "gw-a", now=1061.0).run_held == 0.0, "h5, never settled, ran out at its ttl"
+    assert registry.hold("h7", owner="gw-a", run_id="absent", tenant="acme", day="2026-01-01", amount=0.5, now=1.0,
+                         ttl=60, run_cap=1.0, day_cap=None) is None
 
 
 def test_a_delivery_is_added_once_and_its_tries_are_kept(registry: Registry):

@@ -1,20 +1,31 @@
 """The tenant's money and its provider, attacked from inside a run (its worker's Bash talks to its own gateway
 socket with its own token): an answer is metered from the upstream's side when the run hangs up before reading it,
-fifty concurrent calls pass a budget by at most one call, and only allowed headers and server-side tools reach the
-tenant's provider."""
+fifty concurrent calls pass a budget by at most one call — a hundred through two gateway processes on one
+PostgreSQL likewise — and only allowed headers and server-side tools reach the tenant's provider."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+import threading
+import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
+import httpx
+import psycopg
 import pytest
 
-from _service_helpers import Deployment, Service, wait_status
+from _service_helpers import ROOT, Deployment, Service, wait_for, wait_status
 from _hostile import DONE, ENDED, hostile_deployment, worker_rules
 from flower.testing import Rule, ScriptedModel, say
+from service.budgets import day_of
+from service.gateway import new_token
+from service.registry import Registry
 from service.tenants import TenantError, Tenants
 
 pytestmark = pytest.mark.cli
@@ -234,3 +245,103 @@ def test_a_tenants_file_naming_an_unknown_server_tool_is_refused_with_a_sentence
     dep.write_tenants(beta={"egress": "open", "server_tools": ["web_fetch"]})
     assert Tenants(dep.root / "tenants.toml").get("beta").server_tools == frozenset({"web_fetch"})
     assert json.dumps(sorted(Tenants(dep.root / "tenants.toml").get("acme").server_tools)) == "[]"
+
+
+# -- two gateways on one database: the budget is the database's, not a gateway's ---------------------------------
+CALLERS = 100
+
+
+def _gateway(root: Path, name: str, postgres_url: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``python -m service gateway`` on a data dir of its own and the shared registry, serving TCP (as on Kubernetes:
+    the token alone names the run); its URL once it listens."""
+    config = root / f"{name}.toml"
+    config.write_text(f'data_dir = "data-{name}"\ntenants = "tenants.toml"\nbackend = "kubernetes"\n'
+                      f'image = "flower:test"\ngateway_host = "127.0.0.1"\ngateway_port = 0\n'
+                      f'gateway_url = "http://127.0.0.1:1"\ndatabase_url = "{postgres_url}"\nreplica = "{name}"\n'
+                      f'log_format = "json"\n{PRICES}')
+    log = root / f"{name}.log"
+    proc = subprocess.Popen([sys.executable, "-m", "service", "gateway", "--config", str(config)], cwd=ROOT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=log.open("wb"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+    def port() -> int | None:
+        for line in log.read_text().splitlines():
+            if '"gateway.listening"' in line:
+                return int(json.loads(line)["port"])
+        assert proc.poll() is None, log.read_text()[-2000:]
+        return None
+
+    return proc, f"http://127.0.0.1:{wait_for(port, timeout=60, what=f'gateway {name} listening')}"
+
+
+def test_a_hundred_calls_at_once_through_two_gateways_pass_a_run_and_a_day_budget_by_at_most_one_call(
+        tmp_path: Path, postgres_url: str) -> None:
+    dep = Deployment(tmp_path)
+    dep.write_tenants(acme={"budget_usd.run": 0.10}, beta={"budget_usd.day": 0.10})
+    registry = Registry.postgres(postgres_url)
+    tokens: dict[str, tuple[str, str]] = {}  # run → (tenant, its gateway token)
+    for i, tenant in enumerate(("acme", "beta", "beta")):  # beta's day is shared by two runs
+        run_id = f"20261204-000000-{uuid.uuid4().hex}"
+        registry.create(id=run_id, tenant=tenant, ask="spend", options={}, repo=str(dep.repos[tenant]))
+        token, digest = new_token()
+        assert registry.begin(run_id, started=time.time()) and registry.record_running(run_id, f"k8s:{i}")
+        assert registry.update(run_id, token_sha256=digest)
+        tokens[run_id] = (tenant, token)
+    flood = Rule(say("又花一笔", usage=CALL, delay=0.2), prompt="BUDGET", repeat=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        with ScriptedModel([flood]) as model:
+            for name, path in dep.creds.items():
+                path.write_text(f"ANTHROPIC_BASE_URL={model.url}\nANTHROPIC_API_KEY={KEYS[name]}\n")
+            urls = []
+            for name in ("gw-a", "gw-b"):
+                proc, url = _gateway(tmp_path, name, postgres_url)
+                procs.append(proc)
+                urls.append(url)
+            answered: Counter[tuple[str, str]] = Counter()  # (gateway, status)
+            refused: list[str] = []
+            runs = list(tokens)
+
+            def caller(i: int) -> None:
+                run_id = runs[i % 3]
+                url = urls[i % 2]  # every run's calls go through both gateways
+                body = {"model": "flower-test-model", "max_tokens": 500,
+                        "messages": [{"role": "user", "content": f"BUDGET {i} " + "x" * 6000}]}
+                with httpx.Client(base_url=url, timeout=60, headers={"x-api-key": tokens[run_id][1]}) as c:
+                    for _ in range(1000):  # held back for calls in flight (429): again; spent (403): done
+                        status = c.post("/v1/messages", json=body).status_code
+                        answered[(url, str(status))] += 1
+                        if status == 403:
+                            refused.append(run_id)
+                            return
+                        if status != 200:
+                            time.sleep(0.02)
+
+            threads = [threading.Thread(target=caller, args=(i,)) for i in range(CALLERS)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(300)
+        rows = {run_id: registry.get(run_id) for run_id in runs}
+        day = registry.spent("beta", day_of())["cost_usd"]
+        with psycopg.connect(postgres_url) as db:
+            left = db.execute("SELECT count(*) FROM holds").fetchone()
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(15)
+        registry.close()
+    acme = rows[runs[0]]
+    assert acme is not None
+    over_run, over_day = acme.cost_usd - 0.10, day - 0.10
+    print(f"two gateways, {CALLERS} callers: {dict(answered)}; per-run budget $0.10: spent ${acme.cost_usd:.4f} "
+          f"(overshoot ${over_run:.4f}); daily budget $0.10 over two runs: spent ${day:.4f} (overshoot "
+          f"${over_day:.4f}); one call ${CALL_USD}")
+    assert not any(t.is_alive() for t in threads) and len(refused) == CALLERS, "every caller was refused in the end"
+    assert all(answered[(url, "200")] > 0 for url in urls), "both gateways let calls through"
+    assert acme.cost_usd == pytest.approx(upstream_cost(model, "acme")[2], abs=1e-9)  # what the upstream reported
+    assert day == pytest.approx(upstream_cost(model, "beta")[2], abs=1e-9)
+    assert 0 <= over_run <= CALL_USD + 1e-9, f"the per-run budget was passed by ${over_run:.4f}"
+    assert 0 <= over_day <= CALL_USD + 1e-9, f"the daily budget was passed by ${over_day:.4f}"
+    assert left == (0,), "every call's hold was settled"

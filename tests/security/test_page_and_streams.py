@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import threading
 from collections.abc import Iterator
@@ -215,3 +216,51 @@ def test_the_page_works_under_its_policy_and_another_origin_cannot_frame_it(
     driver.switch_to.default_content()
     assert inside[1] is False and not inside[0].startswith(service.url), f"the page loaded in a frame: {inside}"
     assert [m for m in _console(driver) if "frame-ancestors" in m or "X-Frame-Options" in m], _console(driver)
+
+
+def test_two_replicas_share_one_cap_and_a_killed_replicas_slots_free_themselves(tmp_path: Path, postgres_url: str):
+    """Issue 23: the cap counts every replica's streams (each had its own count: two replicas gave a tenant twice
+    the cap), and the streams of a replica that was SIGKILLed — it gave nothing back — free within its lease."""
+    rules = [Rule(tool(ASK, {"question": "等着"}), system=CLARIFIER, repeat=True)]
+    with ScriptedModel(rules) as model:
+        dep = Deployment(tmp_path, env=model.env, extra_config=(
+            f'max_streams_per_tenant = {CAP}\ndatabase_url = "{postgres_url}"\nlease_s = 2\n'))
+        r1, r2 = (Service(dep, name, env={"FLOWER_SERVICE_REPLICA": name}) for name in ("r1", "r2"))
+        try:
+            for r in (r1, r2):
+                r.start(timeout=120)
+            acme = r1.client("acme")
+            r = acme.post("/v1/runs", json={"ask": "一个会一直等的活", "options": {"clarify_only": True}})
+            assert r.status_code == 201, r.text
+            run_id = r.json()["id"]
+            wait_question(acme, run_id)
+            on_r1 = [_send_open(r1.url, run_id) for _ in range(CAP // 2)]
+            assert [_status(s) for s in on_r1] == [200] * (CAP // 2)
+            on_r2 = [_send_open(r2.url, run_id) for _ in range(CAP - CAP // 2)]
+            assert [_status(s) for s in on_r2] == [200] * (CAP - CAP // 2)
+            more = [_send_open((r1, r2)[i % 2].url, run_id) for i in range(16)]  # at once, to both
+            assert [_status(s) for s in more] == [429] * 16, "the cap is the tenant's, not each replica's"
+            for s in more:
+                _cut(s)
+            r1.stop(signal.SIGKILL)  # its streams die with it, their slots not given back
+            took: list[socket.socket] = []
+
+            def one_more() -> bool:  # r1's slots run out within its lease: r2 opens them again
+                s = _send_open(r2.url, run_id)
+                if _status(s) == 200:
+                    took.append(s)
+                else:
+                    _cut(s)
+                return len(took) == CAP // 2
+
+            wait_for(one_more, timeout=30, every=0.2, what="the killed replica's slots to free themselves")
+            beyond = _send_open(r2.url, run_id)
+            assert _status(beyond) == 429, "and no more than them"
+            for s in [*on_r1, *on_r2, *took, beyond]:
+                _cut(s)
+        finally:
+            for r in (r1, r2):
+                r.stop()
+            from _service_helpers import end_leftover_runs
+
+            end_leftover_runs(dep.data / "runs")

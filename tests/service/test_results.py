@@ -6,6 +6,7 @@ http-backend`` behind HTTP basic auth)."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -14,7 +15,8 @@ import os
 import sqlite3
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from sandbox.testing import ACHIEVED, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPOR
 from service.errors import TenantError
 from service.registry import Registry, RegistryDamaged
 from service.tenants import Tenants
+from service.webhooks import Webhooks
 
 SECRET = "hook-secret-5f0c2a9e71d84b36"
 USER = "flower-bot"
@@ -338,3 +341,52 @@ def test_the_registry_keeps_deliveries_and_refuses_one_naming_another_tenants_ru
     db.close()
     with pytest.raises(RegistryDamaged, match="not a run of that tenant"):
         Registry(path)
+
+
+async def _send_with_two_replicas(registry_a: Registry, registry_b: Registry, tenants: Tenants,
+                                  receiver: Receiver, runs: list[str]) -> None:
+    senders = [Webhooks(r, tenants, retry_s=0.05) for r in (registry_a, registry_b)]
+    for s in senders:
+        await s.start()
+    try:
+        for i, run_id in enumerate(runs):  # each event queued by one replica or the other, as the scheduler would
+            run = registry_a.get(run_id)
+            assert run is not None
+            for event in ("run.started", "run.ended"):
+                senders[i % 2].emit(event, run)  # type: ignore[arg-type]
+                senders[(i + 1) % 2].wake()
+        await asyncio.wait_for(_until(lambda: len(registry_a.deliveries(state="delivered")) == 2 * len(runs)), 60)
+        await asyncio.sleep(0.5)  # a second copy of any of them would have arrived by now
+    finally:
+        for s in senders:
+            await s.stop()
+
+
+async def _until(done: Callable[[], bool]) -> None:
+    while not done():
+        await asyncio.sleep(0.02)
+
+
+def test_two_replicas_on_one_registry_send_each_webhook_once_and_in_order(tmp_path: Path, postgres_url: str):
+    receiver = Receiver()
+    receiver.answers["run.started"] = [503] * 10  # ten tries answered 503: retried, by whichever replica
+    (tmp_path / "acme.hook").write_text(SECRET)
+    tenants = _tenants(tmp_path, webhook_url=receiver.url, webhook_secret_file="acme.hook")
+    a, b = Registry.postgres(postgres_url), Registry.postgres(postgres_url)
+    runs = [f"20260101-00000{i % 10}-" + f"{i:032x}" for i in range(20)]
+    for run_id in runs:
+        a.create(id=run_id, tenant="acme", ask="活", options={}, repo="/r")
+    try:
+        asyncio.run(_send_with_two_replicas(a, b, tenants, receiver, runs))
+    finally:
+        a.close()
+        b.close()
+        receiver.server.shutdown()
+    tries = Counter(g["delivery"] for g in receiver.got)
+    assert set(tries) == {f"{r}.{e}" for r in runs for e in ("run.started", "run.ended")}
+    assert all(tries[f"{r}.run.ended"] == 1 for r in runs), "a delivery answered 200 at once was sent once"
+    assert sum(tries[f"{r}.run.started"] for r in runs) == len(runs) + 10, "one more try for each 503, no other"
+    assert all(g["signed"] for g in receiver.got)
+    for run_id in runs:  # a run's deliveries in order, whichever replica sent each: started (each try) then ended
+        events = [g["event"] for g in receiver.of(run_id)]
+        assert events[-1] == "run.ended" and set(events[:-1]) == {"run.started"}, events

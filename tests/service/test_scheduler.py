@@ -23,6 +23,7 @@ from sandbox.testing import MemoryBackend, MemoryRun
 from sandbox.checkpoint import checkpoint
 from sandbox.errors import BackendUnavailable
 from service.config import ServiceConfig
+from service.gateway import Held
 from service.registry import Registry, Run
 from service.scheduler import POISON_AFTER, Scheduler
 from service.tenants import Tenants
@@ -166,7 +167,9 @@ async def test_a_run_over_its_budget_is_stopped(make_world: Callable[..., World]
     await w.until(run_id, "running")
     grant = w.scheduler.gateway.grant(run_id)
     assert grant is not None
-    w.scheduler.gateway.metered(grant, Usage(input_tokens=1, output_tokens=1, cost_usd=0.06))  # what the wire saw
+    held = await w.scheduler.budgets.admit(grant, 0.01)  # a call let through, then answered as the wire saw it
+    assert isinstance(held, Held), held
+    await w.scheduler.budgets.settle(grant, held, Usage(input_tokens=1, output_tokens=1, cost_usd=0.06))
     assert grant.refused and "over budget" in grant.refused
     row = await w.until(run_id, "failed")
     assert (row.error or "").startswith("over budget: this run has spent $0.06"), row.error

@@ -1,0 +1,63 @@
+"""Each tenant's open SSE streams, capped at ``max_streams_per_tenant`` across every replica on one registry.
+
+A stream takes a numbered slot of its tenant's in the registry (``Registry.take_stream``: the slot number is part of
+the primary key, so the cap holds however many replicas open streams at once) and gives it back when it ends; the
+replica renews its open streams' slots with its leases, so the slots of a replica that died free themselves within
+``lease_s``. ``open`` counts this replica's streams per tenant (the metrics' gauge).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+
+from .registry import Registry
+
+__all__ = ["StreamSlots", "Slot"]
+
+
+@dataclass(frozen=True)
+class Slot:
+    tenant: str
+    number: int
+    holder: str
+
+
+class StreamSlots:
+    def __init__(self, registry: Registry, replica: str, *, ttl: float) -> None:
+        self.registry = registry
+        self.replica = replica
+        self.ttl = ttl
+        self.open: Counter[str] = Counter()
+        """This replica's open streams per tenant."""
+        self._held: dict[str, Slot] = {}
+        self._lock = threading.Lock()
+
+    def take(self, tenant: str, cap: int) -> Slot | None:
+        """Blocking (a worker thread): a slot of ``tenant``'s, or None when it has ``cap`` streams open already."""
+        holder = f"{self.replica} {secrets.token_hex(8)}"
+        number = self.registry.take_stream(tenant, holder, cap=cap, now=time.time(), ttl=self.ttl)
+        if number is None:
+            return None
+        slot = Slot(tenant, number, holder)
+        with self._lock:
+            self._held[holder] = slot
+            self.open[tenant] += 1
+        return slot
+
+    def give_back(self, slot: Slot) -> None:
+        """Blocking: the stream ended, however it ended."""
+        with self._lock:
+            if self._held.pop(slot.holder, None) is None:
+                return
+            self.open[slot.tenant] -= 1
+        self.registry.give_back_stream(slot.tenant, slot.number, slot.holder)
+
+    def renew(self) -> None:
+        """Blocking (the lease renewer's thread): every slot this replica holds, kept for another ``ttl``."""
+        with self._lock:
+            holders = list(self._held)
+        self.registry.renew_streams(holders, now=time.time(), ttl=self.ttl)
