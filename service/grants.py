@@ -85,7 +85,7 @@ class Grants:
              warm: bool = False) -> dict[str, str]:
         """Blocking (a worker thread): the run's token, its socket open on the gateway; the env file's values."""
         token, digest = new_token()
-        self.registry.update(run.id, token_sha256=digest)
+        self.registry.record_token(run.id, digest)
         kubernetes = self.config.backend == "kubernetes"
         if self.inside:
             upstream, auth = upstream_of(values)
@@ -120,7 +120,7 @@ class Grants:
         grant is closed; on Kubernetes two passes), so that nothing is served on it after this returns."""
         if self.inside:
             return await self.gateway.close(run_id)
-        await asyncio.to_thread(self.registry.update, run_id, token_sha256=None)
+        await asyncio.to_thread(self.registry.record_token, run_id, None)
         if layout is not None and self.config.backend == "kubernetes":
             await asyncio.sleep(2 * SYNC_S)
         elif layout is not None:

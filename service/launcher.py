@@ -24,7 +24,7 @@ from sandbox.spec import RunSpec, write_spec
 from .config import ServiceConfig
 from .harvest import Harvest
 from .live import layout_of
-from .registry import Registry, Run
+from .registry import Lease, Registry, Run
 from .runenv import settings_of
 from .tenants import Tenant
 from .warm import WarmKeeper
@@ -58,8 +58,8 @@ class Launcher:
         self.harvest = harvest
         self._grant = grant
 
-    def start(self, run: Run, tenant: Tenant) -> Started:
-        """Blocking: prepare and start ``run``; undoes what it made if a step fails."""
+    def start(self, run: Run, tenant: Tenant, lease: Lease | None = None) -> Started:
+        """Blocking: prepare and start ``run`` (its writes under ``lease``); undoes what it made if a step fails."""
         from sandbox.envfile import write_env_file
         from sandbox.worktree import make_workspace, objects_dir
 
@@ -69,17 +69,17 @@ class Launcher:
         with ExitStack() as undo:
             if slot is not None:
                 run = msgspec.structs.replace(run, folder=slot.folder)
-                self.registry.update(run.id, folder=slot.folder)
-                undo.callback(self.registry.update, run.id, folder=None)
+                self.registry.record_slot(run.id, slot.folder, lease=lease)
+                undo.callback(self.registry.record_slot, run.id, None, lease=lease)
                 undo.callback(self.warm.discard, slot)
             layout = layout_of(self.config.runs_root, run)
             if slot is None and not layout.dir.exists():
                 undo.callback(shutil.rmtree, layout.dir, ignore_errors=True)
             layout.ensure()
             base = make_workspace(run.repo, layout.workspace, layout.branch)
-            undo.callback(self.registry.update, run.id, branch=None, base=None)
+            undo.callback(self.registry.record_checkout, run.id, None, None, lease=lease)
             undo.callback(self.harvest.discard_workspace, run, keep_branch=False)
-            self.registry.update(run.id, branch=layout.branch, base=base)  # known even if we stop right here
+            self.registry.record_checkout(run.id, layout.branch, base, lease=lease)  # known even if we stop here
             write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=slot is not None))
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
                            base=base, objects=objects, egress=tenant.egress)

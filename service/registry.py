@@ -679,6 +679,37 @@ class Registry:
         return self._returning(run_id, ("starting",), lease, branch=branch, base=base, folder=folder,
                                token_sha256=token_sha256)
 
+    def record_slot(self, run_id: str, folder: str | None, *, lease: Lease | None = None) -> Run | None:
+        """The warm slot a starting run claimed (its folder from now on), or None again when its start was undone."""
+        return self._returning(run_id, ("starting",), lease, folder=folder)
+
+    def record_checkout(self, run_id: str, branch: str | None, base: str | None, *,
+                        lease: Lease | None = None) -> Run | None:
+        """The branch and base of a starting run's checkout (None, None: undone)."""
+        return self._returning(run_id, ("starting",), lease, branch=branch, base=base)
+
+    def record_token(self, run_id: str, sha256: str | None) -> Run | None:
+        """The hash of a live run's gateway token — or None, its token ended (whatever the run's status)."""
+        return self._returning(run_id, ACTIVE if sha256 is not None else STATUSES, token_sha256=sha256)
+
+    def record_disk(self, run_id: str, used: int, *, lease: Lease | None = None) -> Run | None:
+        """How many bytes a live run's folder holds, as last measured."""
+        return self._returning(run_id, ACTIVE, lease, disk_bytes=used)
+
+    def record_push(self, run_id: str, push: Push) -> Run | None:
+        """Where an ended run's push stands."""
+        return self._returning(run_id, TERMINAL, push=push)
+
+    def record_deleted(self, run_id: str, *, at: float | None, files_gone: bool, branch_dropped: bool) -> Run | None:
+        """An ended run's files removed (``files_gone``: all of them; ``at``: the first time, else None to keep the
+        first time) and its branch with them when ``branch_dropped``."""
+        fields: dict[str, Any] = {"disk_bytes": 0 if files_gone else None}
+        if at is not None:
+            fields["deleted"] = at
+        if branch_dropped:
+            fields["branch"] = None
+        return self._returning(run_id, TERMINAL, **fields)
+
     def record_progress(self, run_id: str, *, event_offset: int, event_seq: int, claimed_cost_usd: float,
                         step: str | None, lease: Lease | None = None) -> Run | None:
         """How far a live run's events were read, and what they said it spent and is doing."""

@@ -103,7 +103,7 @@ class Results:
             assert tenant is not None and tenant.push is not None and run.commit_sha
             run.push = Push(state="pending", url=tenant.push.url, ref=f"refs/heads/{run.branch}",
                             commit=run.commit_sha)
-            self.registry.update(run.id, push=run.push)
+            self.registry.record_push(run.id, run.push)
             self._push_in_background(run, tenant)
             return
         self.webhooks.emit("run.ended", run, push=run.push)
@@ -132,7 +132,7 @@ class Results:
         async with self._slots:
             before = run.push.attempts if run.push is not None else 0
             outcome = await asyncio.to_thread(push_run, run, tenant, before)
-        self.registry.update(run.id, push=outcome)
+        self.registry.record_push(run.id, outcome)
         run.push = outcome
         fields = {"tenant": run.tenant, "run": run.id, "url": outcome.url, "ref": outcome.ref,
                   "commit": outcome.commit, "attempts": outcome.attempts}

@@ -107,21 +107,18 @@ class Retention:
         if current is None or not current.terminal or self._is_live(current.id):
             raise ValueError(f"run {run.id} has not ended: nothing of a live run is removed")
         notes = await asyncio.to_thread(remove_run_files, self.layout(current))
-        fields: dict[str, object] = {"disk_bytes": 0 if not notes else None}
-        if current.deleted is None:
-            fields["deleted"] = self.clock()
+        files_gone, dropped = not notes, False
         if branch and current.branch:
             try:
                 await asyncio.to_thread(self.harvest.discard_workspace, current, keep_branch=False, strict=True)
-                fields["branch"] = None
+                dropped = True
             except Exception as e:  # noqa: BLE001 - the files are gone either way; say what stayed
                 notes.append(f"the branch {current.branch} stayed: {one_line(e, 200)}")
         if notes:
             log.warning("run.delete_incomplete", tenant=current.tenant, run=current.id, left=notes)
-        self.registry.update(current.id, only_if=[current.status], **fields)
-        done = self.registry.get(current.id)
-        assert done is not None
-        return done
+        done = self.registry.record_deleted(current.id, at=self.clock() if current.deleted is None else None,
+                                            files_gone=files_gone, branch_dropped=dropped)
+        return done or current
 
     async def sweep(self) -> list[str]:
         """Delete the files of runs that ended more than ``retain_days`` ago (their branches stay)."""
@@ -150,7 +147,7 @@ class Retention:
             return
         live.measured_at = now
         used = await asyncio.to_thread(folder_bytes, self.layout(run).dir)
-        self.registry.update(run.id, disk_bytes=used)
+        self.registry.record_disk(run.id, used, lease=live.lease)
         run.disk_bytes = used
         limit = int(self.config.max_run_disk_mb * 1024 * 1024)
         if limit and used > limit and "disk" not in live.stops:

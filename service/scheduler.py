@@ -507,7 +507,7 @@ class Scheduler:
         live = self._live.of(run.id)  # from here: a budget crossed by its first calls is held on it
         live.metered = Usage()  # its first calls count into the metrics (out of process: from its row)
         try:
-            started = await asyncio.to_thread(self.launcher.start, run, tenant)
+            started = await asyncio.to_thread(self.launcher.start, run, tenant, live.lease)
         except Exception as e:  # noqa: BLE001 - every failure fails this run, never the scheduler
             await self.grants.close(run.id)  # whether it waits or fails, it holds no token
             self._live.forget(run.id)

@@ -131,18 +131,20 @@ def test_a_sqlite_file_at_v0001_gains_the_leases_table_and_keeps_its_rows(tmp_pa
     again.close()
 
 
-def test_a_sqlite_file_at_v0003_gains_the_holds_table_and_keeps_its_rows(tmp_path: Path):
+def test_a_sqlite_file_at_v0003_gains_the_holds_and_streams_tables_and_keeps_its_rows(tmp_path: Path):
     reg = Registry(tmp_path / "registry.sqlite3")
     reg.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
     reg.close()
     db = sqlite3.connect(tmp_path / "registry.sqlite3")  # as yesterday's service left it: v0003, schema 5
-    db.executescript("DROP TABLE holds; UPDATE alembic_version SET version_num = 'v0003'; PRAGMA user_version=5;")
+    db.executescript("DROP TABLE holds; DROP TABLE streams; UPDATE alembic_version SET version_num = 'v0003'; PRAGMA user_version=5;")
     db.close()
     again = Registry(tmp_path / "registry.sqlite3")
     assert (again.migrated_from, again.revision) == ("v0003", head())
     held = again.hold("h1", run_id=RUN, tenant="acme", day="2026-01-01", amount=0.5, owner="gw", now=1.0, ttl=60,
                       run_cap=1.0, day_cap=None)
     assert held is not None and held.taken and again.get(RUN) is not None
+    assert again.take_stream("acme", "r1 s1", cap=1, now=1.0, ttl=60) == 0
+    assert again.take_stream("acme", "r1 s2", cap=1, now=1.0, ttl=60) is None, "the cap is the slots' range"
     again.close()
 
 
@@ -152,7 +154,7 @@ def test_a_fresh_postgres_database_is_migrated_to_the_newest_revision(postgres_e
     assert (reg.migrated_from, reg.revision) == ("none", head())
     reg.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
     reg.close()
-    assert _tables(postgres_empty_url) == {"runs", "spend", "deliveries", "leases", "wire_audit", "holds",
+    assert _tables(postgres_empty_url) == {"runs", "spend", "deliveries", "leases", "wire_audit", "holds", "streams",
                                            "alembic_version"}
 
 
