@@ -60,14 +60,18 @@ class WarmPool:
 
     Thread-safe: ``fill`` (slow: it starts sandboxes) runs in a worker thread while runs claim slots.
     ``on_error(shape, error)`` hears of a sandbox that could not be started; the shape is tried again at the
-    next ``fill``.
+    next ``fill``. ``owner`` (a few hex digits) starts the name of every slot this pool makes, and ``sweep`` takes
+    only those: several pools (a service's replicas) on one folder leave each other's waiting sandboxes alone.
     """
 
     def __init__(self, backend: WarmBackend, root: str | Path, size: int, *,
-                 on_error: Callable[[Shape, BaseException], None] | None = None) -> None:
+                 on_error: Callable[[Shape, BaseException], None] | None = None, owner: str = "") -> None:
         if not isinstance(backend, WarmBackend):
             raise TypeError(f"{type(backend).__name__} cannot start sandboxes ahead of their runs")
+        if not all(c in "0123456789abcdef" for c in owner) or len(owner) > 16:
+            raise ValueError(f"a warm pool's owner is up to 16 hex digits, not {owner!r}")
         self.backend, self.root, self.size = backend, Path(root).resolve(), size
+        self.prefix = SLOT_PREFIX + owner
         self.on_error = on_error
         self._lock = threading.Lock()
         self._filling = threading.Lock()
@@ -155,22 +159,23 @@ class WarmPool:
             self.discard(slot)
 
     def sweep(self, keep: Callable[[str], bool]) -> int:
-        """At start: remove the waiting sandboxes a previous service left (their image or settings may be old)
-        and the slot folders nobody claimed — every ``warm-*`` folder but those ``keep(folder)`` (a run owns)."""
+        """At start: remove the waiting sandboxes a previous pool of this owner left (their image or settings may be
+        old) and the slot folders nobody claimed — every one of its folders but those ``keep(folder)`` (a run
+        owns)."""
         removed = 0
         held = {s.folder for group in self._slots.values() for s in group}
         for folder, handle in self.backend.slots().items():
-            if folder.parent == self.root and folder.name not in held:
+            if folder.parent == self.root and folder.name.startswith(self.prefix) and folder.name not in held:
                 self.backend.remove(handle)
                 removed += 1
         if self.root.is_dir():
-            for d in self.root.glob(f"{SLOT_PREFIX}*"):
+            for d in self.root.glob(f"{self.prefix}*"):
                 if d.name not in held and not keep(d.name):
                     shutil.rmtree(d, ignore_errors=True)
         return removed
 
     def _start(self, shape: Shape) -> Slot:
-        folder = SLOT_PREFIX + secrets.token_hex(8)
+        folder = self.prefix + secrets.token_hex(8)
         layout = RunLayout(self.root, folder, shape.repo_name).ensure()
         try:
             layout.workspace.mkdir(mode=0o700)  # the claim makes (or moves) the run's checkout in it

@@ -9,6 +9,7 @@ never a refusal: its failures are logged, not raised.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
 from pathlib import Path
 
@@ -47,9 +48,13 @@ class WarmKeeper:
 
     @classmethod
     def of(cls, backend: Backend, runs_root: Path, size: int, registry: Registry, tenants: Tenants,
-           metrics: Metrics, errors: RepeatLog) -> WarmKeeper:
-        """A keeper with a pool of ``size`` per shape when the backend can start sandboxes ahead, else none."""
-        pool = WarmPool(backend, runs_root, size) if size and isinstance(backend, WarmBackend) else None
+           metrics: Metrics, errors: RepeatLog, *, replica: str | None = None) -> WarmKeeper:
+        """A keeper with a pool of ``size`` per shape when the backend can start sandboxes ahead, else none.
+        ``replica``: this replica's name, when several may share the runs' folder (PostgreSQL) — its slots carry a
+        hash of it, so a replica starting sweeps only what it left itself; None (SQLite: one replica, whatever its
+        host's name is after a restart) sweeps every waiting sandbox."""
+        owner = hashlib.sha256(replica.encode()).hexdigest()[:8] if replica is not None else ""
+        pool = WarmPool(backend, runs_root, size, owner=owner) if size and isinstance(backend, WarmBackend) else None
         return cls(pool, registry, tenants, metrics, errors)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -74,3 +74,31 @@ def test_a_slot_serves_one_run_and_a_failed_claim_leaves_nothing(pool: WarmPool,
         pool.backend.claim(slot.handle, slot.layout(pool.root, "run-2"), RunSpec("run-2", "team", "y"))
     pool.discard(slot)  # what the service does when a claim fails half-way
     assert not layout.dir.exists() and pool.backend.live() == {} and pool.backend.slots() == {}
+
+
+def test_a_pool_sweeps_only_what_its_owner_left(tmp_path: Path, git_workspace: Path) -> None:
+    """Two replicas' pools on one runs folder (issue 23): one starting again removes its own leftovers only — the
+    other's waiting sandbox stays and is still claimed."""
+    runs = tmp_path / "runs"
+    backend = LocalBackend(root=runs)
+    shape = shape_of(git_workspace)
+    mine, theirs = (WarmPool(backend, runs, 1, owner=o, on_error=lambda s, e: pytest.fail(str(e)))
+                    for o in ("0a0a0a0a", "0b0b0b0b"))
+    try:
+        for p in (mine, theirs):
+            p.want(shape)
+            assert p.fill() == 1
+        (left, _), = [(f, h) for f, h in backend.slots().items() if f.name.startswith("warm-0a0a0a0a")]
+        again = WarmPool(backend, runs, 1, owner="0a0a0a0a")  # replica "a" started again: its old pool is gone
+        assert again.sweep(keep=lambda folder: False) == 1
+        assert not left.exists() and [f.name[:13] for f in backend.slots()] == ["warm-0b0b0b0b"]
+        slot = theirs.claim(shape)
+        assert slot is not None and backend.state(slot.handle) == "running", "the other replica's slot survived"
+        theirs.discard(slot)
+    finally:
+        for p in (mine, theirs):
+            p.close()
+        for handle in [*backend.live().values(), *backend.slots().values()]:
+            backend.remove(handle)
+    with pytest.raises(ValueError, match="hex digits"):
+        WarmPool(backend, runs, 1, owner="../x")
