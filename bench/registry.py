@@ -11,8 +11,9 @@ SQLite file:
                   (lease) → record_running → ``--progress``× record_progress → finish; writes/s = lifecycles/s ×
                   writes per lifecycle, and its ratio to pgbench's TPS (goal ≥ 0.50 — pgbench's transaction is an
                   UPDATE, a SELECT and an INSERT; each of ours is one guarded statement)
-    enqueue→claim two replicas (processes, each with its own Registry) polling ``list(statuses=["queued"],
-                  oldest_first=True)`` + ``begin`` + ``take`` every ``--poll-ms`` while this process creates
+    enqueue→claim two replicas (processes, each with its own Registry) doing ``list(statuses=["queued"],
+                  oldest_first=True)`` + ``begin`` + ``take`` when woken — by NOTIFY on PostgreSQL, as the
+                  scheduler is (``Registry.listen``) — or every ``--poll-ms`` at the latest, while this process creates
                   ``--runs`` runs at a steady rate over ``--seconds``; latency from the row's ``created`` to the
                   lease taken; p50/p99/max (goal p99 ≤ 25 ms); every run claimed exactly once (begin's winners)
     memory        RSS and PSS (``/proc/self/smaps_rollup``) of a fresh process: imports only (the floor), holding
@@ -128,14 +129,17 @@ def replica(target: str, name: str, poll_s: float, ready: Any, stop: Any, out: A
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends us (terminate) and then the server
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the parent's (forked) KeyboardInterrupt
     reg = open_registry(target)
+    woken = threading.Event()
+    unlisten = reg.listen(woken.set)  # as the scheduler: PostgreSQL's NOTIFY wakes it (SQLite: the poll alone)
     wins: list[tuple[str, float]] = []
     lost = polls = 0
     ready.set()
     while not stop.is_set():
         polls += 1
+        woken.clear()
         queued = reg.list(statuses=["queued"], oldest_first=True, limit=8)
         if not queued:
-            time.sleep(poll_s)
+            woken.wait(poll_s)
             continue
         for run in queued:
             if reg.begin(run.id, started=time.time()) is None:
@@ -143,6 +147,7 @@ def replica(target: str, name: str, poll_s: float, ready: Any, stop: Any, out: A
                 continue
             if reg.take(run.id, name, ttl=TTL, now=time.time()) is not None:
                 wins.append((run.id, time.time() - run.created))
+    unlisten()
     reg.close()
     out.put((name, wins, lost, polls))
 
@@ -307,7 +312,8 @@ if __name__ == "__main__":
     ap.add_argument("--runs", type=int, default=200, help="runs enqueued over --seconds for enqueue→claim")
     ap.add_argument("--progress", type=int, default=5, help="record_progress writes per lifecycle")
     ap.add_argument("--live", type=int, default=50, help="live runs the memory phase's replica holds")
-    ap.add_argument("--poll-ms", type=float, default=10.0, help="a replica's wait after an empty poll")
+    ap.add_argument("--poll-ms", type=float, default=10.0,
+                    help="a replica's longest wait after an empty poll (SQLite has no NOTIFY: its only wake-up)")
     signal.signal(signal.SIGTERM, _terminated)
     try:
         main(ap.parse_args())

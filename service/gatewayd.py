@@ -50,8 +50,9 @@ log = get_logger("flower.service.gateway")
 
 def holds_owner(config: ServiceConfig) -> str:
     """The name on the budget holds this data dir's gateway takes: one gateway serves a data dir at a time (its
-    lock), so one started again lets every hold of that name go — the calls its dead self had in flight."""
-    return f"gateway {config.replica or socket.gethostname()} {config.data_path}"
+    lock), so one started again lets every hold of that name go — the calls its dead self had in flight. Not the
+    replica's name: any replica may be the one that starts it again."""
+    return f"gateway {socket.gethostname()} {config.data_path}"
 
 
 def lock_path(config: ServiceConfig) -> Path:

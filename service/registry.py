@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any, Iterable, Literal, get_args
 
 import msgspec
-from sqlalchemy import (ColumnElement, Connection, Engine, RowMapping, Select, delete, exists, func, or_, select, text,
-                        update)
+from sqlalchemy import (ColumnElement, Connection, Engine, RowMapping, Select, bindparam, delete, exists, func,
+                        Float, Text, literal_column, or_, select, text, update)
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.sql.dml import UpdateBase
 
@@ -610,14 +610,9 @@ class Registry:
         """Hold ``run_id`` for ``owner`` until ``now + ttl``: when no one holds it, its lease has expired, or
         ``owner`` holds it already (a replica started again under its name). The generation goes up either way —
         whatever held it before writes nothing more. None when another replica holds it still."""
-        new = dialects.insert(leases, self.dialect).values(run_id=run_id, owner=owner, generation=1,
-                                                           expires=now + ttl)
-        q = new.on_conflict_do_update(
-            index_elements=[leases.c.run_id],
-            set_={"owner": owner, "generation": leases.c.generation + 1, "expires": now + ttl},
-            where=or_(leases.c.expires < now, leases.c.owner == owner)).returning(*leases.c)
         with self._statement() as t:
-            row = t.execute(q).mappings().first()
+            row = t.execute(_take(self.dialect), {"run_id": run_id, "owner": owner, "now": now,
+                                                  "expires": now + ttl}).mappings().first()
         return msgspec.convert(_plain(row), Lease) if row is not None else None
 
     def renew(self, owner: str, *, ttl: float, now: float) -> dict[str, Lease]:
@@ -755,13 +750,13 @@ class Registry:
         """``UPDATE … WHERE id AND status IN frm [AND the lease is still lease] RETURNING *`` (SQLite ≥ 3.35 and
         PostgreSQL): the guard, the write and the row it left in one statement, so no other writer comes between —
         and a writer whose lease was taken by another replica writes nothing."""
-        q = update(runs).where(runs.c.id == run_id, runs.c.status.in_(list(frm)))
+        q = _guarded_update(tuple(frm), lease is not None, tuple(fields))
+        params = {f"v_{k}": _stored(k, v) for k, v in fields.items()}
+        params["g_id"] = run_id
         if lease is not None:
-            q = q.where(exists().where(leases.c.run_id == run_id, leases.c.owner == lease.owner,
-                                       leases.c.generation == lease.generation))
-        q = q.values({k: _stored(k, v) for k, v in fields.items()}).returning(*runs.c)
+            params["g_owner"], params["g_generation"] = lease.owner, lease.generation
         with self._statement() as t:
-            row = t.execute(q).mappings().first()
+            row = t.execute(q, params).mappings().first()
             if row is not None and fields.keys() & {"status", "cancel_requested"}:
                 self._notify(t)  # begun, requeued, ended, or to be stopped: a slot taken or freed, or a stop to make
         return _row(row) if row is not None else None
@@ -841,6 +836,30 @@ class Registry:
         q = select(runs).where(runs.c.push.is_not(None),
                                dialects.json_text(runs.c.push, "state", self.dialect) == "pending")
         return [_row(r) for r in self._rows(_ordered(q, dialects.insertion_order(runs, self.dialect), True, None))]
+
+
+@functools.cache
+def _take(dialect: dialects.Dialect) -> UpdateBase:
+    """``Registry.take``'s statement, built once (bound: run_id, owner, now, expires)."""
+    owner, expires = bindparam("owner", type_=Text()), bindparam("expires", type_=Float())
+    new = dialects.insert(leases, dialect).values(run_id=bindparam("run_id"), owner=owner, generation=1,
+                                                  expires=expires)
+    return new.on_conflict_do_update(
+        index_elements=[leases.c.run_id], set_={"owner": owner, "generation": leases.c.generation + 1,
+                                                "expires": expires},
+        where=or_(leases.c.expires < bindparam("now"), leases.c.owner == owner)).returning(*leases.c)
+
+
+@functools.lru_cache(maxsize=256)
+def _guarded_update(frm: tuple[RunStatus, ...], leased: bool, fields: tuple[str, ...]) -> UpdateBase:
+    """``Registry._returning``'s statement for one shape of write, built once: its values are bound parameters
+    (``g_id``, ``g_owner``, ``g_generation``, ``v_<field>``), so a write costs its execution, not its building."""
+    statuses = [literal_column(f"'{x}'", Text()) for x in frm if x in STATUSES]  # ours, as literals: no IN list to expand
+    q = update(runs).where(runs.c.id == bindparam("g_id"), runs.c.status.in_(statuses))
+    if leased:
+        q = q.where(exists().where(leases.c.run_id == bindparam("g_id"), leases.c.owner == bindparam("g_owner"),
+                                   leases.c.generation == bindparam("g_generation")))
+    return q.values({k: bindparam(f"v_{k}") for k in fields}).returning(*runs.c)
 
 
 def _stored(field: str, value: Any) -> Any:

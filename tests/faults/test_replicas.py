@@ -1,11 +1,12 @@
 """Three replicas of the service on one PostgreSQL registry and one data dir, replicas SIGKILLed while runs are in
-flight and one started again: every run ends once (one sandbox start each, by the run's own events), none is lost,
-each client's stream is whole and in order across reconnects to other replicas, and an answer posted to a replica
-that does not hold the run reaches it."""
+flight (the gateway process too) and one started again: every run ends once (one sandbox start each, by the run's
+own events), none is lost, each client's stream is whole and in order across reconnects to other replicas, and an
+answer posted to a replica that does not hold the run reaches it."""
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from _service_helpers import TOKENS, Deployment, Service, wait_for
+from _service_helpers import TOKENS, Deployment, Service, gateway_pid, wait_for
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ASK, BRIEF, CLARIFIER
 from test_kill_under_load import TERMINAL, Stream
@@ -97,6 +98,9 @@ def test_replicas_killed_under_load_lose_no_run_start_none_twice_and_streams_res
         kill("r1")
         wait_for(lambda: answer_elsewhere() or len(answered) >= RUNS // 4, 240, every=0.3, what="answers")
         kill("r2")
+        gateway = gateway_pid(deployment.data)
+        assert gateway is not None
+        os.kill(gateway, signal.SIGKILL)  # the data plane too: r3 starts it again, the runs' bridges hold their calls
         reconnect()
         time.sleep(LEASE_S)
         again = Service(deployment, "r1-again", env={"FLOWER_SERVICE_REPLICA": "r1"}).start(timeout=180)
