@@ -4,7 +4,8 @@
 
 One process starts a throwaway PostgreSQL (``tests/_postgres.py``'s way: a temp folder, a unix socket, fsync off),
 makes a database and runs ``pgbench -i`` then ``pgbench -N`` (simple update) with ``--clients`` clients for
-``--seconds``: the floor. Then, on a fresh database of the same server migrated by ``Registry.postgres`` and on a
+``--seconds``: the floor of a C client; and ``record_progress``'s statement sent by psycopg alone from as many
+threads: the floor of a Python one. Then, on a fresh database of the same server migrated by ``Registry.postgres`` and on a
 SQLite file:
 
     transitions   ``--clients`` threads, each doing whole lifecycles for ``--seconds``: create → begin → take
@@ -77,6 +78,45 @@ def pgbench(server: _postgres.PostgresServer, clients: int, seconds: int) -> flo
                          check=True, capture_output=True, text=True).stdout
     m = re.search(r"tps = ([\d.]+) \((?:without initial connection time|excluding connections establishing)\)", out)
     return float(m.group(1)) if m else float("nan")
+
+
+# -- psycopg alone: what a Python client gets from the same write --------------------------------------------------
+def psycopg_floor(target: str, clients: int, seconds: float) -> float:
+    """Writes/s of ``record_progress``'s statement (a guarded UPDATE … RETURNING the whole row) sent by psycopg
+    alone — prepared, autocommit, one connection per thread: the floor of any Python registry on this server."""
+    import psycopg
+
+    reg = open_registry(target)
+    ids = [run_id() for _ in range(clients)]
+    for rid in ids:
+        reg.create(id=rid, tenant="bench", ask="bench", options={}, repo="")
+        reg.begin(rid, started=time.time())
+    reg.close()
+    url = target.replace("postgresql+psycopg://", "postgresql://")
+    done = [0] * clients
+    start = threading.Barrier(clients + 1)
+    stop = [0.0]
+
+    def worker(i: int) -> None:
+        with psycopg.connect(url, autocommit=True) as c:
+            start.wait()
+            k = 0
+            while time.monotonic() < stop[0]:
+                k += 1
+                c.execute("UPDATE runs SET event_offset = %s, event_seq = %s, claimed_cost_usd = %s, step = %s "
+                          "WHERE id = %s AND status IN ('starting', 'running') RETURNING *",
+                          (k, k, 0.01, "work", ids[i]), prepare=True).fetchone()
+            done[i] = k
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(clients)]
+    for t in threads:
+        t.start()
+    stop[0] = time.monotonic() + seconds
+    t0 = time.perf_counter()
+    start.wait()
+    for t in threads:
+        t.join()
+    return sum(done) / (time.perf_counter() - t0)
 
 
 # -- transitions -------------------------------------------------------------------------------------------------
@@ -266,6 +306,8 @@ def main(a: argparse.Namespace) -> None:
             open_registry(targets["PostgreSQL"]).close()  # migrated before anything is timed
             open_registry(targets["SQLite"]).close()
             lap("migrate")
+            floor = psycopg_floor(targets["PostgreSQL"], a.clients, a.seconds)
+            lap("psycopg")
             rates = {db: transitions(t, a.clients, a.seconds, a.progress) for db, t in targets.items()}
             lap("transitions")
             lat = {db: claims(t, a.runs, a.seconds, a.poll_ms / 1000) for db, t in targets.items()}
@@ -281,11 +323,14 @@ def main(a: argparse.Namespace) -> None:
     print(f"registry on PostgreSQL {version} (unix socket, fsync=off) and SQLite (WAL, synchronous=NORMAL); "
           f"{a.clients} clients, {a.seconds} s a phase; {os.cpu_count()} cores, load {load[0]:.2f} {load[1]:.2f}; "
           f"took {time.monotonic() - t_start:.0f} s ({', '.join(f'{k} {v:.0f}' for k, v in took.items())})")
-    print(f"{'pgbench -N (simple update) on PostgreSQL':44s} {tps:>9,.0f} TPS          floor")
+    print(f"{'pgbench -N (simple update) on PostgreSQL':44s} {tps:>9,.0f} TPS          floor (a C client)")
+    print(f"{'the same write by psycopg alone':44s} {floor:>9,.0f} writes/s  {floor / tps:5.2f}x of pgbench TPS  "
+          "floor (a Python client: prepared, autocommit)")
     for db, (writes, cycles, refused) in rates.items():
         note = f"; {refused} writes refused" if refused else ""
         print(f"{'transitions on ' + db:44s} {writes:>9,.0f} writes/s  {writes / tps:5.2f}x of pgbench TPS  "
-              f"goal >= 0.50   ({cycles:,.0f} lifecycles/s × {per} writes{note})")
+              f"{writes / floor:5.2f}x of psycopg's  goal >= 0.50 of pgbench   ({cycles:,.0f} lifecycles/s × {per} "
+              f"writes{note})")
     for db, r in lat.items():
         once = "every run claimed once" if r["once"] == r["made"] and not r["twice"] else \
             f"CLAIMED ONCE {r['once']} of {r['made']}, twice {r['twice']}"
