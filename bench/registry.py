@@ -5,8 +5,8 @@
 One process starts a throwaway PostgreSQL (``tests/_postgres.py``'s way: a temp folder, a unix socket, fsync off),
 makes a database and runs ``pgbench -i`` then ``pgbench -N`` (simple update) with ``--clients`` clients for
 ``--seconds``: the floor of a C client; and ``record_progress``'s statement sent by psycopg alone from as many
-threads: the floor of a Python one. Then, on a fresh database of the same server migrated by ``Registry.postgres`` and on a
-SQLite file:
+threads: the floor of a Python one. Then, on a fresh database of the same server migrated by ``Registry.postgres``
+and on a SQLite file:
 
     transitions   ``--clients`` threads, each doing whole lifecycles for ``--seconds``: create → begin → take
                   (lease) → record_running → ``--progress``× record_progress → finish; writes/s = lifecycles/s ×
@@ -14,8 +14,8 @@ SQLite file:
                   UPDATE, a SELECT and an INSERT; each of ours is one guarded statement)
     enqueue→claim two replicas (processes, each with its own Registry) doing ``list(statuses=["queued"],
                   oldest_first=True)`` + ``begin`` + ``take`` when woken — by NOTIFY on PostgreSQL, as the
-                  scheduler is (``Registry.listen``) — or every ``--poll-ms`` at the latest, while this process creates
-                  ``--runs`` runs at a steady rate over ``--seconds``; latency from the row's ``created`` to the
+                  scheduler is (``Registry.listen``) — or every ``--poll-ms`` at the latest, while this process
+                  creates ``--runs`` runs at a steady rate over ``--seconds``; latency from the row's ``created`` to the
                   lease taken; p50/p99/max (goal p99 ≤ 25 ms); every run claimed exactly once (begin's winners)
     memory        RSS and PSS (``/proc/self/smaps_rollup``) of a fresh process: imports only (the floor), holding
                   a Registry idle, and holding ``--live`` live runs with their leases renewed

@@ -10,6 +10,7 @@
     ├── RegistryLocked       another process held the migration lock past the wait (RuntimeError)
     ├── UpstreamError        the tenant's model provider could not be reached or answered badly
     ├── GatewayNotServing    the model gateway's process did not take a starting run's token in time
+    ├── LeaseLost            a write of a live run's found its lease held by another replica (or the run ended)
     └── PushFailed           a run's branch did not reach the tenant's git remote (no credential in the sentence)
 
 ``ServiceConfigError`` is the config's error by a name of its own: ``flower.ConfigError`` is the library's.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 __all__ = ["ServiceError", "ServiceConfigError", "TenantError", "TenantNotReady", "RegistryDamaged",
            "RegistryNewer", "RegistryUnreachable", "RegistryLocked", "UpstreamError", "GatewayNotServing",
-           "PushFailed"]
+           "LeaseLost", "PushFailed"]
 
 
 class ServiceError(Exception):
@@ -77,6 +78,14 @@ class GatewayNotServing(ServiceError, RuntimeError):
     def __init__(self, message: str, *, run_id: str, waited_s: float) -> None:
         super().__init__(message)
         self.run_id, self.waited_s = run_id, waited_s
+
+
+class LeaseLost(ServiceError, RuntimeError):
+    """Run ``run_id`` is no longer this replica's to write: another took it over, or it ended meanwhile."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class PushFailed(ServiceError):

@@ -19,11 +19,11 @@ from sandbox.layout import RunLayout
 
 from .budgets import Budgets
 from .config import ServiceConfig
-from .errors import GatewayNotServing
+from .errors import GatewayNotServing, LeaseLost
 from .gateway import SOCKET_NAME, Gateway, Grant, new_token, upstream_of
 from .logging import get_logger
 from .metrics import Metrics
-from .registry import Registry, Run
+from .registry import Lease, Registry, Run
 from .runenv import left_out, run_environment
 from .tenants import Tenant, Tenants
 from .wire import Usage
@@ -82,10 +82,12 @@ class Grants:
         self._loop = loop
 
     def open(self, run: Run, tenant: Tenant, values: dict[str, str], layout: RunLayout, *,
-             warm: bool = False) -> dict[str, str]:
+             warm: bool = False, lease: Lease | None = None) -> dict[str, str]:
         """Blocking (a worker thread): the run's token, its socket open on the gateway; the env file's values."""
         token, digest = new_token()
-        self.registry.record_token(run.id, digest)
+        if self.registry.record_token(run.id, digest, lease=lease) is None:
+            raise LeaseLost(f"run {run.id} is no longer this replica's to start (another replica took it over, or "
+                            "it ended): no gateway token was given to it", run_id=run.id)
         kubernetes = self.config.backend == "kubernetes"
         if self.inside:
             upstream, auth = upstream_of(values)
@@ -114,13 +116,14 @@ class Grants:
                     f"runs on {self.config.data_dir}", run_id=run.id, waited_s=SERVED_WITHIN_S)
             time.sleep(0.05)
 
-    async def close(self, run_id: str, layout: RunLayout | None = None) -> Grant | None:
+    async def close(self, run_id: str, layout: RunLayout | None = None, *,
+                    lease: Lease | None = None) -> Grant | None:
         """The run's token ends now: in this process's gateway, or (out of process) its hash leaves the row, which
         the gateway's process sees within a pass — with ``layout``, waited for (the run's socket refuses once its
         grant is closed; on Kubernetes two passes), so that nothing is served on it after this returns."""
         if self.inside:
             return await self.gateway.close(run_id)
-        await asyncio.to_thread(self.registry.record_token, run_id, None)
+        await asyncio.to_thread(self.registry.record_token, run_id, None, lease=lease)
         if layout is not None and self.config.backend == "kubernetes":
             await asyncio.sleep(2 * SYNC_S)
         elif layout is not None:

@@ -36,7 +36,7 @@ class GrantFn(Protocol):
     """Blocking: the run's token, its socket open on the gateway; the env file's values."""
 
     def __call__(self, run: Run, tenant: Tenant, values: dict[str, str], layout: RunLayout, *,
-                 warm: bool = False) -> dict[str, str]: ...
+                 warm: bool = False, lease: Lease | None = None) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,8 @@ class Launcher:
             undo.callback(self.registry.record_checkout, run.id, None, None, lease=lease)
             undo.callback(self.harvest.discard_workspace, run, keep_branch=False)
             self.registry.record_checkout(run.id, layout.branch, base, lease=lease)  # known even if we stop here
-            write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=slot is not None))
+            write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=slot is not None,
+                                                         lease=lease))
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
                            base=base, objects=objects, egress=tenant.egress)
             if slot is not None:

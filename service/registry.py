@@ -683,9 +683,9 @@ class Registry:
         """The branch and base of a starting run's checkout (None, None: undone)."""
         return self._returning(run_id, ("starting",), lease, branch=branch, base=base)
 
-    def record_token(self, run_id: str, sha256: str | None) -> Run | None:
+    def record_token(self, run_id: str, sha256: str | None, *, lease: Lease | None = None) -> Run | None:
         """The hash of a live run's gateway token — or None, its token ended (whatever the run's status)."""
-        return self._returning(run_id, ACTIVE if sha256 is not None else STATUSES, token_sha256=sha256)
+        return self._returning(run_id, ACTIVE if sha256 is not None else STATUSES, lease, token_sha256=sha256)
 
     def record_disk(self, run_id: str, used: int, *, lease: Lease | None = None) -> Run | None:
         """How many bytes a live run's folder holds, as last measured."""

@@ -509,7 +509,7 @@ class Scheduler:
         try:
             started = await asyncio.to_thread(self.launcher.start, run, tenant, live.lease)
         except Exception as e:  # noqa: BLE001 - every failure fails this run, never the scheduler
-            await self.grants.close(run.id)  # whether it waits or fails, it holds no token
+            await self.grants.close(run.id, lease=live.lease)  # whether it waits or fails, it holds no token
             self._live.forget(run.id)
             if is_engine_down(e) or is_disk_full(e):  # the machine's fault, not the run's: it waits its turn again
                 self.registry.requeue(run.id, lease=live.lease)
@@ -651,7 +651,7 @@ class Scheduler:
         if self._taken(run.id):
             return False  # another replica holds the run now (its token too): it finishes the run
         if not self.grants.inside:  # its token dies before its row says it ended: no call is served after
-            await self.grants.close(run.id, layout)
+            await self.grants.close(run.id, layout, lease=live.lease)
         at = time.time()
         kept = Kept(commit_sha=commit, branch=branch, diffstat=stat, claimed_cost_usd=ended.claimed_cost_usd,
                     disk_bytes=used)
@@ -702,8 +702,9 @@ class Scheduler:
         key), and the run is stopped with the reason."""
         why = (f"tenant {run.tenant} was removed from the tenants file; the service stopped its run and ended its "
                "model gateway token")
-        self._live.of(run.id).stops["tenant_removed"] = why
-        await self.grants.close(run.id)
+        live = self._live.of(run.id)
+        live.stops["tenant_removed"] = why
+        await self.grants.close(run.id, lease=live.lease)
         log.warning("run.tenant_removed", tenant=run.tenant, run=run.id, error=why)
 
     async def _poisoned(self, run: Run, error: BaseException) -> None:
@@ -728,7 +729,7 @@ class Scheduler:
             if ended is not None:
                 self.metrics.finished(run.tenant, "failed", time.time() - run.started if run.started else None,
                                       reason)
-        await self.grants.close(run.id)
+        await self.grants.close(run.id, lease=live.lease if live is not None else None)
         releases: list[tuple[str, Callable[[], object]]] = [
             ("env file", lambda: self.layout(run).env_file.unlink(missing_ok=True)),
             ("checkout", lambda: self.harvest.discard_workspace(run, keep_branch=True))]
