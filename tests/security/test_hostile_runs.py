@@ -138,6 +138,7 @@ def test_outbox_and_mailbox_traps_read_nothing_hang_nothing_write_nothing(tmp_pa
     script = f"""set +e
 O=../outbox
 head -c 100000000 /dev/zero | tr '\\0' x >> $O/events.jsonl; echo >> $O/events.jsonl
+sleep 2  # the service's passes read the line (as pieces) before the file becomes a trap: no race with their timing
 mv $O/events.jsonl $O/events.old; ln -s {beta_creds} $O/events.jsonl
 mkfifo $O/questions/fifo.json; ln -s /dev/zero $O/questions/zero.json; ln -s {beta_creds} $O/questions/beta.json
 truncate -s 10G $O/work.bundle
