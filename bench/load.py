@@ -8,7 +8,8 @@ submitted at once; each asks its person one question and waits. While all K wait
 of every run is read from /proc (PSS: shared pages split among the processes sharing them, so
 the sum is what the machine holds) and split by process: bubblewrap and its shell, the run's
 Python (entrypoint, flower, the SDK), the CLI. Then every question is answered and the runs
-end. Prints K, successes, wall, memory; asserts nothing.
+end. Prints K, successes, wall, memory — the runs', and the service's own (the replica, ``python -m service``, and
+its gateway process: PSS idle, then with the K runs live); asserts nothing.
 
 With ``--warm N`` (a burst on a warm pool): the service keeps N waiting sandboxes per tenant, each with its
 first step's CLI spawned ahead; the bench waits until they all wait, reads their memory (the density of a
@@ -35,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "service")]
 
-from _service_helpers import Deployment, Service, serve  # noqa: E402
+from _service_helpers import Deployment, Service, gateway_pid, serve  # noqa: E402
 from flower.testing import Request, Rule, ScriptedModel, say, tool  # noqa: E402
 from sandbox.testing import ASK, BRIEF, CLARIFIER  # noqa: E402
 
@@ -171,6 +172,10 @@ def main(k: int, backend: str, timeout: float, warm: int) -> None:
                 time.sleep(5)  # and is idle
                 slot_mem = memory([f.name for f in slots])
                 refills = Refills(runs_root, backend, slots)
+            assert service.proc is not None
+            gateway = gateway_pid(deployment.data)
+            ours = {"replica (python -m service)": service.proc.pid, **({"gateway process": gateway} if gateway else {})}
+            ours_idle = {name: _pss_kb(pid) for name, pid in ours.items()}
             t0 = time.perf_counter()
             t0_wall = time.time()
             ids = []
@@ -197,6 +202,7 @@ def main(k: int, backend: str, timeout: float, warm: int) -> None:
             all_waiting = time.perf_counter() - t0
             folders = {ln["run"]: ln.get("warm") or ln["run"] for ln in service.lines() if ln.get("event") == "run.started"}
             mem = memory([folders.get(i, i) for i in questions])
+            ours_busy = {name: _pss_kb(pid) for name, pid in ours.items()}
             for run_id, qid in questions.items():
                 acme.post(f"/v1/runs/{run_id}/answers", json={"question_id": qid, "text": "Python"})
             while time.monotonic() < deadline:
@@ -223,6 +229,9 @@ def main(k: int, backend: str, timeout: float, warm: int) -> None:
           f"{load[2]:.2f}; {os.cpu_count()} CPUs")
     print(f"successes {ok}/{k}   submitted in {submitted:.1f}s   all asking at {all_waiting:.1f}s   "
           f"wall {wall:.1f}s ({wall / k:.2f}s per run)")
+    for name in ours_idle:
+        print(f"the service's {name:30s} PSS idle {ours_idle[name] / 1024:5.0f} MiB, with {len(questions)} live runs "
+              f"{ours_busy[name] / 1024:5.0f} MiB")
     totals = [sum(m.values()) for m in mem.values() if m]
     if totals:
         kinds = sorted({kind for m in mem.values() for kind in m})
