@@ -28,14 +28,16 @@ from .registry import Registry, Run, Spent, Standing
 from .tenants import Tenant, Tenants
 from .wire import Usage
 
-__all__ = ["Budgets", "day_of", "HOLD_S"]
+__all__ = ["Budgets", "day_of", "HOLD_S", "RENEW_HOLDS_S"]
 
 log = get_logger("flower.service.scheduler")
 T = TypeVar("T")
 
 HOLD_S = 900.0
-"""A hold nobody settles stops counting after this: its gateway died with the call in flight (an answer is read for
-the upstream's 600 s at most). A gateway started again under its name lets its own go at once."""
+"""A hold nobody settles stops counting after this: its gateway died with the call in flight (a live gateway renews
+its holds every ``RENEW_HOLDS_S``, however long its calls take). A gateway started again under its name lets its own
+go at once."""
+RENEW_HOLDS_S = HOLD_S / 4
 SETTLE_TRIES = 5  # an answer's cost written to a registry that failed a moment: tried this many times, a second apart
 
 
@@ -57,6 +59,7 @@ class Budgets:
         self.metrics = metrics
         self.owner = owner
         self._stop = stop
+        self._renewed = time.monotonic()
         self.gateway.meter = self
 
     # -- the gateway's meter -----------------------------------------------------------------
@@ -118,6 +121,15 @@ class Budgets:
                     return None
                 await asyncio.sleep(1.0)
         return None
+
+    def renew_due(self) -> None:
+        """Blocking, from a periodic pass: every ``RENEW_HOLDS_S``, this gateway's holds kept for another ``HOLD_S``
+        (a call may stream for longer than a hold lasts)."""
+        now = time.monotonic()
+        if now - self._renewed < RENEW_HOLDS_S:
+            return
+        self._renewed = now
+        self.registry.renew_holds(self.owner, now=time.time(), ttl=HOLD_S)
 
     # -- what a cap says ---------------------------------------------------------------------
     def over_day(self, tenant: Tenant) -> str | None:

@@ -191,6 +191,7 @@ class GatewayProcess:
                 idle_since = None
             try:
                 await self.sync()
+                await asyncio.to_thread(self.budgets.renew_due)
             except Exception as e:  # noqa: BLE001 - a pass that fails (the database away) is tried again
                 log.warning("gateway.sync_failed", error=f"{type(e).__name__}: {one_line(e, 300)}")
             try:

@@ -556,6 +556,10 @@ class Registry:
         """A call that was let through but brought back no answer to meter (the upstream failed): its hold goes."""
         self._write(delete(holds).where(holds.c.id == hold_id))
 
+    def renew_holds(self, owner: str, *, now: float, ttl: float) -> int:
+        """``owner``'s holds kept until ``now + ttl``: a call in flight longer than a hold's ttl still counts."""
+        return self._write(update(holds).where(holds.c.owner == owner).values(expires=now + ttl))
+
     def release_holds(self, owner: str) -> int:
         """Every hold ``owner`` took: a gateway started again under that name lets go of its dead self's calls."""
         return self._write(delete(holds).where(holds.c.owner == owner))

@@ -348,6 +348,8 @@ class Scheduler:
             try:
                 self._held = (now, self.registry.renew(self.owner, ttl=self.config.lease_s, now=now))
                 self.slots.renew()
+                if self.grants.inside:
+                    self.budgets.renew_due()
             except Exception as e:  # noqa: BLE001 - the database away: the leases run out, another replica takes over
                 self.errors.error("scheduler.renew_failed", "renew", e)
 

@@ -147,8 +147,11 @@ def test_a_settled_hold_becomes_spend_and_a_dead_gateways_holds_go(registry: Reg
     registry.release_hold("h4")
     later = _hold(registry, "h5", "gw-a", now=1000.0)
     assert later.taken and later.run_held == 0.0
-    assert _hold(registry, "h6", "gw-a", now=1061.0).run_held == 0.0, "h5, never settled, ran out at its ttl"
-    assert registry.hold("h7", owner="gw-a", run_id="absent", tenant="acme", day="2026-01-01", amount=0.5, now=1.0,
+    assert registry.renew_holds("gw-a", now=1050.0, ttl=60) == 1, "h5's call is still in flight: kept to 1110"
+    kept = _hold(registry, "h6", "gw-a", now=1061.0, run_cap=0.75)
+    assert not kept.taken and kept.run_held == 0.5
+    assert _hold(registry, "h7", "gw-a", now=1111.0).run_held == 0.0, "h5, never settled, ran out at its ttl"
+    assert registry.hold("h8", owner="gw-a", run_id="absent", tenant="acme", day="2026-01-01", amount=0.5, now=1.0,
                          ttl=60, run_cap=1.0, day_cap=None) is None
 
 
