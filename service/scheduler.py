@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -52,6 +51,7 @@ from .ending import Drained, Ended, decide
 from .events import END
 from .feed import EventFeed, Item
 from .budgets import Budgets
+from .leases import Leases
 from .streams import StreamSlots
 from .gateway import Gateway
 from .grants import Grants
@@ -63,7 +63,7 @@ from .wire import Usage
 from .logging import get_logger
 from .mailbox import Mailbox
 from .metrics import FailureReason, Metrics
-from .registry import ACTIVE, Kept, Lease, Registry, Run, RunStatus
+from .registry import ACTIVE, Kept, Registry, Run, RunStatus
 from .results import Results
 from .retention import Retention, folder_bytes
 from .tenants import Tenant, TenantNotReady, Tenants
@@ -92,8 +92,8 @@ def _ours(error: BaseException) -> bool:
 
 class Scheduler:
     """The loop and the runs' lifecycle; the rest is done by the collaborators it composes (``launcher``,
-    ``warm``, ``feed``, ``harvest``, ``mailbox``, ``retention``, ``budgets``, ``grants``), none of which knows the
-    scheduler."""
+    ``warm``, ``feed``, ``harvest``, ``mailbox``, ``retention``, ``budgets``, ``grants``, ``leases``, ``slots``),
+    none of which knows the scheduler."""
 
     def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Backend,
                  gateway: Gateway | None = None, *, metrics: Metrics | None = None,
@@ -119,9 +119,6 @@ class Scheduler:
         """Why queued runs wait (the guard canary has not passed yet); ``refusal`` when it failed."""
         self.refusal: str | None = None
         self._live = LiveRuns()
-        self._renewed = 0.0
-        self._held: tuple[float, dict[str, Lease]] = (0.0, {})  # the renewer's last round: when, and what it kept
-        self._renewing = threading.Event()  # set: the renewer stops
         self._unlisten: Callable[[], None] = lambda: None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -129,6 +126,8 @@ class Scheduler:
         self.health = Health(config.data_path, config.min_free_mb, config.backend)
         self.backoff = Backoff(base=max(0.5, 2 * config.poll_s), cap=30.0)
         self.errors = RepeatLog(log)
+        self.leases = Leases(registry, self.owner, config.lease_s, self._live, self.errors, also=self._renewed)
+        """This replica's leases on the runs it follows, renewed by a thread of their own."""
         self.recovered = False  # re-attached to the backend's live runs (waits while the engine is down)
         self._queue_held = False
         self.feed = EventFeed(registry, self.results, self.metrics)
@@ -195,8 +194,7 @@ class Scheduler:
             loop.call_soon_threadsafe(self.wake)
 
         self._unlisten = self.registry.listen(woken)
-        self._renewing.clear()
-        threading.Thread(target=self._renew, name="flower-lease-renewer", daemon=True).start()
+        self.leases.start()
         self.warm.bind(self._loop)
         self.grants.bind(self._loop)
         if self.grants.inside:  # this process's gateway: the calls it had in flight before a restart hold nothing
@@ -220,7 +218,7 @@ class Scheduler:
     async def stop(self) -> None:
         """Stop following; the runs themselves keep running (a restarted service re-attaches)."""
         self._unlisten()
-        self._renewing.set()
+        self.leases.stop()
         tasks = [t for t in [self._task, *self._live.stop_tasks()] if t is not None]
         for t in tasks:
             t.cancel()
@@ -313,25 +311,7 @@ class Scheduler:
             log.info("scheduler.queue_released", free_bytes=disk.free_bytes)
         return True
 
-    # -- leases: which live runs this replica follows --------------------------------------------
-    def _hold(self, run_id: str) -> bool:
-        """Take ``run_id``'s lease for this replica (it follows the run from now on); False when another holds it."""
-        lease = self.registry.take(run_id, self.owner, ttl=self.config.lease_s, now=time.time())
-        if lease is None:
-            return False
-        self._live.of(run_id).lease = lease
-        return True
-
-    def _taken(self, run_id: str) -> bool:
-        """True when another replica holds ``run_id`` now: this one forgets it — no write, no stop, no removal."""
-        live = self._live.get(run_id)
-        if live is None or live.lease is None:
-            return False
-        if self.registry.renew(self.owner, ttl=self.config.lease_s, now=time.time()).get(run_id) is not None:
-            return False
-        self._lost(run_id)
-        return True
-
+    # -- leases: which live runs this replica follows (``service.leases``) -------------------------------
     def _lost(self, run_id: str) -> None:
         log.warning("run.lease_lost", run=run_id, replica=self.owner,
                     why="another replica took this run (this one stopped renewing its lease in time); it follows "
@@ -340,43 +320,33 @@ class Scheduler:
         self.backoff.succeeded(run_id)
         self.errors.ok(run_id)
 
-    def _renew(self) -> None:
-        """A thread of its own, every quarter of ``lease_s``: this replica's leases renewed however long a pass takes
-        (a pass on a loaded machine may take longer than a lease)."""
-        while not self._renewing.wait(self.config.lease_s / 4):
-            now = time.time()
-            try:
-                self._held = (now, self.registry.renew(self.owner, ttl=self.config.lease_s, now=now))
-                self.slots.renew()
-                if self.grants.inside:
-                    self.budgets.renew_due()
-            except Exception as e:  # noqa: BLE001 - the database away: the leases run out, another replica takes over
-                self.errors.error("scheduler.renew_failed", "renew", e)
+    def _taken(self, run_id: str) -> bool:
+        """True when another replica holds ``run_id`` now: this one forgets it — no write, no stop, no removal."""
+        if not self.leases.taken(run_id):
+            return False
+        self._lost(run_id)
+        return True
+
+    def _renewed(self) -> None:
+        """With the leases, in the renewer's thread: what else lives as long as this replica does."""
+        self.slots.renew()
+        if self.grants.inside:
+            self.budgets.renew_due()
 
     async def _leases(self) -> None:
-        """Every quarter of ``lease_s``: forget the runs the renewer no longer holds (another replica took them), then
-        take the live runs no replica holds — their replica stopped — and re-attach to them."""
-        now = time.time()
-        if now - self._renewed < self.config.lease_s / 4:
+        """Every quarter of ``lease_s``: forget the runs another replica took, then take over the live runs no
+        replica holds — their replica stopped — and re-attach to them."""
+        changes = self.leases.changes()
+        if changes is None:
             return
-        self._renewed = now
-        at, held = self._held
-        for live in list(self._live):
-            if live.lease is None:
-                continue
-            if live.id in held:
-                live.lease = held[live.id]
-            elif at and live.lease.expires <= at + self.config.lease_s:  # taken before that round, and not kept
-                self._lost(live.id)
-        orphans = self.registry.unheld(now=now)
-        if not orphans:
+        for run_id in changes.lost:
+            self._lost(run_id)
+        if not changes.orphans:
             return
         sandboxes = await asyncio.to_thread(self.backend.live)
-        for run_id in orphans:
-            if run_id in self._live:  # followed here: its lease ran out while renewals failed, and renews again
-                continue
+        for run_id in changes.orphans:
             run = self.registry.get(run_id)
-            if run is None or run.status not in ACTIVE or not self._hold(run_id):
+            if run is None or run.status not in ACTIVE or not self.leases.hold(run_id):
                 continue
             log.info("run.taken_over", tenant=run.tenant, run=run.id, replica=self.owner)
             try:
@@ -434,7 +404,7 @@ class Scheduler:
         live = await asyncio.to_thread(self.backend.live)
         self.recovered = True
         for run in self.registry.list(statuses=ACTIVE, oldest_first=True):
-            if not self._hold(run.id):
+            if not self.leases.hold(run.id):
                 continue  # another replica holds it
             try:
                 await self._recover_one(run, live)
@@ -496,7 +466,7 @@ class Scheduler:
                 continue
             if self.registry.begin(run.id, started=time.time()) is None:
                 continue  # cancelled in the meantime, or begun by another replica
-            if not self._hold(run.id):
+            if not self.leases.hold(run.id):
                 continue
             total += 1
             busy[run.tenant] += 1

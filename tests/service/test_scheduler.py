@@ -236,7 +236,7 @@ async def test_a_replica_that_stops_renewing_loses_its_run_to_another_and_writes
     await b.start(run_loop=False)
     await b.tick()
     assert run_id not in b.handles, "a holds it: b leaves it alone"
-    w.scheduler._renewing.set()  # a is paused (SIGSTOP, a long GC, a lost network): its renewer renews nothing
+    w.scheduler.leases.stop()  # a is paused (SIGSTOP, a long GC, a lost network): its renewer renews nothing
     await asyncio.sleep(1.2)
     await b.tick()
     assert run_id in b.handles and b_backend.calls.count("start") == 0, "taken over: re-attached, not started again"
