@@ -13,9 +13,12 @@ from urllib.parse import urlparse
 
 # Fatal is tested before transient: a 401's text often says "connection" too, and
 # with the order reversed the run would wait forever for a key that will never work.
+# A full disk is fatal too: the session's transcript could not be written, so every resume after it fails ("No
+# conversation found"), and each try is a model call paid for while nothing can be kept.
 _FATAL = re.compile(
     r"\b(?:400|401|403|404)\b|invalid api key|authentication|unauthorized|permission denied|invalid_request|"
-    r"credit balance|quota exceeded|budget|max_turns|CLINotFound",
+    r"credit balance|quota exceeded|budget|max_turns|CLINotFound|no space left on device|\bENOSPC\b|"
+    r"database or disk is full",
     re.I,
 )
 _TRANSIENT = re.compile(

@@ -20,6 +20,8 @@ from flower.core.resilience import Resilience, classify, endpoint, reachable
     ("401 connection refused by auth proxy", "fatal"),  # fatal is tested first: 401 texts say "connection" too
     ("Claude Code returned an error result: error_max_budget_usd, budget exhausted", "fatal"),
     ("max_turns reached", "fatal"), ("Your credit balance is too low", "fatal"),
+    ("OSError: [Errno 28] No space left on device", "fatal"), ("ENOSPC: no space left, write", "fatal"),
+    ("sqlite3.OperationalError: database or disk is full", "fatal"),
     ("something odd happened (exit code: 1)", "unknown"),
 ])
 def test_classify(text, kind):
