@@ -194,6 +194,7 @@ class Scheduler:
             loop.call_soon_threadsafe(self.wake)
 
         self._unlisten = self.registry.listen(woken)
+        await asyncio.to_thread(self.slots.reset)  # before the API serves a stream
         self.leases.start()
         self.warm.bind(self._loop)
         self.grants.bind(self._loop)

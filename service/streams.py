@@ -3,7 +3,8 @@
 A stream takes a numbered slot of its tenant's in the registry (``Registry.take_stream``: the slot number is part of
 the primary key, so the cap holds however many replicas open streams at once) and gives it back when it ends; the
 replica renews its open streams' slots with its leases, so the slots of a replica that died free themselves within
-``lease_s``. ``open`` counts this replica's streams per tenant (the metrics' gauge).
+``lease_s`` — or at once when it starts again under its name. ``open`` counts this replica's streams per tenant
+(the metrics' gauge).
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class StreamSlots:
     def take(self, tenant: str, cap: int) -> Slot | None:
         """Blocking (a worker thread): a slot of ``tenant``'s, or None when it has ``cap`` streams open already."""
         holder = f"{self.replica} {secrets.token_hex(8)}"
-        number = self.registry.take_stream(tenant, holder, cap=cap, now=time.time(), ttl=self.ttl)
+        number = self.registry.take_stream(tenant, holder, replica=self.replica, cap=cap, now=time.time(),
+                                           ttl=self.ttl)
         if number is None:
             return None
         slot = Slot(tenant, number, holder)
@@ -47,6 +49,11 @@ class StreamSlots:
             self._held[holder] = slot
             self.open[tenant] += 1
         return slot
+
+    def reset(self) -> None:
+        """Blocking, at start: the slots this replica's last self held are let go (its streams died with it). On
+        SQLite every slot: there is one replica, whatever its host's name is now."""
+        self.registry.release_streams(self.replica if self.registry.dialect == "postgresql" else None)
 
     def give_back(self, slot: Slot) -> None:
         """Blocking: the stream ended, however it ended."""

@@ -122,11 +122,12 @@ Index("holds_run", holds.c.run)
 
 # The SSE streams open per tenant, across replicas (since v0004): a stream takes one of its tenant's
 # ``max_streams_per_tenant`` numbered slots — the primary key is the cap — and its replica renews it until the
-# stream ends; a replica that died leaves its slots to run out at ``expires``.
+# stream ends; a replica that died leaves its slots to run out at ``expires``, or to be let go when it starts again.
 streams = Table(
     "streams", metadata,
     Column("tenant", Text, primary_key=True),
     Column("slot", Integer, primary_key=True),
+    Column("replica", Text, nullable=False),
     Column("holder", Text, nullable=False),
     Column("expires", Real, nullable=False),
 )

@@ -155,6 +155,19 @@ def test_a_settled_hold_becomes_spend_and_a_dead_gateways_holds_go(registry: Reg
                          ttl=60, run_cap=1.0, day_cap=None) is None
 
 
+def test_twenty_stream_opens_at_once_take_the_cap_and_a_restarted_replica_lets_its_own_go(registry: Registry):
+    slots = _together(20, lambda i: registry.take_stream("acme", f"r{i % 2} s{i}", replica=f"r{i % 2}", cap=4,
+                                                          now=100.0, ttl=10))
+    taken = [s for s in slots if s is not None]
+    assert sorted(taken) == [0, 1, 2, 3], "four slots, each once, whichever replica asked"  # type: ignore[type-var]
+    assert registry.take_stream("beta", "r0 x", replica="r0", cap=4, now=100.0, ttl=10) == 0, "a cap per tenant"
+    theirs = {s for i, s in enumerate(slots) if s is not None and i % 2 == 1}
+    assert registry.release_streams("r0") == 4 - len(theirs) + 1, "r0 started again: its slots (beta's too) go"
+    free = sorted(set(range(4)) - theirs)
+    assert registry.take_stream("acme", "r0 y", replica="r0", cap=4, now=100.0, ttl=10) == (free[0] if free else None)
+    assert registry.take_stream("acme", "r2 z", replica="r2", cap=4, now=111.0, ttl=10) is not None, "ran out"
+
+
 def test_a_delivery_is_added_once_and_its_tries_are_kept(registry: Registry):
     d = Delivery(id="d1", tenant="acme", run=ACME[0], event="run.finished", body=b"\x00{\"a\": 1}\xff",
                  created=10.0, next_try=10.0)

@@ -143,8 +143,10 @@ def test_a_sqlite_file_at_v0003_gains_the_holds_and_streams_tables_and_keeps_its
     held = again.hold("h1", run_id=RUN, tenant="acme", day="2026-01-01", amount=0.5, owner="gw", now=1.0, ttl=60,
                       run_cap=1.0, day_cap=None)
     assert held is not None and held.taken and again.get(RUN) is not None
-    assert again.take_stream("acme", "r1 s1", cap=1, now=1.0, ttl=60) == 0
-    assert again.take_stream("acme", "r1 s2", cap=1, now=1.0, ttl=60) is None, "the cap is the slots' range"
+    assert again.take_stream("acme", "r1 s1", replica="r1", cap=1, now=1.0, ttl=60) == 0
+    assert again.take_stream("acme", "r1 s2", replica="r1", cap=1, now=1.0, ttl=60) is None, "the cap is the slots"
+    assert again.release_streams("r1") == 1 and again.take_stream("acme", "r1 s3", replica="r1", cap=1, now=1.0,
+                                                                 ttl=60) == 0, "a replica started again lets go"
     again.close()
 
 
