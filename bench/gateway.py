@@ -114,6 +114,18 @@ CHILD = textwrap.dedent("""
         from service.logging import configure_logging
         configure_logging("json", level="WARNING")
         gw = Gateway()
+        if len(sys.argv) > 4:  # metered: a tenant with a run budget, its holds and usage in a SQLite registry
+            from service.budgets import Budgets
+            from service.metrics import Metrics
+            from service.registry import Registry
+            from service.tenants import Tenants
+            root = Path(sys.argv[4])
+            registry = Registry(root / "registry.sqlite3")
+            registry.create(id="bench", tenant="bench", ask="bench", options={}, repo=str(root))
+            (root / "tenants.toml").write_text(
+                f'[[tenant]]\\nname = "bench"\\ntoken = "{"t" * 24}"\\nrepo = "{root}"\\n'
+                'credentials = "bench.env"\\nbudget_usd.run = 1000000.0\\n')
+            Budgets(registry, Tenants(root / "tenants.toml"), gw, Metrics(), lambda run, why: None, owner="bench")
         await gw.open(Grant("bench", "bench", sys.argv[2], sys.argv[3], [("x-api-key", "k")]), Path(sys.argv[1]))
         print("ready", flush=True)
         await asyncio.Event().wait()
@@ -240,26 +252,31 @@ async def _open_loop(connect: Callable[[], Awaitable[tuple[asyncio.StreamReader,
     return out
 
 
-async def sustained(rps: float, seconds: float, rounds: int = 2) -> None:
+async def sustained(rps: float, seconds: float, rounds: int = 2, *, metered: bool = False) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="flower-bench-gwr-"))
     code = f"SSE = {SSE!r}\n" + UPSTREAM
     upstream = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
-    gateway = None
+    gateways: list[subprocess.Popen[str]] = []
     try:
         assert upstream.stdout is not None
         port = int(upstream.stdout.readline())
         token, digest = new_token()
-        gateway = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp / "gateway"), digest,
-                                    f"http://127.0.0.1:{port}"], stdout=subprocess.PIPE, text=True,
-                                   cwd=Path(__file__).resolve().parents[1])
-        assert gateway.stdout is not None and gateway.stdout.readline().strip() == "ready"
-        fd = os.open(tmp / "gateway", os.O_RDONLY)
+        for name in ("gateway", "metered") if metered else ("gateway",):
+            (tmp / name).mkdir()
+            extra = [str(tmp / name)] if name == "metered" else []
+            gateways.append(subprocess.Popen([sys.executable, "-c", CHILD, str(tmp / name / "gateway"), digest,
+                                              f"http://127.0.0.1:{port}", *extra], stdout=subprocess.PIPE, text=True,
+                                             cwd=Path(__file__).resolve().parents[1]))
+            assert gateways[-1].stdout is not None and gateways[-1].stdout.readline().strip() == "ready"
+        fds = {name: os.open(tmp / name / "gateway", os.O_RDONLY) for name in ("gateway", "metered")[:len(gateways)]}
         body = json.dumps({"model": "m", "max_tokens": 10, "stream": True,
                            "messages": [{"role": "user", "content": "ping"}]}).encode()
         request = (b"POST /v1/messages HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\nx-api-key: %s\r\n"
                    b"content-length: %d\r\n\r\n%s" % (token.encode(), len(body), body))
-        paths = {"direct": lambda: asyncio.open_connection("127.0.0.1", port),
-                 "gateway": lambda: asyncio.open_unix_connection(f"/proc/self/fd/{fd}/gateway.sock")}
+        paths: dict[str, Callable[[], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]] = {
+            "direct": lambda: asyncio.open_connection("127.0.0.1", port)}
+        for name, fd in fds.items():
+            paths[name] = lambda fd=fd: asyncio.open_unix_connection(f"/proc/self/fd/{fd}/gateway.sock")
         conns = MAX_IN_FLIGHT // 2  # one run's calls at once are capped (MAX_IN_FLIGHT): as a CLI's would be
         figures: dict[str, list[float]] = {k: [] for k in paths}
         for connect in paths.values():
@@ -267,20 +284,24 @@ async def sustained(rps: float, seconds: float, rounds: int = 2) -> None:
         for _ in range(rounds):  # alternating, so load drifts hit both alike
             for name, connect in paths.items():
                 figures[name] += await _open_loop(connect, request, rps, seconds, conns)
-        os.close(fd)
+        for fd in fds.values():
+            os.close(fd)
     finally:
         upstream.kill()
-        if gateway is not None:
-            gateway.kill()
+        for g in gateways:
+            g.kill()
     load = os.getloadavg()
     print(f"sustained {rps:.0f} requests/s (streamed answers) for {rounds} × {seconds:.0f} s per path; "
           f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} cores")
     print(f"{'path':8} {'p50 ms':>8} {'p99 ms':>8} {'requests':>9}")
     for name, xs in figures.items():
         print(f"{name:8} {_p(xs, .5) * 1e3:8.2f} {_p(xs, .99) * 1e3:8.2f} {len(xs):9d}")
-    d, g = figures["direct"], figures["gateway"]
-    print(f"added by the gateway: p50 {(_p(g, .5) - _p(d, .5)) * 1e3:.2f} ms, p99 {(_p(g, .99) - _p(d, .99)) * 1e3:.2f} "
-          f"ms (p50 {_p(g, .5) / _p(d, .5):.2f}x direct); target p50 <= 1 ms, p99 <= 5 ms")
+    d = figures["direct"]
+    for name in list(figures)[1:]:
+        g = figures[name]
+        what = "the gateway" if name == "gateway" else "the gateway with a budget (holds in SQLite)"
+        print(f"added by {what}: p50 {(_p(g, .5) - _p(d, .5)) * 1e3:.2f} ms, p99 {(_p(g, .99) - _p(d, .99)) * 1e3:.2f} "
+              f"ms (p50 {_p(g, .5) / _p(d, .5):.2f}x direct); target p50 <= 1 ms, p99 <= 5 ms")
 
 
 def main() -> None:
@@ -293,9 +314,11 @@ def main() -> None:
     p.add_argument("--streams", type=int, default=100)
     p.add_argument("--rps", type=float, default=0, help="only the sustained-rate measure, at this many requests/s")
     p.add_argument("--seconds", type=float, default=10)
+    p.add_argument("--metered", action="store_true",
+                   help="with --rps: also through a gateway whose tenant has a budget (a hold and a settle per call)")
     args = p.parse_args()
     if args.rps:
-        asyncio.run(sustained(args.rps, args.seconds))
+        asyncio.run(sustained(args.rps, args.seconds, metered=args.metered))
         return
     asyncio.run(latency(args.turns, args.rounds))
     asyncio.run(memory(args.streams))

@@ -31,6 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any, Iterable, Literal, get_args
 
 import msgspec
@@ -501,23 +502,16 @@ class Registry:
         """What the gateway measured for one answer: onto the tenant's day and the run, and the call's ``hold`` let
         go, in one transaction (the money is never counted twice, nor for a moment not at all). The day's row is
         written first, as ``hold`` does: the two take their locks in one order."""
-        c = runs.c
-        day_row = dialects.insert(spend, self.dialect).values(tenant=tenant, day=day, cost_usd=cost_usd,
-                                                              input_tokens=input_tokens, output_tokens=output_tokens)
-        onto_day = day_row.on_conflict_do_update(index_elements=[spend.c.tenant, spend.c.day], set_={
-            "cost_usd": spend.c.cost_usd + day_row.excluded.cost_usd,
-            "input_tokens": spend.c.input_tokens + day_row.excluded.input_tokens,
-            "output_tokens": spend.c.output_tokens + day_row.excluded.output_tokens}).returning(spend.c.cost_usd)
-        onto_run = update(runs).where(c.id == run_id).values(
-            input_tokens=c.input_tokens + input_tokens, output_tokens=c.output_tokens + output_tokens,
-            cache_write_tokens=c.cache_write_tokens + cache_write_tokens,
-            cache_read_tokens=c.cache_read_tokens + cache_read_tokens, cost_usd=c.cost_usd + cost_usd
-        ).returning(c.cost_usd)
+        sql = _money(self.dialect)
         with self._transaction() as t:
-            day_spent = float(t.execute(onto_day).scalar_one())
-            run_spent = t.execute(onto_run).scalar()
+            day_spent = float(t.execute(sql.onto_day, {
+                "tenant": tenant, "day": day, "cost": cost_usd, "tin": input_tokens, "tout": output_tokens,
+            }).scalar_one())
+            run_spent = t.execute(sql.onto_run, {
+                "run": run_id, "cost": cost_usd, "tin": input_tokens, "tout": output_tokens,
+                "tcw": cache_write_tokens, "tcr": cache_read_tokens}).scalar()
             if hold is not None:
-                t.execute(delete(holds).where(holds.c.id == hold))
+                t.execute(sql.drop_hold, {"hold": hold})
         return Spent(run=float(run_spent or 0.0), day=day_spent)
 
     def hold(self, hold_id: str, *, run_id: str, tenant: str, day: str, amount: float, owner: str, now: float,
@@ -527,28 +521,20 @@ class Registry:
         that first locks the tenant's day row, so gateways in several processes — or on several machines — admit
         one call at a time and a budget is passed by one call at most. A hold no one settles stops counting at
         ``now + ttl`` (its gateway died with the call in flight). None when the run has no row."""
-        touch_day = dialects.insert(spend, self.dialect).values(tenant=tenant, day=day).on_conflict_do_update(
-            index_elements=[spend.c.tenant, spend.c.day], set_={"cost_usd": spend.c.cost_usd}
-        ).returning(spend.c.cost_usd)
-        touch_run = update(runs).where(runs.c.id == run_id).values(cost_usd=runs.c.cost_usd).returning(
-            runs.c.cost_usd)
-        def held(where: ColumnElement[bool]) -> ColumnElement[float]:
-            return func.coalesce(func.sum(holds.c.amount).filter(where), 0.0)
-
-        sums = select(held(holds.c.run == run_id), held(holds.c.day == day)).where(holds.c.tenant == tenant,
-                                                                                    holds.c.expires >= now)
+        sql = _money(self.dialect)
         with self._transaction() as t:
-            day_spent = float(t.execute(touch_day).scalar_one())  # the lock every hold of this day waits on
-            run_spent = t.execute(touch_run).scalar()
+            day_spent = float(t.execute(sql.touch_day, {"tenant": tenant, "day": day}).scalar_one())  # the lock
+            run_spent = t.execute(sql.touch_run, {"run": run_id}).scalar()
             if run_spent is None:
                 return None
-            t.execute(delete(holds).where(holds.c.tenant == tenant, holds.c.expires < now))
-            run_held, day_held = (float(x) for x in t.execute(sums).one())
+            t.execute(sql.sweep, {"tenant": tenant, "now": now})
+            run_held, day_held = (float(x) for x in t.execute(sql.sums, {"run": run_id, "day": day,
+                                                                        "tenant": tenant, "now": now}).one())
             taken = ((run_cap is None or run_spent + run_held < run_cap)
                      and (day_cap is None or day_spent + day_held < day_cap))
             if taken:
-                t.execute(holds.insert().values(id=hold_id, run=run_id, tenant=tenant, day=day, amount=amount,
-                                               owner=owner, expires=now + ttl))
+                t.execute(sql.add_hold, {"id": hold_id, "run": run_id, "tenant": tenant, "day": day,
+                                         "amount": amount, "owner": owner, "expires": now + ttl})
         return Standing(run_spent=float(run_spent), run_held=run_held, day_spent=day_spent, day_held=day_held,
                         taken=taken)
 
@@ -847,6 +833,55 @@ class Registry:
         q = select(runs).where(runs.c.push.is_not(None),
                                dialects.json_text(runs.c.push, "state", self.dialect) == "pending")
         return [_row(r) for r in self._rows(_ordered(q, dialects.insertion_order(runs, self.dialect), True, None))]
+
+
+@dataclass(frozen=True)
+class _Money:
+    """The statements of the money path (``hold``, ``add_usage``), built once per dialect: every model call runs
+    them, so they are executed with bound parameters, never built again."""
+
+    touch_day: UpdateBase
+    touch_run: UpdateBase
+    sweep: UpdateBase
+    sums: Select[float, float]
+    add_hold: UpdateBase
+    onto_day: UpdateBase
+    onto_run: UpdateBase
+    drop_hold: UpdateBase
+
+
+@functools.cache
+def _money(dialect: dialects.Dialect) -> _Money:
+    p = functools.partial(bindparam, type_=Text())
+    n = functools.partial(bindparam, type_=Float())
+    i = functools.partial(bindparam, type_=dialects.Int64)
+    c = runs.c
+
+    def held(where: ColumnElement[bool]) -> ColumnElement[float]:
+        return func.coalesce(func.sum(holds.c.amount).filter(where), 0.0)
+
+    day_row = dialects.insert(spend, dialect).values(tenant=p("tenant"), day=p("day"), cost_usd=n("cost"),
+                                                     input_tokens=i("tin"), output_tokens=i("tout"))
+    return _Money(
+        touch_day=dialects.insert(spend, dialect).values(tenant=p("tenant"), day=p("day")).on_conflict_do_update(
+            index_elements=[spend.c.tenant, spend.c.day], set_={"cost_usd": spend.c.cost_usd}
+        ).returning(spend.c.cost_usd),
+        touch_run=update(runs).where(c.id == p("run")).values(cost_usd=c.cost_usd).returning(c.cost_usd),
+        sweep=delete(holds).where(holds.c.tenant == p("tenant"), holds.c.expires < n("now")),
+        sums=select(held(holds.c.run == p("run")), held(holds.c.day == p("day"))).where(
+            holds.c.tenant == p("tenant"), holds.c.expires >= n("now")),
+        add_hold=holds.insert().values(id=p("id"), run=p("run"), tenant=p("tenant"), day=p("day"),
+                                       amount=n("amount"), owner=p("owner"), expires=n("expires")),
+        onto_day=day_row.on_conflict_do_update(index_elements=[spend.c.tenant, spend.c.day], set_={
+            "cost_usd": spend.c.cost_usd + day_row.excluded.cost_usd,
+            "input_tokens": spend.c.input_tokens + day_row.excluded.input_tokens,
+            "output_tokens": spend.c.output_tokens + day_row.excluded.output_tokens}).returning(spend.c.cost_usd),
+        onto_run=update(runs).where(c.id == p("run")).values(
+            input_tokens=c.input_tokens + i("tin"), output_tokens=c.output_tokens + i("tout"),
+            cache_write_tokens=c.cache_write_tokens + i("tcw"), cache_read_tokens=c.cache_read_tokens + i("tcr"),
+            cost_usd=c.cost_usd + n("cost")).returning(c.cost_usd),
+        drop_hold=delete(holds).where(holds.c.id == p("hold")),
+    )
 
 
 @functools.cache
