@@ -129,7 +129,11 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
     results = Results(registry, tenants, Webhooks(registry, tenants, retry_s=config.webhook_retry_s))
     scheduler = Scheduler(config, registry, tenants, backend, gateway, metrics=metrics, results=results,
                           **({"clock": clock} if clock is not None else {}))
-    metrics.watch(registry.counts, lambda: dict(scheduler.streams))
+    def streams() -> dict[str, int]:  # every tenant, 0 included: a gauge that drops a series reads as no data
+        open_now = scheduler.streams
+        return {t.name: open_now[t.name] for t in tenants.all()}
+
+    metrics.watch(registry.counts, streams)
     keeper = GatewayKeeper(config, gateway_command) if config.gateway_process == "beside" else None
 
     @asynccontextmanager

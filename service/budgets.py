@@ -38,6 +38,7 @@ HOLD_S = 900.0
 its holds every ``RENEW_HOLDS_S``, however long its calls take). A gateway started again under its name lets its own
 go at once."""
 RENEW_HOLDS_S = HOLD_S / 4
+HELD_BACK_S = 0.25  # a call refused for now: the run's next ones are refused without a registry check this long
 SETTLE_TRIES = 5  # an answer's cost written to a registry that failed a moment: tried this many times, a second apart
 
 
@@ -68,7 +69,9 @@ class Budgets:
         tenant = self.tenants.get(grant.tenant)
         day = day_of()
         if tenant is None or (tenant.budget_usd.run is None and tenant.budget_usd.day is None):
-            return Held(id=None, amount=most, day=day)  # no cap to hold against
+            return Held(id=None, day=day)  # no cap to hold against
+        if grant.held_back is not None and time.monotonic() < grant.held_back[0]:
+            return Refused(grant.held_back[1], final=False)
         hold = secrets.token_hex(12)
         try:
             standing = await asyncio.to_thread(
@@ -85,8 +88,12 @@ class Budgets:
             self._overspend(grant, why)
             return Refused(why, final=True)
         if standing.taken:
-            return Held(id=hold, amount=most, day=day)
-        return self._refused(grant, tenant, standing)
+            grant.held_back = None
+            return Held(id=hold, day=day)
+        refused = self._refused(grant, tenant, standing)
+        if not refused.final:
+            grant.held_back = (time.monotonic() + HELD_BACK_S, refused.why)
+        return refused
 
     async def settle(self, grant: Grant, held: Held, usage: Usage | None) -> None:
         """The call's hold replaced by what it cost (onto the run and the tenant's day), or let go when nothing came

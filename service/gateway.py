@@ -132,6 +132,9 @@ class Grant:
     refused: str | None = None
     """Set when the run may spend no more (its budget): every request is answered 403 with this sentence."""
     in_flight: int = 0
+    held_back: tuple[float, str] | None = None
+    """Until when (monotonic) and why its calls are refused for now without asking the registry: a run that loops on
+    a 429 costs the shared database nothing more than a few checks a second."""
     server_tools: frozenset[str] = frozenset()
     """The server-side tools this run may use: its tenant's ``server_tools`` when its egress is open, else none."""
     tools: OrderedDict[str, str] = field(default_factory=OrderedDict)
@@ -144,11 +147,10 @@ class Grant:
 
 @dataclass(frozen=True)
 class Held:
-    """A model call let through: it holds ``amount`` (the most it can cost) until ``Meter.settle``."""
+    """A model call let through: it holds the most it can cost until ``Meter.settle``."""
 
     id: str | None
     """The hold's name in the registry (None: the run has no budget, so nothing was held)."""
-    amount: float
     day: str
 
 

@@ -32,8 +32,6 @@ class StreamSlots:
         self.registry = registry
         self.replica = replica
         self.ttl = ttl
-        self.open: Counter[str] = Counter()
-        """This replica's open streams per tenant."""
         self._held: dict[str, Slot] = {}
         self._lock = threading.Lock()
 
@@ -47,8 +45,13 @@ class StreamSlots:
         slot = Slot(tenant, number, holder)
         with self._lock:
             self._held[holder] = slot
-            self.open[tenant] += 1
         return slot
+
+    @property
+    def open(self) -> Counter[str]:
+        """This replica's open streams per tenant."""
+        with self._lock:
+            return Counter(slot.tenant for slot in self._held.values())
 
     def reset(self) -> None:
         """Blocking, at start: the slots this replica's last self held are let go (its streams died with it). On
@@ -60,7 +63,6 @@ class StreamSlots:
         with self._lock:
             if self._held.pop(slot.holder, None) is None:
                 return
-            self.open[slot.tenant] -= 1
         self.registry.give_back_stream(slot.tenant, slot.number, slot.holder)
 
     def renew(self) -> None:
