@@ -354,20 +354,19 @@ def _imports() -> None:
 
 
 class _Ahead:
-    """What a warm sandbox readies before its run exists: where its slot holds a checkout, the first step's CLI
-    spawned (``Runtime.prespawn``) from the options a run with no options would have, its key to come through
-    its apiKeyHelper (``LateKey``) and the bridge to the gateway's socket open. Nothing of any run is in it — no
-    spec, no token, no tenant: the claim brings them. Empty for a cold start."""
+    """What a warm sandbox readies before its run exists: where its slot holds a checkout, the bridge to the
+    gateway's socket open and rehearsing (it answers requests itself until the claim), and the first step's CLI
+    spawned (``Runtime.prespawn``) from the options a run with no options would have, with the bridge's stand-in
+    for a key, its first prompt rehearsed. Nothing of any run is in it — no spec, no token, no tenant: the claim
+    brings them. Empty for a cold start."""
 
     def __init__(self) -> None:
         self.runtime: Any = None
-        self.key: Any = None
         self.bridge: Any = None
 
     async def ready(self, folder: Path) -> None:
         """Spawn the CLI ahead; a failure leaves the run to start its own (said on stderr, never fatal)."""
-        from flower.core.runtime import Runtime, key_helper
-        from flower.core.spare import LateKey
+        from flower.core.runtime import Runtime, key_later
 
         from .bridge import open_bridge
 
@@ -380,27 +379,24 @@ class _Ahead:
             return
         try:
             os.chdir(layout.dir)
-            self.bridge = open_bridge(layout.gateway / GATEWAY_SOCKET)
-            self.key = LateKey()
-            with key_helper(self.key.command):
+            self.bridge = open_bridge(layout.gateway / GATEWAY_SOCKET, rehearsal=True)
+            with key_later():
                 runtime = Runtime(workspace=layout.workspace, run_dir=layout.run_dir, trim=True, handoff=True)
             wf = _workflow(SPECULATED_ASK, {}, layout)
             # the bridge is the base URL a run through the gateway will have: the CLI's alone, not the process's
             # (a run whose env file names another — the model itself — must keep it, and gets a CLI of its own)
-            await runtime.prespawn(wf.steps[0].spec, env={"ANTHROPIC_BASE_URL": self.bridge.url})
+            guess = {"ANTHROPIC_BASE_URL": self.bridge.url, "ANTHROPIC_API_KEY": self.bridge.stand_in}
+            await runtime.prespawn(wf.steps[0].spec, env=guess, rehearse=True)
             self.runtime = runtime
         except Exception as e:  # noqa: BLE001 - a CLI started ahead is an optimisation: the run starts its own
             print(f"flower sandbox: no CLI started ahead: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
 
     def claimed(self) -> None:
-        """The run's key (its env file is loaded) to the CLI waiting on it; without one, no key helper."""
-        if self.runtime is None:
-            return
-        token = os.environ.get("ANTHROPIC_API_KEY")
-        if token and self.key is not None:
-            self.key.give(token)
-        else:
-            self.runtime.key_helper = None
+        """The run's env file is loaded: its bridge stops rehearsing, and the stand-in key becomes the run's token
+        (a CLI spawned ahead that is taken with no token to stand for is refused by the gateway: the service always
+        writes one)."""
+        if self.bridge is not None:
+            self.bridge.claim(os.environ.get("ANTHROPIC_API_KEY"))
 
 
 def _wait_for(spec_file: Path) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import time
 import uuid
@@ -54,19 +53,19 @@ from .workbench import Workbench
 
 _log = structlog.get_logger("flower.runtime")
 T = TypeVar("T")
-_KEY_HELPER: ContextVar[str | None] = ContextVar("flower_key_helper", default=None)
+_KEY_LATER: ContextVar[bool] = ContextVar("flower_key_later", default=False)
 
 
 @contextmanager
-def key_helper(command: str) -> Iterator[None]:
-    """Runtimes made inside take their key from the shell ``command`` (Claude Code's ``apiKeyHelper``), run by the
-    CLI when it needs one: a warm sandbox's CLI is spawned before its run's key exists. Not a constructor keyword:
-    the reference's ``Runtime`` signature stays as it is."""
-    token = _KEY_HELPER.set(command)
+def key_later() -> Iterator[None]:
+    """Runtimes made inside do not look for a key: a warm sandbox's is made before its run — and its key — exists
+    (its CLI spawned ahead is given a stand-in, ``prespawn(env=)``). Not a constructor keyword: the reference's
+    ``Runtime`` signature stays as it is."""
+    token = _KEY_LATER.set(True)
     try:
         yield
     finally:
-        _KEY_HELPER.reset(token)
+        _KEY_LATER.reset(token)
 
 
 class _Question(Protocol):
@@ -175,11 +174,9 @@ class Runtime:
         resilience: Resilience | bool = True,
         handoff: HandoffPolicy | bool = True,
     ) -> None:
-        # Credentials first: a Runtime that cannot run leaves no empty folders behind. Made under ``key_helper``
-        # its CLI asks that command for its key instead: the key is the command's to find, later.
+        # Credentials first: a Runtime that cannot run leaves no empty folders behind (under ``key_later``: later).
         load_dotenv()
-        self.key_helper = _KEY_HELPER.get()
-        if self.key_helper is None:
+        if not _KEY_LATER.get():
             check_credentials()
         self.workspace = Path(workspace).resolve()
         self.workspace.mkdir(parents=True, exist_ok=True)
@@ -417,8 +414,6 @@ class Runtime:
                                 resume_at=resume_at, portable=self.portable, add_dirs=add_dirs,
                                 prelude=wb.prompt_block() if wb else "")
         options.hooks = hooks or None
-        if self.key_helper:
-            options.settings = json.dumps({**json.loads(options.settings or "{}"), "apiKeyHelper": self.key_helper})
         return options
 
     def attempt_options(self, spec: AgentSpec, *, resume: str | None = None, fork: bool = False,
@@ -429,16 +424,17 @@ class Runtime:
             spec = replace(spec, compact=CompactPolicy("no_summary"))
         return self.options(spec, resume=resume, fork=fork, resume_at=resume_at)
 
-    async def prespawn(self, spec: AgentSpec, *, env: Mapping[str, str] | None = None) -> None:
+    async def prespawn(self, spec: AgentSpec, *, env: Mapping[str, str] | None = None, rehearse: bool = False) -> None:
         """Spawn the CLI of ``spec``'s first attempt now, before its prompt is known (a warm sandbox does, before
         its run exists): the next attempt whose CLI would be spawned the same — options and environment — takes it
         (``flower.core.spare``); one that differs closes it, says why in a ``system`` event, and spawns its own.
         ``env``: what the run's environment is expected to hold (a warm sandbox's bridge as its base URL), given to
-        this CLI alone — the process's environment stays the run's to make."""
+        this CLI alone — the process's environment stays the run's to make. ``rehearse``: its base URL answers
+        requests itself until the spare is taken, so its warm-up prompt may go the whole way (``Spare``)."""
         options = self.attempt_options(spec)
         if env:
             options.env = {**options.env, **env}
-        spare = Spare(options)
+        spare = Spare(options, rehearse=rehearse)
         await spare.start()
         self._spare = spare
 

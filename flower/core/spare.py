@@ -9,16 +9,20 @@ What is compared is what the CLI was given at spawn: every option — the hooks 
 timeouts, how many), the MCP servers by their config, the session store by identity — and its environment as the
 SDK makes it (the process's, then ``options.env``; ``environment``) at spawn against the attempt's now — the base
 URL, so the gateway or the model it talks to, among them — less ``LATE``: names the CLI reads later or another way
-(the key, which its ``apiKeyHelper`` gives it on its first request; flower's own marks). Anything else that differs
-is a ``misfit``: the spare is closed and the attempt spawns its own CLI (a measured fallback: one CLI start).
+(the key — a warm sandbox's CLI is spawned with a stand-in for it, ``sandbox/bridge.py``; flower's own marks).
+Anything else that differs is a ``misfit``: the spare is closed and the attempt spawns its own CLI (a measured fallback: one CLI start).
 What a run's environment is only expected to hold (a warm sandbox's bridge as its base URL) goes in the spare's
 ``options.env``, never in the process's: a guess must not become the run's environment.
 
-Spawned, the CLI is sent one prompt of its own (``WARM_UP``), which a hook of the spare's blocks before it reaches
-the model: the CLI's first prompt is three times slower than its next (its code's first run, its per-session
-listings), and that cost is better paid while the sandbox waits. Nothing of it is sent to the model (checked:
-the first request of the real prompt is the same, byte for byte, with and without it); the session's transcript
-keeps one informational line saying a prompt was blocked.
+Spawned, the CLI is sent one prompt of its own (``WARM_UP``): the CLI's first prompt is twice as slow to reach
+the model as its next (its code's first run, its per-session listings), and that cost is better paid while the
+CLI waits. How far it goes depends on who would answer it:
+- ``rehearse=False`` (a model that bills): a hook of the spare's blocks it before it reaches the model. Nothing
+  is sent; the transcript keeps one informational line saying a prompt was blocked. Half the cost is paid.
+- ``rehearse=True`` (its base URL answers requests itself until the spare is taken — a warm sandbox's bridge,
+  ``sandbox/bridge.py``): it goes the whole way, and is then rewound out of the conversation (the CLI's
+  ``rewind_conversation`` control request, to the prompt's own uuid), so the first request of the real prompt
+  is the same, byte for byte, as a fresh CLI's. All of it is paid.
 
 Taken, the Python side is the step's own: the hook callbacks the CLI was given forward to the attempt's, the
 stderr line callback too, and the in-process MCP servers' tool handlers are replaced by the attempt's (through
@@ -28,26 +32,29 @@ the MCP server's public ``add_request_handler``).
 from __future__ import annotations
 
 import os
-import shlex
-import tempfile
-from collections.abc import Callable
+import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import fields, replace
-from pathlib import Path
 from typing import Any
 
-from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, HookContext, HookInput, HookJSONOutput, HookMatcher
+from claude_agent_sdk import (ClaudeAgentOptions, ClaudeSDKClient, HookContext, HookInput, HookJSONOutput, HookMatcher,
+                              ResultMessage)
 
-__all__ = ["Spare", "LateKey", "LATE", "WARM_UP", "shape_of", "environment"]
+__all__ = ["Spare", "LATE", "WARM_UP", "shape_of", "environment"]
 
 LATE = frozenset({"ANTHROPIC_API_KEY", "PWD", "OLDPWD", "CLAUDECODE"})  # and every FLOWER_* name (flower's marks)
 _MCP_METHODS = ("tools/list", "tools/call")
-WARM_UP = "flower: a warm-up prompt, blocked before the model"
+WARM_UP = "flower: a warm-up prompt, blocked before the model or rewound after it"
 
 
 async def _block_warm_up(data: HookInput, tool_use_id: str | None, context: HookContext) -> HookJSONOutput:
     if data["hook_event_name"] == "UserPromptSubmit" and data["prompt"] == WARM_UP:
         return {"decision": "block", "reason": "warm-up"}
     return {}
+
+
+async def _one_prompt(text: str, mark: str) -> AsyncIterator[dict[str, object]]:
+    yield {"type": "user", "message": {"role": "user", "content": text}, "parent_tool_use_id": None, "uuid": mark}
 
 
 class _Hook:
@@ -120,7 +127,7 @@ def _sdk_servers(options: ClaudeAgentOptions) -> dict[str, Any]:
 class Spare:
     """The CLI of ``options``, spawned by ``start`` and handed to the first attempt that ``fits``."""
 
-    def __init__(self, options: ClaudeAgentOptions) -> None:
+    def __init__(self, options: ClaudeAgentOptions, *, rehearse: bool = False) -> None:
         if options.can_use_tool is not None:
             raise ValueError("a spare CLI cannot forward can_use_tool: build its options without one")
         self._shape = shape_of(options)
@@ -130,7 +137,9 @@ class Spare:
             rows = [[_Hook() for _ in m.hooks] for m in matchers]
             self._hooks[event] = rows
             forwarding[event] = [replace(m, hooks=list(row)) for m, row in zip(matchers, rows)]
-        forwarding.setdefault("UserPromptSubmit", []).append(HookMatcher(matcher=None, hooks=[_block_warm_up]))
+        self.rehearse = rehearse
+        if not rehearse:
+            forwarding.setdefault("UserPromptSubmit", []).append(HookMatcher(matcher=None, hooks=[_block_warm_up]))
         self._lines = _Lines()
         self.options = replace(options, hooks=forwarding, stderr=self._lines)  # type: ignore[arg-type]
         self._environ: dict[str, str] = {}
@@ -140,9 +149,21 @@ class Spare:
         """Spawn the CLI, finish the SDK's handshake with it (its hooks and servers registered) and warm it up."""
         self._environ = environment(self.options)  # what it inherits, taken as it is spawned
         await self.client.connect()
-        await self.client.query(WARM_UP)
-        async for _ in self.client.receive_response():
-            pass
+        if not self.rehearse:
+            await self.client.query(WARM_UP)
+            async for _ in self.client.receive_response():
+                pass
+            return
+        mark = str(uuid.uuid4())
+        await self.client.query(_one_prompt(WARM_UP, mark))
+        async for msg in self.client.receive_response():
+            if isinstance(msg, ResultMessage) and msg.is_error:
+                raise RuntimeError(f"the rehearsal failed: {msg.result or msg.subtype}")
+        # The SDK has no method for this control request; the CLI's answer says whether it was done.
+        answer = await self.client._query._send_control_request(  # type: ignore[union-attr]
+            {"subtype": "rewind_conversation", "target_message_uuid": mark})
+        if not (answer or {}).get("rewound"):
+            raise RuntimeError(f"the CLI did not rewind its rehearsal: {answer}")
 
     def misfit(self, options: ClaudeAgentOptions) -> str | None:
         """Why an attempt with ``options`` cannot take this CLI — everything that differs, the environment's by
@@ -179,37 +200,3 @@ class Spare:
 
     async def close(self) -> None:
         await self.client.disconnect()
-
-
-class LateKey:
-    """A key that arrives after the CLI's spawn: ``command`` is its apiKeyHelper, and blocks until ``give``.
-
-    The CLI runs its key helper once, about half a second after it starts, and sends what it printed as
-    ``x-api-key`` and ``Authorization: Bearer`` (checked through the bundled CLI: it waits for a helper blocked
-    for minutes and sends the key on its first request). The helper reads a FIFO this object holds open for
-    reading and writing — so it never blocks on its open and what ``give`` writes waits in the pipe for a reader
-    that comes later — and, once given, a file beside it (a helper run again, e.g. after its TTL). Both live in a
-    private folder under ``folder`` (a sandbox's own /tmp): nothing of the key exists before ``give``.
-    """
-
-    def __init__(self, folder: str | Path | None = None) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="flower-key-", dir=folder))
-        self.file, self.fifo = self.dir / "key", self.dir / "key.fifo"
-        os.mkfifo(self.fifo, 0o600)
-        self._fd = os.open(self.fifo, os.O_RDWR | os.O_CLOEXEC)
-
-    @property
-    def command(self) -> str:
-        file, fifo = shlex.quote(str(self.file)), shlex.quote(str(self.fifo))
-        return f"cat {file} 2>/dev/null || head -n 1 {fifo}"
-
-    def give(self, key: str) -> None:
-        """The key, to the helper waiting now and to every later one."""
-        if not key or "\n" in key:
-            raise ValueError("a key is one non-empty line")
-        part = self.dir / "key.part"  # whole or absent: a helper reading the file sees no half key
-        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(key + "\n")
-        os.rename(part, self.file)
-        os.write(self._fd, (key + "\n").encode())

@@ -1,6 +1,6 @@
-"""A CLI spawned ahead (Runtime.prespawn) through the real CLI: the first attempt that fits takes it — the key
-arriving after the spawn through its apiKeyHelper, the hooks and the in-process MCP server the attempt's own —
-and one that differs spawns its own CLI, saying why."""
+"""A CLI spawned ahead (Runtime.prespawn) through the real CLI: the first attempt that fits takes it — the hooks
+and the in-process MCP server the attempt's own — and one that differs spawns its own CLI, saying why; its warm-up
+prompt, blocked or rehearsed and rewound, leaves the step's first request as a fresh CLI's would be."""
 
 from __future__ import annotations
 
@@ -16,13 +16,11 @@ from claude_agent_sdk import tool as sdk_tool
 
 from flower.core.agent import AgentSpec
 from flower.core.events import Event
-from flower.core.runtime import Runtime, key_helper
-from flower.core.spare import WARM_UP, LateKey
+from flower.core.runtime import Runtime
+from flower.core.spare import WARM_UP
 from flower.testing import Rule, say, tool
 
 pytestmark = pytest.mark.cli
-
-TOKEN = "flower-run-spare-token"
 
 
 def _spec(label: str, seen: list[str], instructions: str = "") -> AgentSpec:
@@ -42,27 +40,21 @@ def _spec(label: str, seen: list[str], instructions: str = "") -> AgentSpec:
                      hooks={"PreToolUse": [HookMatcher(matcher=None, hooks=[hook])]})
 
 
-async def test_a_prespawned_cli_takes_the_step_with_the_key_given_late_and_the_steps_own_callbacks(
-        workspace: Path, tmp_path: Path, scripted: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_prespawned_cli_takes_the_step_with_the_steps_own_callbacks(
+        workspace: Path, tmp_path: Path, scripted: Any) -> None:
     events: list[Event] = []
     seen: list[str] = []
     rules = [Rule(tool("mcp__probe__which", {}), prompt="who answers?"),
              Rule(say("done"), result="answered by")]
     with scripted(rules) as model:
-        monkeypatch.delenv("ANTHROPIC_API_KEY")  # the waiting CLI has no key: its helper blocks
-        key = LateKey(tmp_path)
-        with key_helper(key.command):
-            rt = Runtime(workspace=workspace, run_dir=tmp_path / "runs")
+        rt = Runtime(workspace=workspace, run_dir=tmp_path / "runs")
         await rt.prespawn(_spec("spare", seen))
-        await asyncio.sleep(2)  # its helper runs about 0.5 s after spawn, and blocks
         assert model.conversation == [], "the waiting CLI sent nothing"
-        key.give(TOKEN)
         r = await asyncio.wait_for(rt.run(_spec("attempt", seen), "who answers?", on_event=events.append), 90)
     assert r.ok and r.text == "done", r.error
     taken = [e.payload for e in events if e.payload.get("subtype") == "prespawn"]
     assert taken == [{"subtype": "prespawn", "taken": True, "why": None}], taken
     main = [x for x in model.conversation if not x.side]
-    assert main and all(x.headers.get("x-api-key") == TOKEN for x in main), [x.headers for x in main]
     assert seen == ["hook:attempt", "mcp:attempt"], seen  # the spare's own callbacks never ran
     assert "answered by attempt" in main[-1].results[0]["text"]
 
@@ -105,26 +97,30 @@ async def test_a_prespawned_cli_is_taken_only_when_the_run_has_the_base_url_it_w
         assert url not in why[0]["why"]  # names, never values
 
 
-async def test_the_spares_warm_up_prompt_reaches_no_model_and_leaves_the_first_request_as_it_would_be(
-        workspace: Path, tmp_path: Path, scripted: Any) -> None:
-    """A spawned spare is sent ``WARM_UP`` (its CLI's slow first prompt, paid while it waits), blocked by a hook
-    before the model: the step's first request is the one a CLI spawned for it sends, and a resumed session holds
-    no trace of it either."""
+@pytest.mark.parametrize("rehearse", [False, True], ids=["blocked", "rehearsed"])
+async def test_the_spares_warm_up_prompt_leaves_the_first_request_as_it_would_be(
+        workspace: Path, tmp_path: Path, scripted: Any, rehearse: bool) -> None:
+    """A spawned spare is sent ``WARM_UP`` (its CLI's slow first prompt, paid while it waits): blocked by a hook
+    before the model, or — where its base URL answers it (a warm sandbox's bridge; here the scripted model) —
+    rehearsed the whole way and rewound. Either way the step's first request is the one a CLI spawned for it
+    sends, and a resumed session holds no trace of the warm-up."""
     seen: list[str] = []
     uuid = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
     firsts = []
-    with scripted([Rule(say("done"), prompt="go"), Rule(say("again"), user="more"), Rule(say("done"), prompt="go")]) as model:
+    rules = [Rule(say("done"), prompt="go"), Rule(say("again"), user="more"), Rule(say("done"), prompt="go")]
+    with scripted(rules) as model:
         for ahead in (True, False):
             rt = Runtime(workspace=workspace, run_dir=tmp_path / f"runs-{ahead}")
             if ahead:
-                await rt.prespawn(_spec("spare", seen))
-                assert model.requests == [], "the warm-up reached the model"
+                await rt.prespawn(_spec("spare", seen), rehearse=rehearse)
+                reached = [WARM_UP in x.user for x in model.requests]
+                assert reached == ([True] if rehearse else []), "the warm-up went as far as it should"
             r = await asyncio.wait_for(rt.run(_spec("attempt", seen), "go"), 90)
             assert r.ok and r.text == "done", r.error
             firsts.append([x for x in model.conversation if not x.side][-1])
             if ahead:
                 again = await asyncio.wait_for(rt.run(_spec("attempt", seen), "more", resume=r.session_id), 90)
                 assert again.ok and again.text == "again", again.error
-    assert all(WARM_UP not in json.dumps(x.body, ensure_ascii=False) for x in model.requests)
+    assert sum(WARM_UP in json.dumps(x.body, ensure_ascii=False) for x in model.requests) == int(rehearse)
     warm, fresh = (uuid.sub("<id>", json.dumps(x.body["messages"], ensure_ascii=False)) for x in firsts)
     assert warm == fresh

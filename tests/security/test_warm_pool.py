@@ -1,7 +1,8 @@
 """The warm pool through the real service (local bubblewrap and Docker): a sandbox started ahead holds nothing of
 any run — no spec, no env file, no token, no socket, no key — though its first step's CLI is already started in
-the repository's checkout, waiting on its key helper; a submitted run claims it (the sandbox existed before the run
-did), gets its gateway token then, its first step takes the waiting CLI, and the pool starts another."""
+the repository's checkout, its first prompt rehearsed against its own bridge (a stand-in key, a reply of nothing,
+rewound); a submitted run claims it (the sandbox existed before the run did), gets its gateway token then, its
+first step takes the waiting CLI, and the pool starts another."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import httpx
 
 from _hostile import DONE, ENDED, hostile_deployment, worker_rules
 from _service_helpers import Service, wait_for, wait_question, wait_status
+from flower.core.spare import WARM_UP
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ANSWER, ASK, BRIEF, CLARIFIER, marked_pids
 from sandbox.backends import DockerBackend, LocalBackend
@@ -98,9 +100,11 @@ echo {DONE}"""
             assert not any(KEY in p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file())
             env = environ_of(backend_name, folder, handle)
             assert "FLOWER_WARM=1" in env, env
-            # the CLI is told where its sandbox's own bridge listens, nothing else of the model's
+            # the CLI is told where its sandbox's own bridge listens and the bridge's stand-in for a key (which no
+            # gateway takes), nothing else of the model's
             held = [e for e in env if KEY in e or "flower-run-" in e or e.startswith(("ANTHROPIC", "FLOWER_TENANT"))
-                    and not re.fullmatch(r"ANTHROPIC_BASE_URL=http://127\.0\.0\.1:\d+", e)]
+                    and not re.fullmatch(r"ANTHROPIC_BASE_URL=http://127\.0\.0\.1:\d+", e)
+                    and not re.fullmatch(r"ANTHROPIC_API_KEY=flower-stand-in-[0-9a-f]{32}", e)]
             assert held == [], held
         acme_repo = dep.repos["acme"].name
         acme_slot = next(f for f in slots if (f / acme_repo).is_dir())
@@ -122,6 +126,8 @@ echo {DONE}"""
     events = [json.loads(x) for x in (acme_slot / "outbox" / "events.jsonl").read_text().splitlines()]
     taken = [e["payload"] for e in events if e["payload"].get("subtype") == "prespawn"]
     assert taken[:1] == [{"subtype": "prespawn", "taken": True, "why": None}], taken  # the waiting CLI did step 1
+    # its rehearsal never left the sandbox, and left nothing in the conversation the model saw
+    assert not any(WARM_UP in json.dumps(x.body, ensure_ascii=False) for x in model.requests)
     assert acme_slot not in refilled and len(refilled) == 2  # a claimed sandbox is never handed out again
     assert 'flower_warm_claims_total{outcome="hit"} 1.0' in metrics, metrics
     assert 'flower_run_start_seconds_count{warm="true"} 1.0' in metrics, metrics  # submit → its first request
