@@ -15,7 +15,9 @@ Started by the service beside itself it is given the service's pid (``--parent``
 no run is active it ends (``ORPHAN_EXIT_S``) — a gateway with runs to serve never does.
 
 One gateway per data dir: it holds an flock on ``data_dir/gateway.lock`` (its pid written in it) while it serves;
-a second one finds the lock held, says so and exits 0. SIGTERM (or SIGINT) closes it gracefully.
+a second one finds the lock held, says so and exits 0. SIGTERM (or SIGINT) closes it gracefully. Beside the lock,
+a datagram socket (``grants.WAKE_NAME``): a service that has just given a run its token pokes it
+(``grants.poke``), and the next pass is now — a run's start waits for no pass.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from pathlib import Path
 from .budgets import Budgets
 from .config import ServiceConfig
 from .gateway import Gateway, Grant, upstream_of
-from .grants import SYNC_S, server_tools  # SYNC_S: how often the active runs are read
+from .grants import SYNC_S, WAKE_NAME, server_tools  # SYNC_S: how often the active runs are read
 from .live import layout_of, one_line
 from .logging import get_logger
 from .metrics import Metrics
@@ -96,6 +98,7 @@ class GatewayProcess:
         if config.backend == "kubernetes":
             self.gateway.resolve = self._resolve
         self._failed: dict[str, str] = {}  # run → why its grant could not be opened (logged once)
+        self.poked = asyncio.Event()  # a service asked for a pass now (``listen_for_pokes``)
 
     # -- the registry's side ---------------------------------------------------------------------
     async def sync(self) -> None:
@@ -194,10 +197,48 @@ class GatewayProcess:
                 await asyncio.to_thread(self.budgets.renew_due)
             except Exception as e:  # noqa: BLE001 - a pass that fails (the database away) is tried again
                 log.warning("gateway.sync_failed", error=f"{type(e).__name__}: {one_line(e, 300)}")
+            await self._rest(stop)
+
+    async def _rest(self, stop: asyncio.Event) -> None:
+        """Until the next pass: ``SYNC_S``, or less when stopped or poked."""
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self.poked.wait())]
+        try:
+            await asyncio.wait(waits, timeout=SYNC_S, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        self.poked.clear()
+
+    def listen_for_pokes(self, loop: asyncio.AbstractEventLoop) -> socket.socket | None:
+        """The datagram socket services poke (``grants.poke``), bound in the data dir and read on ``loop``; None
+        where it cannot be (the passes then come every ``SYNC_S``, as they would anyway)."""
+        fd = os.open(self.config.data_path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
             try:
-                await asyncio.wait_for(stop.wait(), SYNC_S)
-            except TimeoutError:
+                os.unlink(WAKE_NAME, dir_fd=fd)  # an earlier gateway's: this one holds the lock now
+            except FileNotFoundError:
                 pass
+            sock.bind(f"/proc/self/fd/{fd}/{WAKE_NAME}")
+        except OSError as e:
+            sock.close()
+            log.warning("gateway.no_pokes", error=f"{type(e).__name__}: {one_line(e, 200)}",
+                        hint=f"runs wait up to {SYNC_S:g} s for their socket")
+            return None
+        finally:
+            os.close(fd)
+        sock.setblocking(False)
+
+        def drain() -> None:
+            try:
+                while sock.recv(64):
+                    pass
+            except OSError:
+                pass
+            self.poked.set()
+
+        loop.add_reader(sock, drain)
+        return sock
 
 
 def _alive(pid: int) -> bool:
@@ -230,6 +271,7 @@ async def serve_gateway(config: ServiceConfig, *, parent: int | None = None) -> 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    pokes = process.listen_for_pokes(loop)
     try:
         if config.gateway_port is not None:
             port = await process.gateway.listen_tcp(config.gateway_host, config.gateway_port)
@@ -237,6 +279,9 @@ async def serve_gateway(config: ServiceConfig, *, parent: int | None = None) -> 
         log.info("gateway.serving", pid=os.getpid(), data_dir=config.data_dir, registry=registry.where)
         await process.run(stop, parent=parent)
     finally:
+        if pokes is not None:
+            loop.remove_reader(pokes)
+            pokes.close()
         await process.gateway.aclose()
         registry.close()
         os.close(fd)

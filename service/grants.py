@@ -3,8 +3,10 @@ on the Docker and local backends, a socket of its own; re-opened for a run the s
 
 With the gateway in a process of its own (``gateway_process`` "beside" or "external", ``service.gatewayd``) the
 registry is the only thing between them: ``open`` writes the token's hash and waits until the gateway's process
-serves the run's socket (it reads the active runs every ``gatewayd.SYNC_S``); on Kubernetes the gateway looks an
-unknown token up itself. ``reopen`` then has nothing to do: the gateway's process re-opens what is live."""
+serves the run's socket (it reads the active runs every ``gatewayd.SYNC_S``, and at once when ``poke``d — on one
+host, which the local and Docker backends are: a run's start does not wait for its next pass); on Kubernetes the
+gateway looks an unknown token up itself. ``reopen`` then has nothing to do: the gateway's process re-opens what
+is live."""
 
 from __future__ import annotations
 
@@ -35,6 +37,25 @@ T = TypeVar("T")
 SERVED_WITHIN_S = 5.0  # a starting run's socket, served by the gateway's process (it looks every SYNC_S)
 CLOSED_WITHIN_S = 2.0  # an ending run's grant, closed by it (a gateway that is down serves nothing anyway)
 SYNC_S = 0.2  # how often the gateway's process (service.gatewayd) reads the active runs
+WAKE_NAME = "gateway.wake"  # in the data dir: the gateway process's datagram socket, poked for a pass now
+_LOOK_S = 0.005  # how often a run's socket is looked for, once the gateway was poked
+
+
+def poke(data_dir: os.PathLike[str] | str) -> None:
+    """The gateway's process on ``data_dir`` reads the grants now, not at its next pass. Best effort: a gateway
+    that is not there (or an older one) is found out by whoever waits for its socket."""
+    try:
+        fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.setblocking(False)
+            s.sendto(b".", f"/proc/self/fd/{fd}/{WAKE_NAME}")  # the folder's fd: its path may pass 108 bytes
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def serving(folder: os.PathLike[str] | str) -> bool:
@@ -108,13 +129,14 @@ class Grants:
 
     def _wait_served(self, run: Run, layout: RunLayout) -> None:
         deadline = time.monotonic() + SERVED_WITHIN_S
+        poke(self.config.data_path)
         while not serving(layout.gateway):
             if time.monotonic() > deadline:
                 raise GatewayNotServing(
                     f"the model gateway process is not serving (run {run.id}'s socket was not served within "
                     f"{SERVED_WITHIN_S:g} s); see its log (the gateway.* lines) and that `python -m service gateway` "
                     f"runs on {self.config.data_dir}", run_id=run.id, waited_s=SERVED_WITHIN_S)
-            time.sleep(0.05)
+            time.sleep(_LOOK_S)
 
     async def close(self, run_id: str, layout: RunLayout | None = None, *,
                     lease: Lease | None = None) -> Grant | None:
@@ -128,8 +150,9 @@ class Grants:
             await asyncio.sleep(2 * SYNC_S)
         elif layout is not None:
             deadline = time.monotonic() + CLOSED_WITHIN_S
+            poke(self.config.data_path)
             while await asyncio.to_thread(serving, layout.gateway) and time.monotonic() < deadline:
-                await asyncio.sleep(0.02)
+                await asyncio.sleep(_LOOK_S)
         return None
 
     def _on_loop(self, coro: Coroutine[object, object, T]) -> T:
