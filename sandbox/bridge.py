@@ -214,7 +214,9 @@ class _Pair:
         self.held = b""  # the CLI's last bytes that may be the start of the stand-in key, until the next come
 
     def outbound(self, chunk: bytes) -> bytes:
-        """What the CLI sent, the stand-in key swapped for the run's token — across chunk borders too."""
+        """What the CLI sent, the stand-in key swapped for the run's token — across chunk borders too: bytes that
+        may begin the stand-in wait for the next chunk (a request never ends on them: its last byte closes a JSON
+        body or a header block), or the end of the connection."""
         if self.swap is None:
             return chunk
         old, new = self.swap

@@ -107,9 +107,10 @@ class WarmPool:
                 return slot
             self.discard(slot)  # it died while waiting (killed, out of memory, the engine restarted)
 
-    def fill(self) -> int:
+    def fill(self, *, yield_to: Callable[[], bool] | None = None) -> int:
         """Blocking: top every wanted shape up to ``size`` (a waiting sandbox that died is replaced); how many
-        sandboxes were started. One fill at a time."""
+        sandboxes were started. One fill at a time. ``yield_to()``, asked before each start, True: stop here — the
+        CPU is better spent on what is starting now (runs of a burst) than on sandboxes for later ones."""
         started = 0
         with self._filling:
             if self._closed:
@@ -117,6 +118,8 @@ class WarmPool:
             self._prune()
             for shape in list(self.waiting()):
                 while self.waiting().get(shape, 0) < self.size:
+                    if yield_to is not None and yield_to():
+                        return started
                     try:
                         slot = self._start(shape)
                     except Exception as e:  # noqa: BLE001 - a failed start is reported, the pool goes on

@@ -114,7 +114,7 @@ class Grants:
             upstream, auth = upstream_of(values)
             created = run.created
             grant = Grant(run.id, run.tenant, digest, upstream, auth, server_tools=server_tools(tenant),
-                          on_first=lambda: self.metrics.first_request(warm, time.time() - created))
+                          on_first=lambda: self._first_request(run.id, warm, created))
             self._on_loop(self.gateway.open(grant, None if kubernetes else layout.gateway))
         elif not kubernetes:
             self._wait_served(run, layout)
@@ -126,6 +126,13 @@ class Grants:
         if kubernetes:
             return run_environment(values, token, url=self.config.gateway_url)
         return run_environment(values, token, socket_path=layout.gateway / SOCKET_NAME)
+
+    def _first_request(self, run_id: str, warm: bool, created: float) -> None:
+        """The gateway in this process saw the run's first model request: the start histogram, and the registry
+        (what the gateway's own process writes: a warm pool's refill waits for starting runs by it)."""
+        now = time.time()
+        self.metrics.first_request(warm, now - created)
+        self.registry.record_first_request(run_id, now)
 
     def _wait_served(self, run: Run, layout: RunLayout) -> None:
         deadline = time.monotonic() + SERVED_WITHIN_S

@@ -577,6 +577,14 @@ class Registry:
         rows = self._rows(select(wire_audit.c.first_request).where(wire_audit.c.run == run_id))
         return float(rows[0]["first_request"]) if rows and rows[0]["first_request"] is not None else None
 
+    def booting(self, since: float) -> int:
+        """How many live runs started after ``since`` have sent no model request yet: their sandboxes are starting
+        (Python, the imports, the CLI) — what a warm pool's refill would compete with for the CPU."""
+        q = select(func.count().label("n")).select_from(
+            runs.outerjoin(wire_audit, wire_audit.c.run == runs.c.id)).where(
+            runs.c.status.in_(list(ACTIVE)), runs.c.started > since, wire_audit.c.first_request.is_(None))
+        return int(self._rows(q)[0]["n"])
+
     def wire_counts(self, run_id: str) -> Counter[str] | None:
         """What ``record_wire_audit`` last wrote for the run, or None when the gateway counted nothing of it."""
         rows = self._rows(select(wire_audit).where(wire_audit.c.run == run_id))

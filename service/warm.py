@@ -2,8 +2,9 @@
 
 It owns the fill: one at a time in a worker thread, ``REFILL_AFTER_S`` after a claim (a new sandbox's imports —
 a second of CPU — would otherwise compete with the claimed run's CLI start), and a check every ``WARM_CHECK_S``
-that replaces a waiting sandbox that died and retries a start that failed. No warm sandbox is a slower start,
-never a refusal: its failures are logged, not raised.
+that replaces a waiting sandbox that died and retries a start that failed. A fill yields while runs are starting
+(started in the last ``BOOT_S``, no model request yet — a burst): it starts no sandbox then, and looks again every
+``YIELD_S``. No warm sandbox is a slower start, never a refusal: its failures are logged, not raised.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ from .registry import Registry
 from .runenv import settings_of
 from .tenants import Tenants
 
-__all__ = ["WarmKeeper", "WARM_CHECK_S", "REFILL_AFTER_S"]
+__all__ = ["WarmKeeper", "WARM_CHECK_S", "REFILL_AFTER_S", "BOOT_S", "YIELD_S"]
 
 log = get_logger("flower.service.scheduler")
 
 WARM_CHECK_S = 30.0  # how often the warm pool's waiting sandboxes are checked (and a failed start retried)
 REFILL_AFTER_S = 3.0  # a claim refills the pool this much later: a new sandbox's imports (a second of CPU) would
 # otherwise compete with the claimed run's CLI start, which is over by then
+BOOT_S = 60.0  # a run started this long ago that has sent no model request yet is not starting: it is stuck
+YIELD_S = 1.0  # a fill that yielded to starting runs looks again this much later
 
 
 class WarmKeeper:
@@ -43,6 +46,7 @@ class WarmKeeper:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._filling: asyncio.Task[int] | None = None
         self._next_check = 0.0
+        self._yielded = False
         if pool is not None:
             pool.on_error = self._failed
 
@@ -116,7 +120,13 @@ class WarmKeeper:
             else:
                 self.errors.ok(key)
         pool.retain(shapes)
-        return pool.fill()
+        self._yielded = False
+        return pool.fill(yield_to=self._runs_starting)
+
+    def _runs_starting(self) -> bool:
+        starting = self.registry.booting(time.time() - BOOT_S) > 0
+        self._yielded = self._yielded or starting
+        return starting
 
     def refill(self) -> None:
         """Top the pool up in a worker thread, one fill at a time (a claim during a fill is picked up next)."""
@@ -133,7 +143,10 @@ class WarmKeeper:
             self._failed(None, error)
             return
         full = self.pool is None or all(n >= self.pool.size for n in self.pool.waiting().values())
-        if task.result() and not full:
+        if self._yielded and not full:
+            assert self._loop is not None
+            self._loop.call_later(YIELD_S, self.refill)
+        elif task.result() and not full:
             self.refill()  # claimed while it filled
         elif full:
             self.errors.ok("warm")

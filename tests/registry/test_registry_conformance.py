@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -363,3 +364,20 @@ def test_a_lease_that_ran_out_unrenewed_is_still_its_holders_until_another_takes
     assert ACME[0] in kept and kept[ACME[0]].generation == lease.generation and kept[ACME[0]].expires == 25.0
     assert registry.take(ACME[0], "b", ttl=5, now=31.0) is not None
     assert registry.renew("a", ttl=5, now=31.5) == {}
+
+
+def test_booting_counts_the_live_runs_started_since_that_have_sent_no_model_request(registry: Registry):
+    """What a warm pool's refill yields to: runs whose sandboxes are starting (``service/warm.py``)."""
+    for run_id in ACME[:4]:
+        registry.create(id=run_id, tenant="acme", ask="x", options={}, repo="/r")
+    assert registry.booting(since=0.0) == 0, "queued runs are not starting"
+    registry.begin(ACME[0], started=100.0)
+    registry.begin(ACME[1], started=100.0)
+    registry.begin(ACME[2], started=10.0)  # started long ago and still silent: stuck, not starting
+    assert registry.booting(since=50.0) == 2
+    registry.record_first_request(ACME[0], 101.0)
+    assert registry.booting(since=50.0) == 1
+    registry.record_wire_audit(ACME[1], Counter())  # counts, but no request yet
+    assert registry.booting(since=50.0) == 1
+    assert registry.transition(ACME[1], "failed", frm=["starting", "running"])
+    assert registry.booting(since=50.0) == 0 and registry.booting(since=0.0) == 1

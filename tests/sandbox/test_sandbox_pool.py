@@ -54,6 +54,26 @@ def test_a_dead_waiting_sandbox_is_replaced_and_a_gone_shape_emptied(pool: WarmP
     assert pool.backend.slots() == {} and not fresh.exists() and pool.fill() == 0
 
 
+def test_a_fill_yields_to_what_is_starting_and_a_later_one_tops_the_pool_up(tmp_path: Path,
+                                                                            git_workspace: Path) -> None:
+    """``fill(yield_to=)`` is asked before each start: while it says runs are starting, no sandbox is."""
+    runs = tmp_path / "runs"
+    backend = LocalBackend(root=runs)
+    pool = WarmPool(backend, runs, 3, on_error=lambda shape, e: pytest.fail(f"a warm sandbox did not start: {e}"))
+    shape = shape_of(git_workspace)
+    pool.want(shape)
+    try:
+        assert pool.fill(yield_to=lambda: True) == 0 and pool.waiting() == {shape: 0}
+        asked: list[int] = []
+        assert pool.fill(yield_to=lambda: asked.append(1) or len(asked) > 1) == 1  # a burst begins after one start
+        assert pool.waiting() == {shape: 1} and len(backend.slots()) == 1
+        assert pool.fill(yield_to=lambda: False) == 2 and pool.waiting() == {shape: 3}
+    finally:
+        pool.close()
+        for handle in [*backend.live().values(), *backend.slots().values()]:
+            backend.remove(handle)
+
+
 def test_a_slot_serves_one_run_and_a_failed_claim_leaves_nothing(pool: WarmPool, git_workspace: Path) -> None:
     shape = shape_of(git_workspace)
     pool.want(shape)
