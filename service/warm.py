@@ -3,14 +3,15 @@
 It owns the fill: one at a time in a worker thread, ``REFILL_AFTER_S`` after a claim (a new sandbox's imports —
 a second of CPU — would otherwise compete with the claimed run's CLI start), and a check every ``WARM_CHECK_S``
 that replaces a waiting sandbox that died and retries a start that failed. A fill yields while runs are starting
-(started in the last ``BOOT_S``, no model request yet — a burst): it starts no sandbox then, and looks again every
-``YIELD_S``. No warm sandbox is a slower start, never a refusal: its failures are logged, not raised.
+(started in the last ``BOOT_S``, no model request yet), at least one per core — a burst, whose starts alone keep
+every core busy: it starts no sandbox then, and looks again every ``YIELD_S``. No warm sandbox is a slower start, never a refusal: its failures are logged, not raised.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import time
 from pathlib import Path
 
@@ -124,7 +125,7 @@ class WarmKeeper:
         return pool.fill(yield_to=self._runs_starting)
 
     def _runs_starting(self) -> bool:
-        starting = self.registry.booting(time.time() - BOOT_S) > 0
+        starting = self.registry.booting(time.time() - BOOT_S) >= len(os.sched_getaffinity(0))
         self._yielded = self._yielded or starting
         return starting
 
