@@ -43,6 +43,9 @@ class Stream(threading.Thread):
         try:
             with httpx.stream("GET", f"{self.url}/v1/runs/{self.run_id}/events", headers=headers,
                               timeout=httpx.Timeout(30, read=300)) as r:
+                if r.status_code == 429:  # the tenant's streams at their cap (a killed replica's slots, until its
+                    self.cut = True       # lease runs out): a client comes back later, as one that was cut
+                    return
                 assert r.status_code == 200, r.read()
                 for line in r.iter_lines():
                     if not line:
