@@ -4,7 +4,8 @@ It owns the fill: one at a time in a worker thread, ``REFILL_AFTER_S`` after a c
 a second of CPU — would otherwise compete with the claimed run's CLI start), and a check every ``WARM_CHECK_S``
 that replaces a waiting sandbox that died and retries a start that failed. A fill yields while runs are starting
 (started in the last ``BOOT_S``, no model request yet), at least one per core — a burst, whose starts alone keep
-every core busy: it starts no sandbox then, and looks again every ``YIELD_S``. No warm sandbox is a slower start, never a refusal: its failures are logged, not raised.
+every core busy: it starts no sandbox then, and looks again every ``YIELD_S``. No warm sandbox is a slower start,
+never a refusal: its failures are logged, not raised.
 """
 
 from __future__ import annotations

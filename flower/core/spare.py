@@ -10,7 +10,8 @@ timeouts, how many), the MCP servers by their config, the session store by ident
 SDK makes it (the process's, then ``options.env``; ``environment``) at spawn against the attempt's now — the base
 URL, so the gateway or the model it talks to, among them — less ``LATE``: names the CLI reads later or another way
 (the key — a warm sandbox's CLI is spawned with a stand-in for it, ``sandbox/bridge.py``; flower's own marks).
-Anything else that differs is a ``misfit``: the spare is closed and the attempt spawns its own CLI (a measured fallback: one CLI start).
+Anything else that differs is a ``misfit``: the spare is closed and the attempt spawns its own CLI (a measured
+fallback: one CLI start).
 What a run's environment is only expected to hold (a warm sandbox's bridge as its base URL) goes in the spare's
 ``options.env``, never in the process's: a guess must not become the run's environment.
 
