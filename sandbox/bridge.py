@@ -36,7 +36,7 @@ REHEARSAL_REPLY = ""  # what a rehearsal's model says: nothing (the rehearsal is
 _MAX_REHEARSAL = 1 << 23  # a request to rehearse is the CLI's first: tens of kB
 
 
-def _rehearsal_answer(body: bytes) -> bytes:
+def _rehearsal_answer(body: bytes | bytearray) -> bytes:
     """An empty Messages reply, streamed when asked to be: what a model that says nothing would send."""
     try:
         request = json.loads(body or b"{}")
@@ -67,7 +67,7 @@ def _rehearsal_answer(body: bytes) -> bytes:
             + b"\r\nConnection: close\r\n\r\n" + payload)
 
 
-def _whole_request(data: bytes) -> bytes | None:
+def _whole_request(data: bytearray) -> bytearray | None:
     """The body of the HTTP request ``data`` begins with, once all of it has come; None until then."""
     head, sep, body = data.partition(b"\r\n\r\n")
     if not sep:
@@ -144,7 +144,7 @@ class Bridge:
         except OSError:
             chunk = b""
         r.data += chunk
-        body = _whole_request(bytes(r.data)) if chunk else None
+        body = _whole_request(r.data) if chunk else None
         if chunk and body is None and len(r.data) < _MAX_REHEARSAL:
             return
         self._sel.unregister(r.client)

@@ -111,6 +111,9 @@ class WarmKeeper:
         changes: a new tenant gets waiting sandboxes, a removed one's go), then tops them up."""
         from sandbox.worktree import objects_dir
 
+        self._yielded = False
+        if self._runs_starting():  # asked again every YIELD_S in a burst: nothing read, nothing probed, until it ends
+            return 0
         shapes: set[Shape] = set()
         for tenant in self.tenants.all():
             key = f"warm:{tenant.name}"
@@ -122,7 +125,6 @@ class WarmKeeper:
             else:
                 self.errors.ok(key)
         pool.retain(shapes)
-        self._yielded = False
         return pool.fill(yield_to=self._runs_starting)
 
     def _runs_starting(self) -> bool:
