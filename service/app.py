@@ -126,7 +126,9 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
         backend = make_backend(config, tenants=len(tenants.all()))
     metrics = Metrics()
     gateway = Gateway(prices=config.prices)
-    results = Results(registry, tenants, Webhooks(registry, tenants, retry_s=config.webhook_retry_s))
+    results = Results(registry, tenants, Webhooks(registry, tenants, retry_s=config.webhook_retry_s,
+                                                   slots=config.webhook_slots,
+                                                   tenant_slots=config.webhook_tenant_slots))
     scheduler = Scheduler(config, registry, tenants, backend, gateway, metrics=metrics, results=results,
                           **({"clock": clock} if clock is not None else {}))
     def streams() -> dict[str, int]:  # every tenant, 0 included: a gauge that drops a series reads as no data

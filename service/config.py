@@ -96,6 +96,10 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # -- results reaching the team (service/webhooks.py, service/push.py) -------------------------
     webhook_retry_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 15.0
     """A failed webhook delivery is tried again this much later, then twice that, … (5 tries in all)."""
+    webhook_slots: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 16
+    """Webhook tries a replica has in flight at once, all tenants together (each ends within 10 s)."""
+    webhook_tenant_slots: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 4
+    """… of them one tenant's at most: a tenant whose receiver hangs holds up only its own webhooks."""
     # -- the API ----------------------------------------------------------------------------------
     max_streams_per_tenant: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 16
     """Open SSE streams one tenant may hold at once (429 past that)."""

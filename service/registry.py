@@ -823,18 +823,24 @@ class Registry:
         return [msgspec.convert({**_plain(r), "body": bytes(r["body"])}, Delivery) for r in self._rows(q)]
 
     def claim_delivery(self, d: Delivery, *, now: float, until: float) -> bool:
-        """Take ``d`` to send it, as read: still pending, due, and tried as often as ``d`` says — its next try moved
-        to ``until`` meanwhile, so no other replica sends it too (one that dies while sending leaves it due again at
-        ``until``). False when another took it first."""
+        """Take ``d`` to send one try of it, as read: still pending, due (``next_try <= now``), and tried as often as
+        ``d`` says — its next try moved to ``until`` meanwhile, so no other replica sends it until then (one that
+        dies while sending leaves it due again at ``until``). ``until`` is the claim: ``delivery_tried`` stores the
+        try's outcome only while it is still the delivery's. False when another took it first or it is not due."""
         c = deliveries.c
         return self._write(update(deliveries).where(
             c.id == d.id, c.state == "pending", c.attempts == d.attempts, c.next_try <= now).values(next_try=until)) > 0
 
-    def delivery_tried(self, d: Delivery) -> None:
-        """Store how a try went: its state, attempts, last status and error, next try, end."""
-        self._write(update(deliveries).where(deliveries.c.id == d.id).values(
+    def delivery_tried(self, d: Delivery, *, claim: float) -> bool:
+        """Store how a try went (``d`` as it left it, this try counted in ``attempts``): its state, attempts, last
+        status and error, next try, end — only while the try's claim (the ``until`` it was claimed with) is still
+        the delivery's. False, and nothing written, when it is not: the sender stalled past its claim, and another
+        replica has claimed the delivery since (its outcome is that one's to store)."""
+        c = deliveries.c
+        return self._write(update(deliveries).where(
+            c.id == d.id, c.state == "pending", c.attempts == d.attempts - 1, c.next_try == claim).values(
             state=d.state, attempts=d.attempts, last_status=d.last_status, last_error=d.last_error,
-            next_try=d.next_try, ended=d.ended))
+            next_try=d.next_try, ended=d.ended)) > 0
 
     def pending_pushes(self) -> _Runs:
         """Runs whose push was under way when the service stopped."""

@@ -10,12 +10,21 @@ A POST of the JSON ``WebhookBody``, with
 
 as GitHub signs with ``X-Hub-Signature-256``: a receiver recomputes the HMAC over the raw body and compares in
 constant time. A 2xx ends it; a 3xx (redirects are not followed) or a 4xx other than 408/429 is given up at
-once; anything else — 5xx, 408, 429, no answer — is tried again after ``webhook_retry_s``, doubling, ``TRIES``
-tries in all. One run's deliveries go out in order: the next waits until the one before it ended. The rows
-outlive a restart (pending ones are sent by the next service), and ``GET /v1/webhooks/deliveries`` shows them.
+once; anything else — 5xx, 408, 429, no answer within ``TRY_S`` — is tried again after ``webhook_retry_s``,
+doubling, ``TRIES`` tries in all. ``TRY_S`` bounds the whole try (connect, send, status line and headers; the
+body is not read), however slowly a receiver trickles its answer. One run's deliveries go out in order: the next
+waits until the one before it ended. The rows outlive a restart (pending ones are sent by the next service), and
+``GET /v1/webhooks/deliveries`` shows them.
+
+Fair: a replica has ``webhook_slots`` tries in flight at once, at most ``webhook_tenant_slots`` of them one
+tenant's, so a tenant whose receiver hangs holds up its own webhooks only.
+
 Several replicas on one registry send each try once: a try is claimed in the registry before it is sent
-(``Registry.claim_delivery``); one whose sender died mid-try is sent again after ``CLAIM_S``, with the same
-``X-Flower-Delivery``, which is what a receiver deduplicates on.
+(``Registry.claim_delivery``) for ``CLAIM_S``, which outlives the try's deadline by ``MARGIN_S``; a try that could
+not end ``MARGIN_S`` before its claim does is not sent, and its outcome is stored only while the claim is still
+its sender's (``Registry.delivery_tried``): a replica that stalled past its claim stores nothing. One whose sender
+died mid-try is sent again after ``CLAIM_S``, with the same ``X-Flower-Delivery``, which is what a receiver
+deduplicates on.
 The secret is read from its file at each try (a rotation applies at once) and is never logged or stored.
 """
 
@@ -26,6 +35,7 @@ import functools
 import hashlib
 import hmac
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Literal
 
@@ -36,18 +46,20 @@ from .logging import get_logger
 from .registry import Delivery, Push, Registry, Run
 from .tenants import Tenant, Tenants
 
-__all__ = ["Webhooks", "WebhookBody", "EventName", "sign", "SIGNATURE_HEADER", "TRIES"]
+__all__ = ["Webhooks", "WebhookBody", "EventName", "sign", "SIGNATURE_HEADER", "TRIES", "TRY_S", "CLAIM_S"]
 
 log = get_logger("flower.service.webhooks")
 
 EventName = Literal["run.started", "question.asked", "run.ended"]
 SIGNATURE_HEADER = "X-Flower-Signature-256"
 TRIES = 5  # 1 + 4 retries: with webhook_retry_s = 15, over about four minutes
-TIMEOUT_S = 10.0
-IN_FLIGHT = 8  # deliveries sent at once, all tenants together (one per run at a time)
+TRY_S = 10.0  # a whole try: connect, send, status line and headers — a receiver trickling bytes gets no longer
+MARGIN_S = 20.0  # a claim outlives its try by this: a slow registry write, a paused sender, replicas' clocks apart
+CLAIM_S = TRY_S + MARGIN_S  # a delivery being sent is no other replica's until then (then its sender died)
+SLOTS = 16  # tries in flight at once on a replica, all tenants together (one per run at a time)
+TENANT_SLOTS = 4  # … of them one tenant's at most: its hanging receiver holds up no other tenant's webhooks
 SECRET_BYTES = 4096
 RETRIED = {408, 429}
-CLAIM_S = TIMEOUT_S + 20  # a delivery being sent is no other replica's until then (then its sender died)
 
 
 class QuestionBody(msgspec.Struct):
@@ -119,14 +131,18 @@ def _secret(tenant: Tenant, path: str) -> bytes:
 class Webhooks:
     """The delivery queue (rows in the registry) and the task that sends it."""
 
-    def __init__(self, registry: Registry, tenants: Tenants, *, retry_s: float = 15.0) -> None:
+    def __init__(self, registry: Registry, tenants: Tenants, *, retry_s: float = 15.0, slots: int = SLOTS,
+                 tenant_slots: int = TENANT_SLOTS) -> None:
         self.registry = registry
         self.tenants = tenants
         self.retry_s = retry_s
+        self.slots = slots
+        self.tenant_slots = tenant_slots
         self._wake: asyncio.Event | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._flying: dict[str, asyncio.Task[None]] = {}  # run → its delivery being sent
+        self._tenants_flying: Counter[str] = Counter()  # tenant → its deliveries being sent
         self._client: httpx.AsyncClient | None = None
 
     # -- queueing (the scheduler's side: a row, then on) -----------------------------------------------
@@ -158,7 +174,7 @@ class Webhooks:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
-        self._client = httpx.AsyncClient(timeout=TIMEOUT_S, follow_redirects=False, trust_env=False,
+        self._client = httpx.AsyncClient(timeout=TRY_S, follow_redirects=False, trust_env=False,
                                          headers={"User-Agent": "flower-service"})
         self._task = self._loop.create_task(self._run(), name="flower-webhooks")
 
@@ -170,6 +186,7 @@ class Webhooks:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._task = None
         self._flying.clear()
+        self._tenants_flying.clear()
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -189,7 +206,8 @@ class Webhooks:
                 pass
 
     def _send_due(self) -> float:
-        """Start the deliveries that are due (each run's oldest pending one); seconds until the next is due."""
+        """Start the deliveries that are due (each run's oldest pending one), as many as the slots leave room for —
+        the tenant's and all tenants' together; seconds until the next is due."""
         now = time.time()
         wait = 60.0
         seen: set[str] = set()
@@ -202,23 +220,39 @@ class Webhooks:
             due = (d.next_try or 0.0) - now
             if due > 0:
                 wait = min(wait, due)
-            elif len(self._flying) < IN_FLIGHT:
+            elif len(self._flying) < self.slots and self._tenants_flying[d.tenant] < self.tenant_slots:
                 assert self._loop is not None
-                if not self.registry.claim_delivery(d, now=now, until=now + CLAIM_S):
+                claim = now + CLAIM_S
+                if not self.registry.claim_delivery(d, now=now, until=claim):
                     continue  # another replica sends it
-                task = self._loop.create_task(self._deliver(d), name=f"flower-webhook-{d.id}")
+                task = self._loop.create_task(self._deliver(d, claim), name=f"flower-webhook-{d.id}")
                 self._flying[d.run] = task
-                task.add_done_callback(functools.partial(self._landed, d.run))
+                self._tenants_flying[d.tenant] += 1
+                task.add_done_callback(functools.partial(self._landed, d.run, d.tenant))
         return max(0.01, wait)
 
-    def _landed(self, run: str, _task: asyncio.Task[None]) -> None:
-        self._flying.pop(run, None)
+    def _landed(self, run: str, tenant: str, _task: asyncio.Task[None]) -> None:
+        if self._flying.pop(run, None) is not None:
+            self._tenants_flying[tenant] -= 1
+            if self._tenants_flying[tenant] <= 0:
+                del self._tenants_flying[tenant]
         if self._wake is not None:
             self._wake.set()
 
-    async def _deliver(self, d: Delivery) -> None:
-        """One try of ``d``, and its outcome stored: delivered, given up, or when to try again."""
-        status, error, retry = await self._post(d)
+    async def _deliver(self, d: Delivery, claim: float) -> None:
+        """One try of ``d`` within its deadline, and its outcome stored while ``claim`` is still its: delivered,
+        given up, or when to try again."""
+        fields: dict[str, object] = {"tenant": d.tenant, "run": d.run, "delivery": d.id, "webhook_event": d.event}
+        left = claim - MARGIN_S - time.time()  # the try ends MARGIN_S before its claim does
+        if left <= 0:  # this sender was paused since it claimed: the claim lapses untried, and it is due again then
+            log.warning("webhook.claim_too_late", **fields)
+            return
+        try:
+            async with asyncio.timeout(min(TRY_S, left)):
+                status, error, retry = await self._post(d)
+        except TimeoutError:
+            status, error, retry = None, f"no answer from the webhook within {TRY_S:g} s (connect, send, status " \
+                                         "line and headers)", True
         d.attempts += 1
         d.last_status, d.last_error = status, error
         now = time.time()
@@ -228,9 +262,10 @@ class Webhooks:
             d.state, d.next_try, d.ended = "failed", None, now
         else:
             d.next_try = now + self.retry_s * 2 ** (d.attempts - 1)
-        await asyncio.to_thread(self.registry.delivery_tried, d)
-        fields = {"tenant": d.tenant, "run": d.run, "delivery": d.id, "webhook_event": d.event,
-                  "attempts": d.attempts, "status": status}
+        if not await asyncio.to_thread(functools.partial(self.registry.delivery_tried, d, claim=claim)):
+            log.warning("webhook.claim_lost", **fields, attempts=d.attempts, status=status)  # another's try now
+            return
+        fields |= {"attempts": d.attempts, "status": status}
         if d.state == "delivered":
             log.info("webhook.delivered", **fields)
         elif d.state == "failed":

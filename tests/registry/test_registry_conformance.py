@@ -175,8 +175,9 @@ def test_a_delivery_is_added_once_and_its_tries_are_kept(registry: Registry):
     registry.create(id=ACME[0], tenant="acme", ask="a", options={}, repo="")
     assert registry.add_delivery(d) and not registry.add_delivery(d), "an event read twice is sent once"
     registry.add_delivery(Delivery(id="d2", tenant="acme", run=ACME[0], event="run.started", body=b"{}", created=11.0))
-    d.state, d.attempts, d.last_status, d.last_error, d.ended = "delivered", 2, 204, None, 12.0
-    registry.delivery_tried(d)
+    assert registry.claim_delivery(d, now=10.0, until=40.0)
+    d.state, d.attempts, d.last_status, d.last_error, d.ended, d.next_try = "delivered", 1, 204, None, 12.0, None
+    assert registry.delivery_tried(d, claim=40.0)
     assert [x.id for x in registry.deliveries(oldest_first=True)] == ["d1", "d2"]
     assert [x.id for x in registry.deliveries()] == ["d2", "d1"]
     assert registry.deliveries(state="delivered") == [d] and registry.deliveries(tenant="beta") == []
