@@ -20,7 +20,8 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 __all__ = ["Usage", "ToolCall", "ToolResult", "ResponseReader", "tool_results", "cost_of", "PRICES",
-           "DENY_MARKS", "SPILL_MARK", "Ask", "SERVER_TOOLS", "server_tools", "most_cost"]
+           "DENY_MARKS", "SPILL_MARK", "Ask", "SERVER_TOOLS", "FETCHED_SOURCES", "server_tools", "fetched_sources",
+           "most_cost"]
 
 # USD per million tokens: (input, output). Cache writes cost 1.25x input, cache reads 0.1x (Anthropic's
 # published prices). The first entry whose key is in the model name wins; a config may extend the table.
@@ -101,8 +102,12 @@ def cost_of(model: str, usage: Usage, prices: Mapping[str, tuple[float, float]] 
 
 # Tools the provider runs on its own side, reaching the network for the run (named by their `type` without its date;
 # `mcp_servers` is the body's field, and the `mcp_toolset` tool type that uses it). A tenant may allow them by name.
+# Beside them, the content a provider fetches for the run (``fetched_sources``): a block whose source is a URL reaches
+# the network as a tool would, and a file source reads what was uploaded with the tenant's key (any run's, any
+# person's) — allowed by the same list, with open egress only.
+FETCHED_SOURCES = ("url_sources", "file_sources")
 SERVER_TOOLS = ("web_search", "web_fetch", "code_execution", "tool_search_tool_regex", "tool_search_tool_bm25",
-                "mcp_servers")
+                "mcp_servers", *FETCHED_SOURCES)
 _DATED = re.compile(r"_\d{8}$")
 
 
@@ -110,14 +115,40 @@ class _ToolSpec(msgspec.Struct):
     type: str | None = None
 
 
+class _Source(msgspec.Struct):
+    """A content block's ``source``: only what says where the provider would get its content from."""
+
+    type: str | None = None
+    url: str | None = None
+    file_id: str | None = None
+    content: "str | list[_Block] | _Block | None" = None  # a document's own blocks (``"type": "content"``)
+
+
+class _Block(msgspec.Struct):
+    """A content block, anywhere in a request (a message's, the system prompt's, a tool result's, a document's):
+    its text is skipped, not decoded; what it holds is walked down to its sources."""
+
+    type: str | None = None
+    source: "_Source | str | None" = None  # a search result's source is its label, a string
+    content: "str | list[_Block] | _Block | None" = None  # one block: a server tool's result (web_fetch's)
+    file_id: str | None = None  # a ``container_upload``'s
+
+
+class _Message(msgspec.Struct):
+    content: str | list[_Block] = ""
+
+
 class Ask(msgspec.Struct):
-    """What the gateway reads of a request before forwarding it; the conversation itself is skipped, not decoded.
+    """What the gateway reads of a request before forwarding it: the model, ``max_tokens``, the tools, and of the
+    conversation (messages, system prompt) only the blocks' types and sources — their text is skipped, not decoded.
     Duplicate keys: the last one wins, here as in the JSON parsers of the common stacks (or they refuse)."""
 
     model: str = ""
     max_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
     tools: list[_ToolSpec] | None = None
     mcp_servers: list[msgspec.Raw] | None = None
+    messages: list[_Message] = []
+    system: str | list[_Block] | None = None
 
 
 def server_tools(ask: Ask) -> list[str]:
@@ -128,6 +159,39 @@ def server_tools(ask: Ask) -> list[str]:
     if ask.mcp_servers:
         names.append("mcp_servers")
     return list(dict.fromkeys(names))
+
+
+def fetched_sources(ask: Ask) -> dict[str, list[str]]:
+    """The content the provider would fetch for a request, wherever it sits (messages, system prompt, tool results,
+    documents' own blocks): ``url_sources`` and ``file_sources`` → the block types that ask for it (``document``,
+    ``image``, ``container_upload``)."""
+    found: dict[str, list[str]] = {}
+
+    def note(kind: str, block: str | None) -> None:
+        names = found.setdefault(kind, [])
+        if (block or "block")[:40] not in names:
+            names.append((block or "block")[:40])
+
+    def walk(blocks: str | list[_Block] | _Block | None) -> None:
+        stack = [blocks]
+        while stack:
+            here = stack.pop()
+            for block in [here] if isinstance(here, _Block) else here if isinstance(here, list) else ():
+                if block.file_id is not None:
+                    note("file_sources", block.type)
+                source = block.source
+                if isinstance(source, _Source):
+                    if source.type == "url" or source.url is not None:
+                        note("url_sources", block.type)
+                    if source.type == "file" or source.file_id is not None:
+                        note("file_sources", block.type)
+                    stack.append(source.content)
+                stack.append(block.content)
+
+    walk(ask.system)
+    for message in ask.messages:
+        walk(message.content)
+    return found
 
 
 class ResponseReader:
