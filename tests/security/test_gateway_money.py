@@ -338,12 +338,11 @@ def test_forty_calls_at_once_from_one_run_and_from_two_runs_of_one_tenant_never_
             answered: Counter[str] = Counter()
             stopped: list[str] = []
 
-            def caller(i: int) -> None:
-                run_id, token = runs[0] if i < 40 else runs[1 + i % 2]
+            def caller(i: int, run: tuple[str, str]) -> None:
                 body = {"model": "flower-test-model", "max_tokens": 2_000,
                         "messages": [{"role": "user", "content": f"BUDGET {i} " + "x" * 6000}]}
                 with httpx.Client(base_url=wall.urls[i % len(wall.urls)], timeout=60,
-                                  headers={"x-api-key": token}) as c:
+                                  headers={"x-api-key": run[1]}) as c:
                     for _ in range(1000):  # held back for calls in flight (429): again; no room left (403): done
                         r = c.post("/v1/messages", json=body)
                         answered[str(r.status_code)] += 1
@@ -353,11 +352,13 @@ def test_forty_calls_at_once_from_one_run_and_from_two_runs_of_one_tenant_never_
                         if r.status_code != 200:
                             time.sleep(0.02)
 
-            threads = [threading.Thread(target=caller, args=(i,)) for i in range(80)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(300)
+            threads: list[threading.Thread] = []
+            for flood_of in ([runs[0]], runs[1:]):  # one run's 40 callers, then two runs' 20 each (a peer's bound: 64)
+                threads = [threading.Thread(target=caller, args=(i, flood_of[i % len(flood_of)])) for i in range(40)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(300)
             acme = wall.registry.get(runs[0][0])
             day = wall.registry.spent("beta", day_of())["cost_usd"]
             left = [wall.registry.get(r) for r, _ in runs]
