@@ -1,7 +1,8 @@
 """The tenant's money and its provider, attacked from inside a run (its worker's Bash talks to its own gateway
 socket with its own token): an answer is metered from the upstream's side when the run hangs up before reading it,
-fifty concurrent calls pass a budget by at most one call — a hundred through two gateway processes on one
-PostgreSQL likewise — and only allowed headers and server-side tools reach the tenant's provider."""
+concurrent calls never pass a budget — through one gateway, or two on one PostgreSQL — and only allowed headers,
+server-side tools and content the provider would fetch reach the tenant's provider. Where no run is needed, a run's
+token in hand: gateway processes of their own (``Wall``) on the registry, the tenants' upstream a scripted model."""
 
 from __future__ import annotations
 
@@ -136,12 +137,12 @@ def test_a_run_that_hangs_up_before_reading_is_metered_exactly_what_the_upstream
     assert run["cost_usd"] == pytest.approx(cost, abs=1e-9) and day["cost_usd"] == pytest.approx(cost, abs=1e-9)
 
 
-# -- budgets: fifty calls at once pass a budget by at most one call -------------------------------------------
+# -- budgets: fifty calls at once from inside a run never pass a budget ---------------------------------------
 FLOOD = """
 stopped = []
 def caller(i):
     for _ in range(400):  # a call the budget holds back for calls in flight (429) is retried; a 403 is final
-        status, text = call(ask(f"BUDGET {i} " + "x" * 6000))
+        status, text = call(ask(f"BUDGET {i} " + "x" * 6000, max_tokens=2000))
         if status == 403:
             stopped.append(text)
             return
@@ -153,15 +154,16 @@ for t in threads: t.start()
 for t in threads: t.join()
 print("PROBE stopped", len(stopped))
 """
-CALL = {"input_tokens": 2_500, "output_tokens": 500}  # $0.005 + $0.005 at 2/10 per million: each call is $0.01
-CALL_USD = 0.01
+CALL = {"input_tokens": 5_000, "output_tokens": 2_000}  # $0.01 + $0.02 at 2/10 per million: each call is $0.03
+CALL_USD = 0.03
+RUN_CAP = 1.00  # room for the CLI's own calls (each may cost ~$0.46: 32,000 out) and no multiple of a call's $0.03
 
 
-def test_fifty_concurrent_calls_pass_a_run_and_a_day_budget_by_at_most_one_call(
+def test_fifty_concurrent_calls_from_inside_a_run_never_pass_a_run_or_a_day_budget(
         tmp_path: Path, services: list[Service]) -> None:
     dep = hostile_deployment(tmp_path / "dep", "local")
     dep.config.write_text(dep.config.read_text() + PRICES)
-    dep.write_tenants(acme={"budget_usd.run": 0.10}, beta={"budget_usd.day": 0.10})
+    dep.write_tenants(acme={"budget_usd.run": RUN_CAP}, beta={"budget_usd.day": RUN_CAP})
     # each answer waits a little, so the calls truly overlap in the gateway
     flood = Rule(say("又花一笔", usage=CALL, delay=0.2), prompt="BUDGET", repeat=True)
     with ScriptedModel([flood, *worker_rules("花光预算", bash(FLOOD)), *worker_rules("花光日预算", bash(FLOOD))]) as model:
@@ -170,15 +172,13 @@ def test_fifty_concurrent_calls_pass_a_run_and_a_day_budget_by_at_most_one_call(
         run = wait_status(service.client("acme"), per_run, ENDED, timeout=300)
         day_run = wait_status(service.client("beta"), per_day, ENDED, timeout=300)
         day = service.client("beta").get("/v1/usage").json()
-    over_run, over_day = run["cost_usd"] - 0.10, day["cost_usd"] - 0.10
-    print(f"per-run budget $0.10: spent ${run['cost_usd']:.4f}, overshoot ${over_run:.4f}; "
-          f"daily budget $0.10: spent ${day['cost_usd']:.4f}, overshoot ${over_day:.4f}; one call ${CALL_USD}")
+    print(f"per-run budget ${RUN_CAP}: spent ${run['cost_usd']:.4f}; daily budget ${RUN_CAP}: spent "
+          f"${day['cost_usd']:.4f}; one call ${CALL_USD}")
     assert run["status"] == "failed" and "per-run budget" in run["error"], run
     assert day_run["status"] == "failed" and "daily budget" in day_run["error"], day_run
     for tenant, spent in (("acme", run["cost_usd"]), ("beta", day["cost_usd"])):
         assert spent == pytest.approx(upstream_cost(model, tenant)[2], abs=1e-9)  # what the upstream reported
-    assert 0 <= over_run <= CALL_USD + 1e-9, f"the per-run budget was passed by ${over_run:.4f}"
-    assert 0 <= over_day <= CALL_USD + 1e-9, f"the daily budget was passed by ${over_day:.4f}"
+        assert RUN_CAP - 0.5 < spent <= RUN_CAP + 1e-9, f"{tenant}: spent ${spent:.4f} of ${RUN_CAP}"
 
 
 # -- what reaches the provider: allowed headers and, with open egress only, listed server tools ---------------
