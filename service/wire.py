@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -77,12 +77,18 @@ def _usage(raw: object, into: Usage) -> None:
             setattr(into, name, _count(raw[name]))
 
 
+IMAGE_TOKENS = 5_000  # the most one image costs: the API scales a picture down to its largest (~4,800 tokens)
+DOCUMENT_TOKENS = 300_000  # the most one PDF (or fetched) document costs: 100 pages at up to 3,000 tokens each
+MAX_INPUT_TOKENS = 1_000_000  # no request's input is more than the largest context window
+
+
 def most_cost(ask: Ask, size: int, prices: Mapping[str, tuple[float, float]] | None = None) -> float:
     """The most a request of ``size`` bytes can cost: every byte an input token written to the cache (a token stands
     for at least one byte of the text it encodes, JSON only adds bytes, and a cache write is the dearest input at
-    1.25x), and all of ``max_tokens`` as output. What a budget holds for the call while it is in flight."""
+    1.25x) and what images and documents add beyond their bytes (``_unbounded``) — no more than a context window
+    holds — and all of ``max_tokens`` as output. What a budget holds for the call while it is in flight."""
     inp, out = price_of(ask.model, prices)
-    return (size * inp * 1.25 + ask.max_tokens * out) / 1e6
+    return (min(size + _unbounded(ask), MAX_INPUT_TOKENS) * inp * 1.25 + ask.max_tokens * out) / 1e6
 
 
 def price_of(model: str, prices: Mapping[str, tuple[float, float]] | None = None) -> tuple[float, float]:
@@ -161,37 +167,47 @@ def server_tools(ask: Ask) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _blocks(ask: Ask) -> Iterator[tuple[_Block, _Source | None]]:
+    """Every content block of a request with its source, wherever it sits (messages, system prompt, tool results,
+    documents' own blocks, a server tool's result)."""
+    stack: list[str | list[_Block] | _Block | None] = [ask.system, *(m.content for m in ask.messages)]
+    while stack:
+        here = stack.pop()
+        for block in [here] if isinstance(here, _Block) else here if isinstance(here, list) else ():
+            source = block.source if isinstance(block.source, _Source) else None
+            yield block, source
+            if source is not None:
+                stack.append(source.content)
+            stack.append(block.content)
+
+
 def fetched_sources(ask: Ask) -> dict[str, list[str]]:
-    """The content the provider would fetch for a request, wherever it sits (messages, system prompt, tool results,
-    documents' own blocks): ``url_sources`` and ``file_sources`` → the block types that ask for it (``document``,
-    ``image``, ``container_upload``)."""
+    """The content the provider would fetch for a request, wherever it sits: ``url_sources`` and ``file_sources``
+    → the block types that ask for it (``document``, ``image``, ``container_upload``)."""
     found: dict[str, list[str]] = {}
-
-    def note(kind: str, block: str | None) -> None:
-        names = found.setdefault(kind, [])
-        if (block or "block")[:40] not in names:
-            names.append((block or "block")[:40])
-
-    def walk(blocks: str | list[_Block] | _Block | None) -> None:
-        stack = [blocks]
-        while stack:
-            here = stack.pop()
-            for block in [here] if isinstance(here, _Block) else here if isinstance(here, list) else ():
-                if block.file_id is not None:
-                    note("file_sources", block.type)
-                source = block.source
-                if isinstance(source, _Source):
-                    if source.type == "url" or source.url is not None:
-                        note("url_sources", block.type)
-                    if source.type == "file" or source.file_id is not None:
-                        note("file_sources", block.type)
-                    stack.append(source.content)
-                stack.append(block.content)
-
-    walk(ask.system)
-    for message in ask.messages:
-        walk(message.content)
+    for block, source in _blocks(ask):
+        kinds = ["file_sources"] if block.file_id is not None else []
+        if source is not None and (source.type == "url" or source.url is not None):
+            kinds.append("url_sources")
+        if source is not None and (source.type == "file" or source.file_id is not None):
+            kinds.append("file_sources")
+        for kind in kinds:
+            names = found.setdefault(kind, [])
+            if (name := (block.type or "block")[:40]) not in names:
+                names.append(name)
     return found
+
+
+def _unbounded(ask: Ask) -> int:
+    """Input tokens a request's bytes do not bound: an image costs by its pixels (a small PNG can stand for a
+    large picture), a document that is not plain text by its pages (a PDF's, or one fetched from a URL or a file)."""
+    extra = 0
+    for block, source in _blocks(ask):
+        if block.type == "image":
+            extra += IMAGE_TOKENS
+        elif block.type == "document" and source is not None and source.type not in ("text", "content"):
+            extra += DOCUMENT_TOKENS
+    return extra
 
 
 class ResponseReader:

@@ -401,6 +401,50 @@ def test_a_call_whose_most_alone_passes_the_cap_is_refused_with_a_sentence_and_n
     assert again.status_code == 403 and again.json()["error"]["message"] == message, "the run may spend no more"
 
 
+PIXELS = {"input_tokens": 3_300, "output_tokens": 1_000}  # two pictures' 1,600 tokens each and the text: $0.0166
+
+
+def test_pictures_are_held_at_what_their_pixels_cost_not_their_bytes_and_a_budget_still_holds(tmp_path: Path) -> None:
+    """Two 1x1 PNGs are 200 bytes of a request, and the API may count a picture at up to ~4,800 tokens: held by
+    bytes, ten calls at once would fit the budget and pass it when answered. Held at what a picture may cost, the
+    budget holds."""
+    dep = Deployment(tmp_path)
+    dep.write_tenants(acme={"budget_usd.run": CAP})
+    picture = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+    with ScriptedModel([Rule(say("看到了", usage=PIXELS, delay=0.3), prompt="PIXELS", repeat=True)]) as model:
+        wall = Wall(tmp_path, dep, model, None)
+        try:
+            run_id, token = wall.run("acme")
+            statuses: list[int] = []
+
+            def caller(i: int) -> None:
+                body = {"model": "flower-test-model", "max_tokens": 1_000, "messages": [{"role": "user", "content": [
+                    picture, {"type": "tool_result", "tool_use_id": "toolu_1", "content": [picture]},
+                    {"type": "text", "text": f"PIXELS {i}"}]}]}
+                with httpx.Client(base_url=wall.urls[0], timeout=60, headers={"x-api-key": token}) as c:
+                    for _ in range(200):
+                        status = c.post("/v1/messages", json=body).status_code
+                        statuses.append(status)
+                        if status == 403:
+                            return
+                        if status != 200:
+                            time.sleep(0.02)
+
+            threads = [threading.Thread(target=caller, args=(i,)) for i in range(10)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            row = wall.registry.get(run_id)
+        finally:
+            wall.close()
+    assert row is not None
+    print(f"pictures: {Counter(statuses)}; spent ${row.cost_usd:.4f} of ${CAP}")
+    assert statuses.count(403) == 10 and statuses.count(200) >= 2, Counter(statuses)
+    assert row.cost_usd == pytest.approx(upstream_cost(model, "acme")[2], abs=1e-9)
+    assert row.cost_usd <= CAP + 1e-9, f"the budget was passed: ${row.cost_usd:.4f} of ${CAP}"
+
+
 # -- a URL is egress: content the provider would fetch is refused for closed egress, wherever it sits ------------
 URL = "http://127.0.0.1:9/leak?what=the-secret-the-run-read"
 DOC = {"type": "document", "source": {"type": "url", "url": URL}}
