@@ -137,7 +137,7 @@ class _Block(msgspec.Struct):
     type: str | None = None
     source: "_Source | str | None" = None  # a search result's source is its label, a string
     content: "str | list[_Block] | _Block | None" = None  # one block: a server tool's result (web_fetch's)
-    file_id: str | None = None  # a ``container_upload``'s
+    file_id: str | None = None  # a ``container_upload``'s, or a code execution's output file
 
 
 class _Message(msgspec.Struct):
@@ -186,7 +186,7 @@ def fetched_sources(ask: Ask) -> dict[str, list[str]]:
     → the block types that ask for it (``document``, ``image``, ``container_upload``)."""
     found: dict[str, list[str]] = {}
     for block, source in _blocks(ask):
-        kinds = ["file_sources"] if block.file_id is not None else []
+        kinds = ["file_sources"] if block.type == "container_upload" else []  # (a tool's output file: no upload)
         if source is not None and (source.type == "url" or source.url is not None):
             kinds.append("url_sources")
         if source is not None and (source.type == "file" or source.file_id is not None):
