@@ -1,13 +1,15 @@
 """What a run may still spend: the model gateway's ``Meter`` — every Messages call admitted against its tenant's
 budgets before it is forwarded, every answer settled from what the upstream reported.
 
-The money lives in the registry, not in a gateway: a call let through writes a hold (the most it can cost,
-``wire.most_cost``) in the same transaction that checks the run's and the tenant's day's spent and held against
-their caps (``Registry.hold``), and its answer replaces the hold with what it cost (``Registry.add_usage``). So
-however many calls run at once, through however many gateway processes on one database, a budget is passed by at
-most the one call let in last. Spent at a cap, the run may spend nothing more (403, and ``stop``, the scheduler's,
-ends it with a sentence); only held by calls in flight, the call is refused for now (429: the CLI retries, and a
-subagent is not lost to money that is only promised). A registry that cannot be reached admits nothing (429).
+The money lives in the registry, not in a gateway: a call is let through only when its hold (the most it can
+cost, ``wire.most_cost``) fits beside the run's and the tenant's day's spent and held under their caps — checked and
+written in one transaction (``Registry.hold``) — and its answer replaces the hold with what it cost
+(``Registry.add_usage``). So however many calls run at once, through however many gateway processes on one
+database, no budget is ever passed. A call that can never fit — spent at a cap, or less left than its most, or a
+most over the whole cap — ends the run (403, and ``stop``, the scheduler's, ends it with a sentence that says to
+raise the budget or lower ``max_tokens``); one that fits but for calls in flight is refused for now (429: the CLI
+retries, and a subagent is not lost to money that is only promised). A registry that cannot be reached admits
+nothing (429).
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class Budgets:
         if standing.taken:
             grant.held_back = None
             return Held(id=hold, day=day)
-        refused = self._refused(grant, tenant, standing)
+        refused = self._refused(grant, tenant, standing, most)
         if not refused.final:
             grant.held_back = (time.monotonic() + HELD_BACK_S, refused.why)
         return refused
@@ -184,21 +186,51 @@ class Budgets:
             for g in self.gateway.grants(tenant=tenant.name):
                 self._overspend(g, over)
 
-    def _refused(self, grant: Grant, tenant: Tenant, standing: Standing) -> Refused:
-        """Why a call found no room: spent alone at a cap (final), else held by the calls in flight (for now)."""
+    def _refused(self, grant: Grant, tenant: Tenant, standing: Standing, most: float) -> Refused:
+        """Why a call found no room: spent alone at a cap, or too little left for the call's ``most`` (final: the
+        run is stopped), else held by the calls in flight (for now)."""
         self._check(grant, tenant, Spent(run=standing.run_spent, day=standing.day_spent))
         if grant.refused:
             return Refused(grant.refused, final=True)
+        too_much = self._too_much(tenant, standing, most)
+        if too_much is not None:
+            self._overspend(grant, too_much)
+            return Refused(too_much, final=True)
         cap = tenant.budget_usd.run
-        if cap is not None and standing.run_spent + standing.run_held >= cap:
+        if cap is not None and standing.run_spent + standing.run_held + most > cap:
             return Refused(f"over budget for now: this run has spent ${standing.run_spent:.4f} and its calls in "
                            f"flight may cost ${standing.run_held:.4f} more of its ${cap:.2f} per-run budget (tenant "
-                           f"{tenant.name}, measured by the model gateway); retry once they are answered, or raise "
-                           "`budget_usd.run`", final=False)
+                           f"{tenant.name}, measured by the model gateway), with no room for this call's "
+                           f"${most:.4f}; retry once they are answered, or raise `budget_usd.run`", final=False)
         return Refused(f"over budget for now: tenant {tenant.name} has spent ${standing.day_spent:.4f} today and its "
                        f"calls in flight may cost ${standing.day_held:.4f} more of its ${tenant.budget_usd.day:.2f} "
-                       "daily budget (UTC, measured by the model gateway); retry once they are answered, or raise "
-                       "`budget_usd.day`", final=False)
+                       f"daily budget (UTC, measured by the model gateway), with no room for this call's "
+                       f"${most:.4f}; retry once they are answered, or raise `budget_usd.day`", final=False)
+
+    @staticmethod
+    def _too_much(tenant: Tenant, standing: Standing, most: float) -> str | None:
+        """Why a call can never fit, whatever the calls in flight bring back (spent only grows): the most it can
+        cost is more than its budget has left — or than the whole budget — or None."""
+        lower = "lower the calls' `max_tokens` (`CLAUDE_CODE_MAX_OUTPUT_TOKENS` in the tenant's credentials file)"
+        run, day = tenant.budget_usd.run, tenant.budget_usd.day
+        if run is not None and standing.run_spent + most > run:
+            if most > run:
+                return (f"over budget: a model call of this run may cost up to ${most:.4f} (all of its `max_tokens` "
+                        f"and its input), more than its whole ${run:.2f} per-run budget (tenant {tenant.name}, "
+                        f"measured by the model gateway); the service stopped it — {lower} or raise `budget_usd.run`")
+            return (f"over budget: this run has spent ${standing.run_spent:.4f} of its ${run:.2f} per-run budget "
+                    f"and its next model call may cost up to ${most:.4f}, more than is left (tenant {tenant.name}, "
+                    f"measured by the model gateway); the service stopped it — raise `budget_usd.run`, or {lower}")
+        if day is not None and standing.day_spent + most > day:
+            if most > day:
+                return (f"over budget: a model call of this run may cost up to ${most:.4f} (all of its `max_tokens` "
+                        f"and its input), more than tenant {tenant.name}'s whole ${day:.2f} daily budget (measured "
+                        f"by the model gateway); the service stopped the run — {lower} or raise `budget_usd.day`")
+            return (f"over budget: tenant {tenant.name} has spent ${standing.day_spent:.4f} today of its ${day:.2f} "
+                    f"daily budget (UTC) and this run's next model call may cost up to ${most:.4f}, more than is "
+                    f"left (measured by the model gateway); the service stopped the run — raise `budget_usd.day` "
+                    f"or wait for tomorrow, or {lower}")
+        return None
 
     def _overspend(self, grant: Grant, why: str) -> None:
         if grant.refused:

@@ -11,11 +11,12 @@ back — the audit a run cannot suppress or forge. Only the Messages API is forw
 
 What reaches the tenant's provider is allowed by name, never merely not denied: the Messages API's own headers, the
 bundled CLI's harmless ones and the betas in ``BETAS`` from the run, the tenant's credentials and custom headers
-from us (a run's header of the same name is dropped); server-side tools (``wire.server_tools``) only when the tenant
-lists them and its egress is open — the provider would otherwise reach the network for a closed-egress run.
+from us (a run's header of the same name is dropped); server-side tools (``wire.server_tools``) and content the
+provider fetches (a URL or file source anywhere in the request, ``wire.fetched_sources``) only when the tenant lists
+them and its egress is open — the provider would otherwise reach the network for a closed-egress run.
 Money is counted from the upstream's side: an answer is read to its end even when the run hung up
-(``_relay``), and a call holds the most it can cost (``wire.most_cost``) against the run's budgets while it is in
-flight (``admit``), so concurrent calls cannot pass a budget by more than one call.
+(``_relay``), and a call is let through only when the most it can cost (``wire.most_cost``) fits in the run's
+budgets beside what the calls in flight hold (``admit``), so concurrent calls never pass a budget.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import resource
 import secrets
 import socket
@@ -41,7 +43,7 @@ import msgspec
 
 from .logging import get_logger
 from .upstream import Upstream, UpstreamError, UpstreamResponse
-from .wire import Ask, ResponseReader, Usage, cost_of, most_cost, server_tools, tool_results
+from .wire import Ask, ResponseReader, Usage, cost_of, fetched_sources, most_cost, server_tools, tool_results
 
 __all__ = ["Gateway", "Grant", "Meter", "Held", "Refused", "upstream_of", "new_token", "SOCKET_NAME", "SECRET_KEYS"]
 
@@ -49,7 +51,7 @@ SOCKET_NAME = "gateway.sock"
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
 MAX_DISCARD = 1024 * 1024  # of a refused request's body, read and dropped
-MAX_IN_FLIGHT = 16  # a run's model calls at once: what it can make the service buffer, and overspend a budget by
+MAX_IN_FLIGHT = 16  # a run's model calls at once: what it can make the service buffer
 FORWARDED = ("/v1/messages", "/v1/messages/count_tokens")
 # The tenant's secrets: they stay here (what a run gets of its credentials file is service/runenv.py's allow-list).
 SECRET_KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS",
@@ -72,6 +74,8 @@ BETAS = frozenset({
     "fine-grained-tool-streaming-2025-05-14", "context-1m-2025-08-07", "prompt-caching-scope-2026-01-05",
     "extended-cache-ttl-2025-04-11", "redact-thinking-2026-02-12", "structured-outputs-2025-12-15",
     "token-counting-2024-11-01", "claude-code-side-query-2026-09-29"})
+MAX_PASSED_VALUE = 256  # bytes of a passed header's value: the CLI's are names, versions and ids
+_PRINTABLE = re.compile(rb"[\x20-\x7e]*")  # a passed header's value: visible ASCII and spaces, nothing else
 _HOP_BACK = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade", "trailer"}
 _TOOL_MEMORY = 4096
 
@@ -193,7 +197,9 @@ def _decode(body: bytes) -> dict[str, object]:
 
 def _headers(req: h11.Request, auth: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """What goes upstream: the run's headers in ``PASSED`` and its betas in ``BETAS`` (joined with the tenant's),
-    then the tenant's own — never a run's header with a name the tenant sets."""
+    then the tenant's own — never a run's header with a name the tenant sets. A run's value is its own bytes, read
+    by the provider's logs and whatever displays them: one with a control character (an escape sequence, a NUL)
+    or over ``MAX_PASSED_VALUE`` bytes is dropped, not passed on."""
     ours = {name for name, _ in auth}
     out: list[tuple[str, str]] = []
     betas: list[str] = []
@@ -201,8 +207,9 @@ def _headers(req: h11.Request, auth: list[tuple[str, str]]) -> list[tuple[str, s
         name = k.decode("latin-1")
         if name == "anthropic-beta":
             betas += [b for b in (x.strip() for x in v.decode("latin-1").split(",")) if b in BETAS]
-        elif name in PASSED and name not in ours:
-            out.append((name, v.decode("latin-1")))
+        elif (name in PASSED and name not in ours and len(v) <= MAX_PASSED_VALUE
+              and _PRINTABLE.fullmatch(bytes(v))):
+            out.append((name, v.decode("ascii")))
     for name, value in auth:
         if name == "anthropic-beta":
             betas += [x.strip() for x in value.split(",") if x.strip()]
@@ -624,7 +631,7 @@ class Gateway:
             return await self._send(conn, writer, *_error(400, "invalid_request_error", (
                 f"the body is not a Messages API request ({str(e)[:200]}); send a JSON object with the model, "
                 "max_tokens and messages")))
-        if refused := self._tools_refused(grant, ask):
+        if refused := self._egress_refused(grant, ask):
             return await self._send(conn, writer, *_error(403, "permission_error", refused))
         held: Held | None = None
         meter = self.meter if messages else None  # what else the API has (count_tokens) costs nothing
@@ -686,15 +693,29 @@ class Gateway:
         if listening:
             await _write(writer, conn.send(h11.EndOfMessage()))
 
-    def _tools_refused(self, grant: Grant, ask: Ask) -> str | None:
-        """Why the request's server-side tools are not forwarded for this run, or None when it uses none it may not."""
-        denied = [name for name in server_tools(ask) if name not in grant.server_tools]
-        if not denied:
+    def _egress_refused(self, grant: Grant, ask: Ask) -> str | None:
+        """Why the request is not forwarded for this run — the provider would reach the network (or the tenant's
+        uploaded files) for it: server-side tools, or content whose source is a URL or a file, that the run may
+        not use — or None. Written in the wire audit (once per streak of one kind by one run)."""
+        tools = [name for name in server_tools(ask) if name not in grant.server_tools]
+        sources = {kind: blocks for kind, blocks in fetched_sources(ask).items() if kind not in grant.server_tools}
+        if not tools and not sources:
             return None
-        log.warning("gateway.server_tools_refused", tenant=grant.tenant, run=grant.run_id, tools=denied[:20])
-        return (f"server-side tool(s) {', '.join(denied[:20])} are not forwarded for this run: the provider would "
-                "run them on the network for it, so its tenant needs `egress = \"open\"` and to list them in "
-                "`server_tools` in the tenants file")
+        if self._streaks.fresh("egress-" + ",".join([*tools[:20], *sources]), grant.run_id):
+            audit_log.warning("audit.egress_refused", tenant=grant.tenant, run=grant.run_id, status=403,
+                              tools=tools[:20], sources={k: v[:10] for k, v in sources.items()}, source="wire",
+                              hint=f"further refusals of this kind go unlogged until {STREAK_QUIET_S:.0f} s pass "
+                                   "without one")
+        if tools:
+            return (f"server-side tool(s) {', '.join(tools[:20])} are not forwarded for this run: the provider would "
+                    "run them on the network for it, so its tenant needs `egress = \"open\"` and to list them in "
+                    "`server_tools` in the tenants file")
+        what = " and ".join(f"{'URL' if kind == 'url_sources' else 'file'} sources ({', '.join(blocks[:10])})"
+                            for kind, blocks in sources.items())
+        return (f"content with {what} is not forwarded for this run: the provider would fetch it for the run (a URL "
+                "reaches any host; a file is what was uploaded with its tenant's key), so send the content itself "
+                "(base64 or text) instead, or its tenant needs `egress = \"open\"` and to list "
+                f"{' and '.join(f'`{k}`' for k in sources)} in `server_tools` in the tenants file")
 
     def _calls(self, grant: Grant, reader: ResponseReader, who: dict[str, str]) -> None:
         """The tool calls the model asked for: the wire audit's own record, which the results are matched to."""

@@ -41,11 +41,12 @@ from .registry import Registry, Run, open_registry
 from .tenants import Tenants
 from .wire import Usage
 
-__all__ = ["GatewayProcess", "serve_gateway", "take_lock", "lock_path", "LOCK_NAME", "SYNC_S"]
+__all__ = ["GatewayProcess", "serve_gateway", "take_lock", "lock_path", "LOCK_NAME", "SYNC_S", "RESOLVE_S"]
 
 LOCK_NAME = "gateway.lock"
 LOCK_WAIT_S = 0.5  # a lock held a moment (another process probing it) is waited for this long
 ORPHAN_EXIT_S = 2.0  # parent gone and no grant for this long: nothing left to serve
+RESOLVE_S = 0.1  # Kubernetes: the registry is read for unknown tokens at most this often (``_tokens``)
 
 log = get_logger("flower.service.gateway")
 
@@ -98,6 +99,8 @@ class GatewayProcess:
         if config.backend == "kubernetes":
             self.gateway.resolve = self._resolve
         self._failed: dict[str, str] = {}  # run → why its grant could not be opened (logged once)
+        self._lookup: asyncio.Task[dict[str, Run]] | None = None  # the registry read unknown tokens share
+        self._looked = -RESOLVE_S  # when (loop time) it began
         self.poked = asyncio.Event()  # a service asked for a pass now (``listen_for_pokes``)
 
     # -- the registry's side ---------------------------------------------------------------------
@@ -161,12 +164,41 @@ class GatewayProcess:
                         hint="tried again every pass while the run is active")
 
     async def _resolve(self, digest: str) -> Grant | None:
-        """Kubernetes: a token no grant holds yet — the run may have started since the last pass."""
-        rows = await asyncio.to_thread(self.registry.active_grants)
-        row = next((r for r in rows if r.token_sha256 == digest), None)
+        """Kubernetes: a token no grant holds yet — the run may have started since the last pass. Looked up in a
+        read of the registry that began after the request came (``_tokens``): one a run was given before it asked
+        is there; one nobody was given costs a share of a read, not a read."""
+        row = (await self._tokens()).get(digest)
         if row is None or self.tenants.get(row.tenant) is None:
             return None
         return self.gateway.grant(row.id) or await self._open(row)
+
+    async def _tokens(self) -> dict[str, Run]:
+        """The active runs by their token's hash, from a read of the registry that started after this was called.
+        Unknown tokens share their reads: one at a time, each at least ``RESOLVE_S`` after the one before — a peer
+        sending token after token (any number of peers) makes the gateway read the active runs no more often than
+        that, where each token used to cost a read of its own."""
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        while True:
+            lookup = self._lookup
+            if lookup is not None and self._looked >= asked:
+                return await asyncio.shield(lookup)
+            if lookup is not None and not lookup.done():
+                await asyncio.wait([lookup])  # began before we asked: the next one is ours
+                continue
+            if (wait := self._looked + RESOLVE_S - loop.time()) > 0:
+                await asyncio.sleep(wait)  # another waiter may start the read meanwhile: looked at again
+                continue
+            self._looked = loop.time()
+            self._lookup = loop.create_task(self._read_tokens(), name="flower-gateway-resolve")
+
+    async def _read_tokens(self) -> dict[str, Run]:
+        try:
+            rows = await asyncio.to_thread(self.registry.active_grants)
+        except Exception as e:  # noqa: BLE001 - the registry away: no token is found (401), the client tries again
+            log.warning("gateway.resolve_failed", error=f"{type(e).__name__}: {one_line(e, 300)}")
+            return {}
+        return {r.token_sha256: r for r in rows if r.token_sha256}
 
     # -- the gateway's hooks ---------------------------------------------------------------------
     def _audited(self, grant: Grant) -> None:

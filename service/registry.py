@@ -118,7 +118,7 @@ class Standing(msgspec.Struct, kw_only=True, frozen=True):
     day_spent: float
     day_held: float
     taken: bool
-    """The call's hold was written: spent and held were under both caps."""
+    """The call's hold was written: spent, held and the call's own most were within both caps."""
 
 
 class Spent(msgspec.Struct, kw_only=True, frozen=True):
@@ -516,10 +516,10 @@ class Registry:
 
     def hold(self, hold_id: str, *, run_id: str, tenant: str, day: str, amount: float, owner: str, now: float,
              ttl: float, run_cap: float | None, day_cap: float | None) -> Standing | None:
-        """Hold ``amount`` (the most a model call can cost) for the run on ``day`` while the run's spent and held
-        stay under ``run_cap`` and its tenant's day's under ``day_cap``: checked and written in one transaction
-        that first locks the tenant's day row, so gateways in several processes — or on several machines — admit
-        one call at a time and a budget is passed by one call at most. A hold no one settles stops counting at
+        """Hold ``amount`` (the most a model call can cost) for the run on ``day`` when the run's spent and held
+        with ``amount`` added stay within ``run_cap``, and its tenant's day's within ``day_cap``: checked and written
+        in one transaction that first locks the tenant's day row, so gateways in several processes — or on several
+        machines — admit one call at a time and no budget is ever passed. A hold no one settles stops counting at
         ``now + ttl`` (its gateway died with the call in flight). None when the run has no row."""
         sql = _money(self.dialect)
         with self._transaction() as t:
@@ -530,8 +530,8 @@ class Registry:
             t.execute(sql.sweep, {"tenant": tenant, "now": now})
             run_held, day_held = (float(x) for x in t.execute(sql.sums, {"run": run_id, "day": day,
                                                                         "tenant": tenant, "now": now}).one())
-            taken = ((run_cap is None or run_spent + run_held < run_cap)
-                     and (day_cap is None or day_spent + day_held < day_cap))
+            taken = ((run_cap is None or run_spent + run_held + amount <= run_cap)
+                     and (day_cap is None or day_spent + day_held + amount <= day_cap))
             if taken:
                 t.execute(sql.add_hold, {"id": hold_id, "run": run_id, "tenant": tenant, "day": day,
                                          "amount": amount, "owner": owner, "expires": now + ttl})

@@ -18,9 +18,10 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     push_credentials_file = "/etc/flower/acme.push"     # username=… and token=… lines (service.push)
 
 ``server_tools`` names the provider's server-side tools a run may ask for (``web_search``, ``web_fetch``,
-``code_execution``, ``tool_search_tool_regex``, ``tool_search_tool_bm25``, ``mcp_servers``): they reach the
-network from the provider's side, so with ``egress = "closed"`` none is forwarded whatever the list says, and by
-default none is.
+``code_execution``, ``tool_search_tool_regex``, ``tool_search_tool_bm25``, ``mcp_servers``) and the content it may
+have the provider fetch (``url_sources``: a block whose source is a URL; ``file_sources``: an uploaded file): they
+reach the network from the provider's side, so with ``egress = "closed"`` none is forwarded whatever the list says,
+and by default none is.
 
 ``webhook_url`` gets a POST on ``run.started``, ``question.asked`` and ``run.ended`` (JSON; header
 ``X-Flower-Signature-256: sha256=<hex HMAC-SHA256 of the body>`` keyed with the contents of

@@ -14,13 +14,14 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 __all__ = ["Usage", "ToolCall", "ToolResult", "ResponseReader", "tool_results", "cost_of", "PRICES",
-           "DENY_MARKS", "SPILL_MARK", "Ask", "SERVER_TOOLS", "server_tools", "most_cost"]
+           "DENY_MARKS", "SPILL_MARK", "Ask", "SERVER_TOOLS", "FETCHED_SOURCES", "server_tools", "fetched_sources",
+           "most_cost"]
 
 # USD per million tokens: (input, output). Cache writes cost 1.25x input, cache reads 0.1x (Anthropic's
 # published prices). The first entry whose key is in the model name wins; a config may extend the table.
@@ -76,12 +77,18 @@ def _usage(raw: object, into: Usage) -> None:
             setattr(into, name, _count(raw[name]))
 
 
+IMAGE_TOKENS = 5_000  # the most one image costs: the API scales a picture down to its largest (~4,800 tokens)
+DOCUMENT_TOKENS = 300_000  # the most one PDF (or fetched) document costs: 100 pages at up to 3,000 tokens each
+MAX_INPUT_TOKENS = 1_000_000  # no request's input is more than the largest context window
+
+
 def most_cost(ask: Ask, size: int, prices: Mapping[str, tuple[float, float]] | None = None) -> float:
     """The most a request of ``size`` bytes can cost: every byte an input token written to the cache (a token stands
     for at least one byte of the text it encodes, JSON only adds bytes, and a cache write is the dearest input at
-    1.25x), and all of ``max_tokens`` as output. What a budget holds for the call while it is in flight."""
+    1.25x) and what images and documents add beyond their bytes (``_unbounded``) — no more than a context window
+    holds — and all of ``max_tokens`` as output. What a budget holds for the call while it is in flight."""
     inp, out = price_of(ask.model, prices)
-    return (size * inp * 1.25 + ask.max_tokens * out) / 1e6
+    return (min(size + _unbounded(ask), MAX_INPUT_TOKENS) * inp * 1.25 + ask.max_tokens * out) / 1e6
 
 
 def price_of(model: str, prices: Mapping[str, tuple[float, float]] | None = None) -> tuple[float, float]:
@@ -101,8 +108,12 @@ def cost_of(model: str, usage: Usage, prices: Mapping[str, tuple[float, float]] 
 
 # Tools the provider runs on its own side, reaching the network for the run (named by their `type` without its date;
 # `mcp_servers` is the body's field, and the `mcp_toolset` tool type that uses it). A tenant may allow them by name.
+# Beside them, the content a provider fetches for the run (``fetched_sources``): a block whose source is a URL reaches
+# the network as a tool would, and a file source reads what was uploaded with the tenant's key (any run's, any
+# person's) — allowed by the same list, with open egress only.
+FETCHED_SOURCES = ("url_sources", "file_sources")
 SERVER_TOOLS = ("web_search", "web_fetch", "code_execution", "tool_search_tool_regex", "tool_search_tool_bm25",
-                "mcp_servers")
+                "mcp_servers", *FETCHED_SOURCES)
 _DATED = re.compile(r"_\d{8}$")
 
 
@@ -110,14 +121,40 @@ class _ToolSpec(msgspec.Struct):
     type: str | None = None
 
 
+class _Source(msgspec.Struct):
+    """A content block's ``source``: only what says where the provider would get its content from."""
+
+    type: str | None = None
+    url: str | None = None
+    file_id: str | None = None
+    content: "str | list[_Block] | _Block | None" = None  # a document's own blocks (``"type": "content"``)
+
+
+class _Block(msgspec.Struct):
+    """A content block, anywhere in a request (a message's, the system prompt's, a tool result's, a document's):
+    its text is skipped, not decoded; what it holds is walked down to its sources."""
+
+    type: str | None = None
+    source: "_Source | str | None" = None  # a search result's source is its label, a string
+    content: "str | list[_Block] | _Block | None" = None  # one block: a server tool's result (web_fetch's)
+    file_id: str | None = None  # a ``container_upload``'s, or a code execution's output file
+
+
+class _Message(msgspec.Struct):
+    content: str | list[_Block] = ""
+
+
 class Ask(msgspec.Struct):
-    """What the gateway reads of a request before forwarding it; the conversation itself is skipped, not decoded.
+    """What the gateway reads of a request before forwarding it: the model, ``max_tokens``, the tools, and of the
+    conversation (messages, system prompt) only the blocks' types and sources — their text is skipped, not decoded.
     Duplicate keys: the last one wins, here as in the JSON parsers of the common stacks (or they refuse)."""
 
     model: str = ""
     max_tokens: Annotated[int, msgspec.Meta(ge=0)] = 0
     tools: list[_ToolSpec] | None = None
     mcp_servers: list[msgspec.Raw] | None = None
+    messages: list[_Message] = []
+    system: str | list[_Block] | None = None
 
 
 def server_tools(ask: Ask) -> list[str]:
@@ -128,6 +165,49 @@ def server_tools(ask: Ask) -> list[str]:
     if ask.mcp_servers:
         names.append("mcp_servers")
     return list(dict.fromkeys(names))
+
+
+def _blocks(ask: Ask) -> Iterator[tuple[_Block, _Source | None]]:
+    """Every content block of a request with its source, wherever it sits (messages, system prompt, tool results,
+    documents' own blocks, a server tool's result)."""
+    stack: list[str | list[_Block] | _Block | None] = [ask.system, *(m.content for m in ask.messages)]
+    while stack:
+        here = stack.pop()
+        for block in [here] if isinstance(here, _Block) else here if isinstance(here, list) else ():
+            source = block.source if isinstance(block.source, _Source) else None
+            yield block, source
+            if source is not None:
+                stack.append(source.content)
+            stack.append(block.content)
+
+
+def fetched_sources(ask: Ask) -> dict[str, list[str]]:
+    """The content the provider would fetch for a request, wherever it sits: ``url_sources`` and ``file_sources``
+    → the block types that ask for it (``document``, ``image``, ``container_upload``)."""
+    found: dict[str, list[str]] = {}
+    for block, source in _blocks(ask):
+        kinds = ["file_sources"] if block.type == "container_upload" else []  # (a tool's output file: no upload)
+        if source is not None and (source.type == "url" or source.url is not None):
+            kinds.append("url_sources")
+        if source is not None and (source.type == "file" or source.file_id is not None):
+            kinds.append("file_sources")
+        for kind in kinds:
+            names = found.setdefault(kind, [])
+            if (name := (block.type or "block")[:40]) not in names:
+                names.append(name)
+    return found
+
+
+def _unbounded(ask: Ask) -> int:
+    """Input tokens a request's bytes do not bound: an image costs by its pixels (a small PNG can stand for a
+    large picture), a document that is not plain text by its pages (a PDF's, or one fetched from a URL or a file)."""
+    extra = 0
+    for block, source in _blocks(ask):
+        if block.type == "image":
+            extra += IMAGE_TOKENS
+        elif block.type == "document" and source is not None and source.type not in ("text", "content"):
+            extra += DOCUMENT_TOKENS
+    return extra
 
 
 class ResponseReader:

@@ -142,8 +142,10 @@ def test_a_settled_hold_becomes_spend_and_a_dead_gateways_holds_go(registry: Reg
     spent = registry.add_usage(ACME[0], "acme", "2026-01-01", input_tokens=1, output_tokens=2, cache_write_tokens=0,
                                cache_read_tokens=0, cost_usd=0.25, hold="h1")
     assert (spent.run, spent.day) == (0.25, 0.25)
-    again = _hold(registry, "h4", "gw-a")
-    assert again.taken and (again.run_spent, again.run_held) == (0.25, 0.5)
+    crossing = _hold(registry, "h4x", "gw-a")
+    assert not crossing.taken, "$0.25 spent, $0.50 held: a call that may cost $0.50 would pass the $1.00"
+    again = _hold(registry, "h4", "gw-a", amount=0.25)
+    assert again.taken and (again.run_spent, again.run_held) == (0.25, 0.5), "one that may cost $0.25 fits exactly"
     assert registry.release_holds("gw-b") == 1, "gw-b started again: its call in flight holds nothing more"
     registry.release_hold("h4")
     later = _hold(registry, "h5", "gw-a", now=1000.0)

@@ -264,8 +264,8 @@ def test_a_docker_run_reaches_only_the_gateway_unless_its_tenant_opts_into_open_
 def test_a_run_over_its_budget_is_stopped_and_its_usage_is_the_wires(tmp_path: Path, services: list[Service]) -> None:
     dep = hostile_deployment(tmp_path / "dep", "local")
     dep.config.write_text(dep.config.read_text() + 'prices = { "flower-test-model" = [2.0, 10.0] }\n')
-    dep.write_tenants(acme={"budget_usd.run": 0.05})
-    big = {"input_tokens": 20_000, "output_tokens": 1_000}  # $0.04 + $0.01 at 2/10 per million: one answer is $0.05
+    dep.write_tenants(acme={"budget_usd.run": 0.70})  # the CLI's calls may cost ~$0.46 each (32,000 out, 55 KB in)
+    big = {"input_tokens": 150_000, "output_tokens": 1_000}  # $0.30 + $0.01 at 2/10 per million: no room for another
     rules = [Rule(say("还想问一句?", usage=big), system=CLARIFIER, prompt="花钱的活"),
              Rule(say(BRIEF, usage={"input_tokens": 100, "output_tokens": 10}), system=CLARIFIER, prompt="便宜的活"),
              Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标")]
@@ -278,14 +278,15 @@ def test_a_run_over_its_budget_is_stopped_and_its_usage_is_the_wires(tmp_path: P
         other = wait_status(service.client("beta"), cheap, ENDED, timeout=180)
         sent = {name: [r for r in model.requests if r.usage and r.headers.get("x-api-key") == KEYS[name]]
                 for name in KEYS}
-        dep.write_tenants(acme={"budget_usd.run": 0.05, "budget_usd.day": 0.01})  # today's spend is past that
+        dep.write_tenants(acme={"budget_usd.run": 0.70, "budget_usd.day": 0.01})  # today's spend is past that
         late = wait_status(service.client("acme"), submit(service, "acme", "又一个", clarify_only=True), ENDED, 120)
         log = service.log_path.read_text()
         day = service.client("acme").get("/v1/usage").json()
     assert late["status"] == "failed" and "daily budget" in late["error"] and late["usage"]["input_tokens"] == 0, late
-    assert day["budget_usd"] == {"run": 0.05, "day": 0.01} and day["cost_usd"] == pytest.approx(run["cost_usd"], abs=1e-6)
-    assert run["status"] == "failed" and run["error"].startswith("over budget: this run has spent $0.05"), run
-    assert "per-run budget" in run["error"] and "budget_usd.run" in run["error"]
+    assert day["budget_usd"] == {"run": 0.70, "day": 0.01} and day["cost_usd"] == pytest.approx(run["cost_usd"], abs=1e-6)
+    assert run["status"] == "failed" and "over budget: this run has spent $0.3100 of its $0.70 per-run budget and its " \
+        "next model call may cost up to $0.4" in run["error"], run  # never more than the budget: the call is refused
+    assert "more than is left" in run["error"] and "budget_usd.run" in run["error"]
     for row, reqs in ((run, sent["acme"]), (other, sent["beta"])):
         assert reqs
         want_in = sum(r.usage["input_tokens"] for r in reqs)

@@ -5,21 +5,28 @@ API and runs go on. The TCP listener (the Kubernetes way in) turns away one peer
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import statistics
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from _service_helpers import Deployment, Service, gateway_pid, wait_for, wait_status
 from _hostile import DONE, ENDED, hostile_deployment, worker_rules
-from flower.testing import ScriptedModel
-from service.gateway import MAX_PEER_CONNECTIONS
+from flower.testing import Rule, ScriptedModel, say
+from service.config import ServiceConfig
+from service.gateway import MAX_PEER_CONNECTIONS, new_token
+from service.gatewayd import RESOLVE_S, GatewayProcess
+from service.registry import Registry, Run
+from service.tenants import Tenants
 
 pytestmark = pytest.mark.cli
 
@@ -259,3 +266,52 @@ def test_one_peer_flooding_the_tcp_listener_without_a_token_is_turned_away_past_
     assert answer.startswith(b"HTTP/1.1 401"), answer[:200]
     assert len(bound_lines(service, "peer_connections", peer="127.0.0.1")) == 1
     assert len(bound_lines(service, "head_timeout", peer="127.0.0.1")) == 1
+
+
+async def test_unknown_tokens_on_the_tcp_listener_share_the_gateways_registry_reads(tmp_path: Path) -> None:
+    """Kubernetes: a token no grant holds is looked up in the registry (a run may have started since the last pass).
+    Sixty made-up tokens at once cost a read each on the old gateway; here they share reads, at most
+    one every ``RESOLVE_S`` — while a real run's token, never seen by a pass, is still found at its first request."""
+    dep = Deployment(tmp_path)
+    with ScriptedModel([Rule(say("在"), prompt="REAL", repeat=True)]) as model:
+        dep.set_credentials({"ANTHROPIC_BASE_URL": model.url, "ANTHROPIC_API_KEY": "sk-ant-tenant-key"})
+        config = ServiceConfig(data_dir=str(tmp_path / "data"), backend="kubernetes", min_free_mb=0,
+                               guard_canary=False, tenants=str(tmp_path / "tenants.toml"))
+        registry = Registry(config.db_path)
+        process = GatewayProcess(config, registry, Tenants(config.tenants))  # no passes: every token is unknown
+        reads = [0]
+        active_grants = registry.active_grants
+
+        def counted() -> list[Run]:
+            reads[0] += 1
+            return active_grants()
+
+        registry.active_grants = counted  # type: ignore[method-assign]
+        try:
+            port = await process.gateway.listen_tcp("127.0.0.1", 0)
+            run_id = f"20261204-000000-{uuid.uuid4().hex}"
+            registry.create(id=run_id, tenant="acme", ask="x", options={}, repo=str(dep.repos["acme"]))
+            token, digest = new_token()
+            assert registry.begin(run_id, started=time.time()) and registry.record_running(run_id, "k8s:x")
+            assert registry.update(run_id, token_sha256=digest)
+
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                                         limits=httpx.Limits(max_connections=60)) as c:
+                async def call(key: str, text: str = "FAKE") -> int:
+                    r = await c.post("/v1/messages", headers={"x-api-key": key}, json={
+                        "model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": text}]})
+                    return r.status_code
+
+                started = time.monotonic()
+                made_up = await asyncio.gather(*(call(new_token()[0]) for _ in range(60)))
+                elapsed = time.monotonic() - started
+                flooded = reads[0]
+                real = await call(token, "REAL")
+        finally:
+            await process.gateway.aclose()
+            registry.close()
+    print(f"60 made-up tokens at once: {flooded} registry reads in {elapsed:.2f} s (RESOLVE_S {RESOLVE_S}); "
+          f"a real run's first call: {real}")
+    assert made_up == [401] * 60
+    assert flooded <= 2 + elapsed / RESOLVE_S, f"{flooded} reads of every active run for 60 unknown tokens"
+    assert real == 200 and [r for r in model.requests if "REAL" in r.prompt]

@@ -1,13 +1,15 @@
 """The tenant's money and its provider, attacked from inside a run (its worker's Bash talks to its own gateway
 socket with its own token): an answer is metered from the upstream's side when the run hangs up before reading it,
-fifty concurrent calls pass a budget by at most one call — a hundred through two gateway processes on one
-PostgreSQL likewise — and only allowed headers and server-side tools reach the tenant's provider."""
+concurrent calls never pass a budget — through one gateway, or two on one PostgreSQL — and only allowed headers,
+server-side tools and content the provider would fetch reach the tenant's provider. Where no run is needed, a run's
+token in hand: gateway processes of their own (``Wall``) on the registry, the tenants' upstream a scripted model."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +19,6 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-import psycopg
 import pytest
 
 from _service_helpers import ROOT, Deployment, Service, wait_for, wait_status
@@ -136,12 +137,12 @@ def test_a_run_that_hangs_up_before_reading_is_metered_exactly_what_the_upstream
     assert run["cost_usd"] == pytest.approx(cost, abs=1e-9) and day["cost_usd"] == pytest.approx(cost, abs=1e-9)
 
 
-# -- budgets: fifty calls at once pass a budget by at most one call -------------------------------------------
+# -- budgets: fifty calls at once from inside a run never pass a budget ---------------------------------------
 FLOOD = """
 stopped = []
 def caller(i):
     for _ in range(400):  # a call the budget holds back for calls in flight (429) is retried; a 403 is final
-        status, text = call(ask(f"BUDGET {i} " + "x" * 6000))
+        status, text = call(ask(f"BUDGET {i} " + "x" * 6000, max_tokens=2000))
         if status == 403:
             stopped.append(text)
             return
@@ -153,15 +154,16 @@ for t in threads: t.start()
 for t in threads: t.join()
 print("PROBE stopped", len(stopped))
 """
-CALL = {"input_tokens": 2_500, "output_tokens": 500}  # $0.005 + $0.005 at 2/10 per million: each call is $0.01
-CALL_USD = 0.01
+CALL = {"input_tokens": 5_000, "output_tokens": 2_000}  # $0.01 + $0.02 at 2/10 per million: each call is $0.03
+CALL_USD = 0.03
+RUN_CAP = 1.00  # room for the CLI's own calls (each may cost ~$0.46: 32,000 out) and no multiple of a call's $0.03
 
 
-def test_fifty_concurrent_calls_pass_a_run_and_a_day_budget_by_at_most_one_call(
+def test_fifty_concurrent_calls_from_inside_a_run_never_pass_a_run_or_a_day_budget(
         tmp_path: Path, services: list[Service]) -> None:
     dep = hostile_deployment(tmp_path / "dep", "local")
     dep.config.write_text(dep.config.read_text() + PRICES)
-    dep.write_tenants(acme={"budget_usd.run": 0.10}, beta={"budget_usd.day": 0.10})
+    dep.write_tenants(acme={"budget_usd.run": RUN_CAP}, beta={"budget_usd.day": RUN_CAP})
     # each answer waits a little, so the calls truly overlap in the gateway
     flood = Rule(say("又花一笔", usage=CALL, delay=0.2), prompt="BUDGET", repeat=True)
     with ScriptedModel([flood, *worker_rules("花光预算", bash(FLOOD)), *worker_rules("花光日预算", bash(FLOOD))]) as model:
@@ -170,15 +172,13 @@ def test_fifty_concurrent_calls_pass_a_run_and_a_day_budget_by_at_most_one_call(
         run = wait_status(service.client("acme"), per_run, ENDED, timeout=300)
         day_run = wait_status(service.client("beta"), per_day, ENDED, timeout=300)
         day = service.client("beta").get("/v1/usage").json()
-    over_run, over_day = run["cost_usd"] - 0.10, day["cost_usd"] - 0.10
-    print(f"per-run budget $0.10: spent ${run['cost_usd']:.4f}, overshoot ${over_run:.4f}; "
-          f"daily budget $0.10: spent ${day['cost_usd']:.4f}, overshoot ${over_day:.4f}; one call ${CALL_USD}")
+    print(f"per-run budget ${RUN_CAP}: spent ${run['cost_usd']:.4f}; daily budget ${RUN_CAP}: spent "
+          f"${day['cost_usd']:.4f}; one call ${CALL_USD}")
     assert run["status"] == "failed" and "per-run budget" in run["error"], run
     assert day_run["status"] == "failed" and "daily budget" in day_run["error"], day_run
     for tenant, spent in (("acme", run["cost_usd"]), ("beta", day["cost_usd"])):
         assert spent == pytest.approx(upstream_cost(model, tenant)[2], abs=1e-9)  # what the upstream reported
-    assert 0 <= over_run <= CALL_USD + 1e-9, f"the per-run budget was passed by ${over_run:.4f}"
-    assert 0 <= over_day <= CALL_USD + 1e-9, f"the daily budget was passed by ${over_day:.4f}"
+        assert RUN_CAP - 0.5 < spent <= RUN_CAP + 1e-9, f"{tenant}: spent ${spent:.4f} of ${RUN_CAP}"
 
 
 # -- what reaches the provider: allowed headers and, with open egress only, listed server tools ---------------
@@ -247,17 +247,15 @@ def test_a_tenants_file_naming_an_unknown_server_tool_is_refused_with_a_sentence
     assert json.dumps(sorted(Tenants(dep.root / "tenants.toml").get("acme").server_tools)) == "[]"
 
 
-# -- two gateways on one database: the budget is the database's, not a gateway's ---------------------------------
-CALLERS = 100
-
-
-def _gateway(root: Path, name: str, postgres_url: str) -> tuple[subprocess.Popen[bytes], str]:
-    """``python -m service gateway`` on a data dir of its own and the shared registry, serving TCP (as on Kubernetes:
-    the token alone names the run); its URL once it listens."""
+# -- gateway processes on one registry: the budget is the registry's, not a gateway's ------------------------------
+def _gateway(root: Path, name: str, postgres_url: str | None) -> tuple[subprocess.Popen[bytes], str]:
+    """``python -m service gateway`` on a data dir of its own — its registry there, or the shared PostgreSQL one —
+    serving TCP (as on Kubernetes: the token alone names the run); its URL once it listens."""
     config = root / f"{name}.toml"
+    database = f'database_url = "{postgres_url}"\n' if postgres_url else ""
     config.write_text(f'data_dir = "data-{name}"\ntenants = "tenants.toml"\nbackend = "kubernetes"\n'
                       f'image = "flower:test"\ngateway_host = "127.0.0.1"\ngateway_port = 0\n'
-                      f'gateway_url = "http://127.0.0.1:1"\ndatabase_url = "{postgres_url}"\nreplica = "{name}"\n'
+                      f'gateway_url = "http://127.0.0.1:1"\n{database}replica = "{name}"\n'
                       f'log_format = "json"\n{PRICES}')
     log = root / f"{name}.log"
     proc = subprocess.Popen([sys.executable, "-m", "service", "gateway", "--config", str(config)], cwd=ROOT,
@@ -274,74 +272,312 @@ def _gateway(root: Path, name: str, postgres_url: str) -> tuple[subprocess.Popen
     return proc, f"http://127.0.0.1:{wait_for(port, timeout=60, what=f'gateway {name} listening')}"
 
 
-def test_a_hundred_calls_at_once_through_two_gateways_pass_a_run_and_a_day_budget_by_at_most_one_call(
-        tmp_path: Path, postgres_url: str) -> None:
-    dep = Deployment(tmp_path)
-    dep.write_tenants(acme={"budget_usd.run": 0.10}, beta={"budget_usd.day": 0.10})
-    registry = Registry.postgres(postgres_url)
-    tokens: dict[str, tuple[str, str]] = {}  # run → (tenant, its gateway token)
-    for i, tenant in enumerate(("acme", "beta", "beta")):  # beta's day is shared by two runs
+class Wall:
+    """Gateway processes on one registry (SQLite: one gateway on its data dir; PostgreSQL: ``gateways`` of them),
+    the tenants' credentials pointing at the scripted model; runs made live in the registry by hand."""
+
+    def __init__(self, root: Path, dep: Deployment, model: ScriptedModel, postgres_url: str | None,
+                 gateways: int = 1, **env: str) -> None:
+        self.root, self.dep = root, dep
+        for name, path in dep.creds.items():
+            path.write_text("".join(f"{k}={v}\n" for k, v in {"ANTHROPIC_BASE_URL": model.url,
+                                                                 "ANTHROPIC_API_KEY": KEYS[name], **env}.items()))
+        self.registry = (Registry.postgres(postgres_url) if postgres_url
+                         else Registry(root / "data-gw-0" / "registry.sqlite3"))
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.urls: list[str] = []
+        for i in range(gateways if postgres_url else 1):
+            proc, url = _gateway(root, f"gw-{i}", postgres_url)
+            self.procs.append(proc)
+            self.urls.append(url)
+
+    def run(self, tenant: str) -> tuple[str, str]:
+        """A live run of ``tenant``: its id and its gateway token."""
         run_id = f"20261204-000000-{uuid.uuid4().hex}"
-        registry.create(id=run_id, tenant=tenant, ask="spend", options={}, repo=str(dep.repos[tenant]))
+        self.registry.create(id=run_id, tenant=tenant, ask="spend", options={}, repo=str(self.dep.repos[tenant]))
         token, digest = new_token()
-        assert registry.begin(run_id, started=time.time()) and registry.record_running(run_id, f"k8s:{i}")
-        assert registry.update(run_id, token_sha256=digest)
-        tokens[run_id] = (tenant, token)
-    flood = Rule(say("又花一笔", usage=CALL, delay=0.2), prompt="BUDGET", repeat=True)
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        with ScriptedModel([flood]) as model:
-            for name, path in dep.creds.items():
-                path.write_text(f"ANTHROPIC_BASE_URL={model.url}\nANTHROPIC_API_KEY={KEYS[name]}\n")
-            urls = []
-            for name in ("gw-a", "gw-b"):
-                proc, url = _gateway(tmp_path, name, postgres_url)
-                procs.append(proc)
-                urls.append(url)
-            answered: Counter[tuple[str, str]] = Counter()  # (gateway, status)
-            refused: list[str] = []
-            runs = list(tokens)
+        assert self.registry.begin(run_id, started=time.time()) and self.registry.record_running(run_id, "k8s:x")
+        assert self.registry.update(run_id, token_sha256=digest)
+        return run_id, token
+
+    def lines(self) -> list[dict[str, object]]:
+        return [json.loads(line) for i in range(len(self.procs))
+                for line in (self.root / f"gw-{i}.log").read_text().splitlines() if line.startswith("{")]
+
+    def close(self) -> None:
+        for proc in self.procs:
+            proc.terminate()
+        for proc in self.procs:
+            proc.wait(15)
+        self.registry.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database(request: pytest.FixtureRequest) -> str | None:
+    """The registry the gateways share: SQLite (one gateway), or PostgreSQL (two)."""
+    return str(request.getfixturevalue("postgres_url")) if request.param == "postgres" else None
+
+
+CAP = 0.10
+DEAR = {"input_tokens": 5_000, "output_tokens": 2_000}  # $0.01 + $0.02: three fit in $0.10, a fourth would pass it
+DEAR_USD = 0.03
+
+
+def test_forty_calls_at_once_from_one_run_and_from_two_runs_of_one_tenant_never_pass_a_budget(
+        tmp_path: Path, database: str | None) -> None:
+    """Each call may cost up to ~$0.035 (6 KB in, 2,000 out) and costs $0.03: the cap, $0.10, is no multiple of
+    it, so a gateway that lets in the call that crosses it is caught. Per-run cap: 40 callers on one run; daily
+    cap: 20 callers on each of two runs of one tenant; every call through every gateway."""
+    dep = Deployment(tmp_path)
+    dep.write_tenants(acme={"budget_usd.run": CAP}, beta={"budget_usd.day": CAP})
+    flood = Rule(say("又花一笔", usage=DEAR, delay=0.2), prompt="BUDGET", repeat=True)
+    with ScriptedModel([flood]) as model:
+        wall = Wall(tmp_path, dep, model, database, gateways=2)
+        try:
+            runs = [wall.run("acme"), wall.run("beta"), wall.run("beta")]
+            answered: Counter[str] = Counter()
+            stopped: list[str] = []
+
+            def caller(i: int, run: tuple[str, str]) -> None:
+                body = {"model": "flower-test-model", "max_tokens": 2_000,
+                        "messages": [{"role": "user", "content": f"BUDGET {i} " + "x" * 6000}]}
+                with httpx.Client(base_url=wall.urls[i % len(wall.urls)], timeout=60,
+                                  headers={"x-api-key": run[1]}) as c:
+                    for _ in range(1000):  # held back for calls in flight (429): again; no room left (403): done
+                        r = c.post("/v1/messages", json=body)
+                        answered[str(r.status_code)] += 1
+                        if r.status_code == 403:
+                            stopped.append(r.json()["error"]["message"])
+                            return
+                        if r.status_code != 200:
+                            time.sleep(0.02)
+
+            threads: list[threading.Thread] = []
+            for flood_of in ([runs[0]], runs[1:]):  # one run's 40 callers, then two runs' 20 each (a peer's bound: 64)
+                threads = [threading.Thread(target=caller, args=(i, flood_of[i % len(flood_of)])) for i in range(40)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join(300)
+            acme = wall.registry.get(runs[0][0])
+            day = wall.registry.spent("beta", day_of())["cost_usd"]
+            left = [wall.registry.get(r) for r, _ in runs]
+        finally:
+            wall.close()
+    assert acme is not None and all(r is not None for r in left)
+    print(f"{database and 'postgres, two gateways' or 'sqlite, one gateway'}: {dict(answered)}; per-run cap ${CAP}: "
+          f"spent ${acme.cost_usd:.4f}; daily cap ${CAP} over two runs: spent ${day:.4f}; one call ${DEAR_USD}")
+    assert not any(t.is_alive() for t in threads) and len(stopped) == 80, "every caller was refused in the end"
+    assert acme.cost_usd == pytest.approx(upstream_cost(model, "acme")[2], abs=1e-9)  # what the upstream reported
+    assert day == pytest.approx(upstream_cost(model, "beta")[2], abs=1e-9)
+    assert acme.cost_usd <= CAP + 1e-9, f"the per-run budget was passed: ${acme.cost_usd:.4f} of ${CAP}"
+    assert day <= CAP + 1e-9, f"the daily budget was passed: ${day:.4f} of ${CAP}"
+    assert acme.cost_usd > CAP - 2 * DEAR_USD and day > CAP - 2 * DEAR_USD, "the budgets were used, not left"
+    assert all(m.startswith("flower gateway: over budget: ") for m in stopped), set(stopped)
+    assert any("more than is left" in m and "budget_usd.run" in m for m in stopped), set(stopped)
+    assert any("more than is left" in m and "budget_usd.day" in m for m in stopped), set(stopped)
+
+
+def test_a_call_whose_most_alone_passes_the_cap_is_refused_with_a_sentence_and_never_forwarded(
+        tmp_path: Path) -> None:
+    dep = Deployment(tmp_path)
+    dep.write_tenants(acme={"budget_usd.run": CAP})
+    with ScriptedModel([Rule(say("贵"), prompt="HUGE", repeat=True)]) as model:
+        wall = Wall(tmp_path, dep, model, None)
+        try:
+            run_id, token = wall.run("acme")
+            body = {"model": "flower-test-model", "max_tokens": 20_000,  # $0.20 of output alone
+                    "messages": [{"role": "user", "content": "HUGE"}]}
+            r = httpx.post(wall.urls[0] + "/v1/messages", json=body, headers={"x-api-key": token}, timeout=30)
+            again = httpx.post(wall.urls[0] + "/v1/messages", json={**body, "max_tokens": 100},
+                               headers={"x-api-key": token}, timeout=30)
+        finally:
+            wall.close()
+    print(r.status_code, r.text)
+    assert r.status_code == 403 and not [x for x in model.requests if "HUGE" in x.prompt], r.text
+    message = r.json()["error"]["message"]
+    assert re.search(r"may cost up to \$0\.20\d+ .*more than its whole \$0\.10 per-run budget", message), message
+    assert "`CLAUDE_CODE_MAX_OUTPUT_TOKENS`" in message and "`budget_usd.run`" in message, message
+    assert again.status_code == 403 and again.json()["error"]["message"] == message, "the run may spend no more"
+
+
+PIXELS = {"input_tokens": 3_300, "output_tokens": 1_000}  # two pictures' 1,600 tokens each and the text: $0.0166
+
+
+def test_pictures_are_held_at_what_their_pixels_cost_not_their_bytes_and_a_budget_still_holds(tmp_path: Path) -> None:
+    """Two 1x1 PNGs are 200 bytes of a request, and the API may count a picture at up to ~4,800 tokens: held by
+    bytes, ten calls at once would fit the budget and pass it when answered. Held at what a picture may cost, the
+    budget holds."""
+    dep = Deployment(tmp_path)
+    dep.write_tenants(acme={"budget_usd.run": CAP})
+    picture = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
+    with ScriptedModel([Rule(say("看到了", usage=PIXELS, delay=0.3), prompt="PIXELS", repeat=True)]) as model:
+        wall = Wall(tmp_path, dep, model, None)
+        try:
+            run_id, token = wall.run("acme")
+            statuses: list[int] = []
 
             def caller(i: int) -> None:
-                run_id = runs[i % 3]
-                url = urls[i % 2]  # every run's calls go through both gateways
-                body = {"model": "flower-test-model", "max_tokens": 500,
-                        "messages": [{"role": "user", "content": f"BUDGET {i} " + "x" * 6000}]}
-                with httpx.Client(base_url=url, timeout=60, headers={"x-api-key": tokens[run_id][1]}) as c:
-                    for _ in range(1000):  # held back for calls in flight (429): again; spent (403): done
+                body = {"model": "flower-test-model", "max_tokens": 1_000, "messages": [{"role": "user", "content": [
+                    picture, {"type": "tool_result", "tool_use_id": "toolu_1", "content": [picture]},
+                    {"type": "text", "text": f"PIXELS {i}"}]}]}
+                with httpx.Client(base_url=wall.urls[0], timeout=60, headers={"x-api-key": token}) as c:
+                    for _ in range(200):
                         status = c.post("/v1/messages", json=body).status_code
-                        answered[(url, str(status))] += 1
+                        statuses.append(status)
                         if status == 403:
-                            refused.append(run_id)
                             return
                         if status != 200:
                             time.sleep(0.02)
 
-            threads = [threading.Thread(target=caller, args=(i,)) for i in range(CALLERS)]
+            threads = [threading.Thread(target=caller, args=(i,)) for i in range(10)]
             for t in threads:
                 t.start()
             for t in threads:
-                t.join(300)
-        rows = {run_id: registry.get(run_id) for run_id in runs}
-        day = registry.spent("beta", day_of())["cost_usd"]
-        with psycopg.connect(postgres_url) as db:
-            left = db.execute("SELECT count(*) FROM holds").fetchone()
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(15)
-        registry.close()
-    acme = rows[runs[0]]
-    assert acme is not None
-    over_run, over_day = acme.cost_usd - 0.10, day - 0.10
-    print(f"two gateways, {CALLERS} callers: {dict(answered)}; per-run budget $0.10: spent ${acme.cost_usd:.4f} "
-          f"(overshoot ${over_run:.4f}); daily budget $0.10 over two runs: spent ${day:.4f} (overshoot "
-          f"${over_day:.4f}); one call ${CALL_USD}")
-    assert not any(t.is_alive() for t in threads) and len(refused) == CALLERS, "every caller was refused in the end"
-    assert all(answered[(url, "200")] > 0 for url in urls), "both gateways let calls through"
-    assert acme.cost_usd == pytest.approx(upstream_cost(model, "acme")[2], abs=1e-9)  # what the upstream reported
-    assert day == pytest.approx(upstream_cost(model, "beta")[2], abs=1e-9)
-    assert 0 <= over_run <= CALL_USD + 1e-9, f"the per-run budget was passed by ${over_run:.4f}"
-    assert 0 <= over_day <= CALL_USD + 1e-9, f"the daily budget was passed by ${over_day:.4f}"
-    assert left == (0,), "every call's hold was settled"
+                t.join(120)
+            row = wall.registry.get(run_id)
+        finally:
+            wall.close()
+    assert row is not None
+    print(f"pictures: {Counter(statuses)}; spent ${row.cost_usd:.4f} of ${CAP}")
+    assert statuses.count(403) == 10 and statuses.count(200) >= 2, Counter(statuses)
+    assert row.cost_usd == pytest.approx(upstream_cost(model, "acme")[2], abs=1e-9)
+    assert row.cost_usd <= CAP + 1e-9, f"the budget was passed: ${row.cost_usd:.4f} of ${CAP}"
+
+
+# -- a URL is egress: content the provider would fetch is refused for closed egress, wherever it sits ------------
+URL = "http://127.0.0.1:9/leak?what=the-secret-the-run-read"
+DOC = {"type": "document", "source": {"type": "url", "url": URL}}
+FETCHES = {  # each: a request's extra fields, the conversation's one place that makes the provider fetch
+    "a user message's document": {"messages": [{"role": "user", "content": [DOC, {"type": "text", "text": "FETCH"}]}]},
+    "the system prompt's image": {"system": [{"type": "image", "source": {"type": "url", "url": URL}}]},
+    "a tool result's document": {"messages": [
+        {"role": "user", "content": "FETCH"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": [DOC]}]}]},
+    "a document's own image, from a file": {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "FETCH"}, {"type": "document", "source": {"type": "content", "content": [
+            {"type": "image", "source": {"type": "file", "file_id": "file_011CNha8iCJcU1wXNR6q4V8w"}}]}}]}]},
+    "an uploaded file for the container": {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "FETCH"}, {"type": "container_upload", "file_id": "file_011CNha8iCJcU1wXNR6q4V8w"}]}]},
+}
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+
+def test_url_and_file_sources_are_refused_for_a_closed_egress_run_wherever_they_sit_and_written_in_the_wire_audit(
+        tmp_path: Path) -> None:
+    dep = Deployment(tmp_path)  # acme: closed egress (listing them changes nothing); beta: open, and lists them
+    dep.write_tenants(acme={"server_tools": ["url_sources", "file_sources"]},
+                      beta={"egress": "open", "server_tools": ["url_sources", "file_sources"]})
+    with ScriptedModel([Rule(say("读到了"), prompt="FETCH", repeat=True)]) as model:
+        wall = Wall(tmp_path, dep, model, None)
+        try:
+            (closed, closed_token), (opened, open_token) = wall.run("acme"), wall.run("beta")
+            answers: dict[tuple[str, str, str], httpx.Response] = {}
+            for where, extra in FETCHES.items():
+                body = {"model": "flower-test-model", "max_tokens": 100,
+                        "messages": [{"role": "user", "content": "FETCH"}], **extra}
+                for run, token in ((closed, closed_token), (opened, open_token)):
+                    for path in ("/v1/messages", "/v1/messages/count_tokens"):
+                        answers[(run, where, path)] = httpx.post(wall.urls[0] + path, json=body, timeout=30,
+                                                                 headers={"x-api-key": token})
+            inline = httpx.post(wall.urls[0] + "/v1/messages", headers={"x-api-key": closed_token}, timeout=30, json={
+                "model": "flower-test-model", "max_tokens": 100, "messages": [{"role": "user", "content": [
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+                    {"type": "text", "text": "FETCH inline"}]}]})
+            lines = wall.lines()
+        finally:
+            wall.close()
+    for (run, where, path), r in answers.items():
+        print(run == closed and "closed" or "open", where, path, r.status_code, r.text[:300])
+    for where in FETCHES:
+        for path in ("/v1/messages", "/v1/messages/count_tokens"):
+            r = answers[(closed, where, path)]
+            assert r.status_code == 403 and r.json()["error"]["type"] == "permission_error", (where, path, r.text)
+            assert "is not forwarded for this run: the provider would fetch it" in r.text, (where, r.text)
+            assert 'send the content itself' in r.text and 'egress = \\"open\\"' in r.text, r.text
+            assert answers[(opened, where, "/v1/messages")].status_code == 200, where
+    assert inline.status_code == 200, inline.text  # content sent inline is no egress
+    sent = [r for r in model.requests if r.headers.get("x-api-key") == KEYS["acme"]]
+    assert len(sent) == 1 and URL not in json.dumps(sent[0].body), "nothing of acme's that fetches was forwarded"
+    assert sum(URL in json.dumps(r.body) for r in model.requests) >= 3, "beta's went (its egress is open)"
+    audit = [x for x in lines if x.get("event") == "audit.egress_refused" and x.get("run") == closed]
+    print(audit)
+    assert audit and all(x["source"] == "wire" and x["tenant"] == "acme" and x["status"] == 403 for x in audit)
+    assert {"url_sources", "file_sources"} <= {k for x in audit for k in x["sources"]}, audit
+    assert not [x for x in lines if x.get("event") == "audit.egress_refused" and x.get("run") == opened]
+
+
+# -- what reaches the provider of a run's headers: exactly the allowed names, never the run's token --------------
+RUN_HEADERS = [  # what a hostile run sends beside its token: credentials, routing, proxies, and the CLI's own
+    ("cookie", "session=stolen"), ("proxy-authorization", "Basic cnVuOnJ1bg=="), ("x-forwarded-for", "198.51.100.7"),
+    ("forwarded", "for=198.51.100.7"), ("x-real-ip", "198.51.100.7"), ("via", "1.1 run"), ("origin", "http://run"),
+    ("referer", "http://run/"), ("x-tenant-route", "from-the-run"), ("x-amz-security-token", "run"),
+    ("anthropic-organization-id", "org-run"), ("x-goog-api-key", "run"), ("te", "trailers"),
+    ("anthropic-beta", "files-api-2025-04-14,claude-code-20250219"), ("user-agent", "claude-cli/2.0.0 (external)"),
+    ("x-app", "cli"), ("x-claude-code-session-id", "5d0c2b1e-1111-4e0b-9a43-2f4c6b1d7e11"),
+    ("x-stainless-lang", "js"), ("x-stainless-retry-count", "0"), ("x-stainless-os", "Linux"),
+    ("anthropic-dangerous-direct-browser-access", "true"), ("accept", "application/json"),
+]
+CLEAN = {"anthropic-version", "content-type", "user-agent", "x-app", "x-claude-code-session-id", "x-stainless-lang",
+         "x-stainless-retry-count", "x-stainless-os", "anthropic-dangerous-direct-browser-access", "accept"}
+
+
+def test_exactly_the_allowed_header_names_reach_the_provider_and_no_value_holds_the_runs_token(
+        tmp_path: Path) -> None:
+    """The run's token goes in x-api-key, authorization and proxy-authorization at once, with every header a run may
+    try; the upstream (a real server) records what it got. What reaches it: the run's headers in PASSED, the
+    tenant's key and custom header, the one joined beta, and what the client itself writes — no other name."""
+    dep = Deployment(tmp_path)
+    with ScriptedModel([Rule(say("好"), prompt="HEADERS", repeat=True)]) as model:
+        wall = Wall(tmp_path, dep, model, None, ANTHROPIC_CUSTOM_HEADERS="x-tenant-route: tenant-value")
+        try:
+            run_id, token = wall.run("acme")
+            r = httpx.post(wall.urls[0] + "/v1/messages", timeout=30, headers=[
+                ("x-api-key", token), ("authorization", f"Bearer {token}"),
+                ("proxy-authorization", f"Bearer {token}"), ("x-auth-token", token), ("anthropic-version", "2023-06-01"),
+                *RUN_HEADERS], json={"model": "flower-test-model", "max_tokens": 50,
+                                     "messages": [{"role": "user", "content": "HEADERS"}]})
+        finally:
+            wall.close()
+    assert r.status_code == 200, r.text
+    got = next(x for x in model.requests if "HEADERS" in x.prompt).header_list
+    print(got)
+    names = [name for name, _ in got]
+    assert sorted(names) == sorted(CLEAN | {"x-api-key", "x-tenant-route", "anthropic-beta", "accept-encoding",
+                                            "host", "content-length"}), sorted(names)
+    assert not [v for _, v in got if token in v or token[len("flower-run-"):] in v], "the run's token went on"
+    assert dict(got)["x-api-key"] == KEYS["acme"] and dict(got)["x-tenant-route"] == "tenant-value"
+    assert dict(got)["anthropic-beta"] == "claude-code-20250219"
+
+
+def test_a_passed_header_with_control_characters_or_over_long_is_dropped(tmp_path: Path) -> None:
+    dep = Deployment(tmp_path)
+    sent = {"user-agent": "claude-cli/2.0.0 \x1b]0;owned\x07\x1b[2J", "x-stainless-os": "Linux\x1f",
+            "x-stainless-lang": "js\x7f", "x-claude-code-session-id": "s" * 300, "x-app": "cli\x01",
+            "x-stainless-arch": "x64", "x-stainless-runtime": "node"}
+    with ScriptedModel([Rule(say("好"), prompt="BYTES", repeat=True)]) as model:
+        wall = Wall(tmp_path, dep, model, None)
+        try:
+            run_id, token = wall.run("acme")
+            # by hand: httpx will not send a control character in a header
+            host, port = wall.urls[0].removeprefix("http://").split(":")
+            body = json.dumps({"model": "flower-test-model", "max_tokens": 50,
+                               "messages": [{"role": "user", "content": "BYTES"}]}).encode()
+            head = (f"POST /v1/messages HTTP/1.1\r\nhost: gw\r\nx-api-key: {token}\r\ncontent-type: application/json"
+                    f"\r\ncontent-length: {len(body)}\r\nconnection: close\r\n"
+                    + "".join(f"{k}: {v}\r\n" for k, v in sent.items()) + "\r\n").encode("latin-1")
+            with socket.create_connection((host, int(port)), timeout=30) as s:
+                s.sendall(head + body)
+                answer = b""
+                while chunk := s.recv(65536):
+                    answer += chunk
+        finally:
+            wall.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    got = dict(next(x for x in model.requests if "BYTES" in x.prompt).header_list)
+    print(got)
+    assert {k: got.get(k) for k in sent} == {
+        "user-agent": None, "x-stainless-os": None, "x-stainless-lang": None, "x-claude-code-session-id": None,
+        "x-app": None, "x-stainless-arch": "x64", "x-stainless-runtime": "node"}, got
+    assert not [v for v in got.values() if any(ord(c) < 0x20 or ord(c) == 0x7f for c in v)], got

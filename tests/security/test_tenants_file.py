@@ -4,6 +4,7 @@ their use of its key at once. Through the real service, CLI and local sandboxes.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import httpx
@@ -18,7 +19,7 @@ from sandbox.testing import ASK, CLARIFIER
 pytestmark = pytest.mark.cli
 
 PRICES = 'prices = { "flower-test-model" = [2.0, 10.0] }\n'
-BIG = {"input_tokens": 20_000, "output_tokens": 1_000}  # $0.04 + $0.01 at 2/10 per million: $0.05
+BIG = {"input_tokens": 150_000, "output_tokens": 1_000}  # $0.30 + $0.01 at 2/10 per million: $0.31
 
 
 def only(dep: Deployment, name: str, **override: dict) -> None:
@@ -33,7 +34,7 @@ def test_a_broken_tenants_file_keeps_budgets_and_a_removed_tenant_loses_its_runs
         tmp_path: Path, services: list[Service]) -> None:
     dep = hostile_deployment(tmp_path / "dep", "local")
     dep.config.write_text(dep.config.read_text() + PRICES)
-    budget = {"acme": {"budget_usd.run": 0.05}}
+    budget = {"acme": {"budget_usd.run": 0.70}}  # the CLI's calls may cost ~$0.46 each: no room for one after BIG
     dep.write_tenants(**budget)
     rules = [Rule(tool(ASK, {"question": "花钱吗?", "options": ["花"]}), system=CLARIFIER, prompt="花钱的活"),
              Rule(say("还想问一句?", usage=BIG), system=CLARIFIER, prompt="花钱的活", result="花"),
@@ -58,9 +59,10 @@ def test_a_broken_tenants_file_keeps_budgets_and_a_removed_tenant_loses_its_runs
         r = acme.post(f"/v1/runs/{a}/answers", json={"question_id": qa["id"], "text": "花"})
         assert r.status_code == 200, r.text
         spent = wait_status(acme, a, ENDED, timeout=120)
-        assert spent["status"] == "failed" and spent["error"].startswith("over budget: this run has spent $0.05"), spent
+        assert spent["status"] == "failed" and re.search(r"over budget: this run has spent \$0\.31\d* of its \$0\.70 "
+                                                         "per-run budget", spent["error"]), spent
         paid = [r for r in model.requests if r.usage and r.usage["input_tokens"] == BIG["input_tokens"]]
-        assert len(paid) == 1, "the budget held while the file did not parse: no request after the one that crossed it"
+        assert len(paid) == 1, "the budget held while the file did not parse: no request after the one that filled it"
 
         env = read_env_file(dep.data / "runs" / b / "mailbox" / "flower.env")
         token = env["ANTHROPIC_API_KEY"]
