@@ -16,6 +16,7 @@ Nothing is queued when any of them says no.
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from .logging import get_logger
 from .registry import Registry, Run
 from .tenants import Tenant
 
-__all__ = ["Admission", "Admitted", "NotTakingRuns", "BadSubmit", "DiskLow", "new_run_id"]
+__all__ = ["Admission", "Admitted", "NotTakingRuns", "BadSubmit", "DiskLow", "new_run_id", "unstorable"]
 
 log = get_logger("flower.service.api")
 
@@ -49,6 +50,25 @@ class BadSubmit(ServiceError, ValueError):
 
 class DiskLow(ServiceError):
     """The service's disk is full or below its free-space floor: nothing was queued; submit again later."""
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def unstorable(text: str) -> str | None:
+    """What in ``text`` the registry cannot keep or a terminal should never get, said for a sentence: a NUL byte
+    (PostgreSQL's text refuses it), half of a UTF-16 surrogate pair (no UTF-8 for it) or another control
+    character (tab, newline and carriage return are text); None when there is none."""
+    if "\x00" in text:
+        return f"a NUL byte (\\u0000, at character {text.index(chr(0)) + 1})"
+    found = _SURROGATE.search(text)
+    if found:
+        return f"half of a UTF-16 surrogate pair (\\u{ord(found.group()):04x}, at character {found.start() + 1})"
+    found = _CONTROL.search(text)
+    if found:
+        return f"a control character (\\u{ord(found.group()):04x}, at character {found.start() + 1})"
+    return None
 
 
 def new_run_id() -> str:
@@ -80,6 +100,9 @@ class Admission:
         ask = ask.strip()
         if not ask:
             raise BadSubmit("`ask` is blank: say what you want done")
+        bad = unstorable(ask)
+        if bad:
+            raise BadSubmit(f"`ask` holds {bad}, which no run can be given: remove it and submit again")
         try:
             tenant.check_options(options)
         except TenantNotReady as e:

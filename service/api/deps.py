@@ -36,6 +36,7 @@ RunDep = NamedDependency[Run]
 MIN_PREFIX = 8
 """The fewest characters of a run id that are looked up as its start (the date alone is eight)."""
 AMBIGUOUS_SHOWN = 5
+RUN_ID_CHARS = frozenset("0123456789abcdef-")
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="flower"'}
 
@@ -64,7 +65,10 @@ def _tenant(request: Request[Any, Any, Any]) -> Tenant:
 
 def provide_run(registry: RegistryDep, tenant: TenantDep, run_id: FromPath[str]) -> Run:
     """The run ``run_id`` of the caller's tenant, or the one of its runs whose id starts with ``run_id`` (at least
-    ``MIN_PREFIX`` characters); 404 when it has none, 409 naming the candidates when several start so."""
+    ``MIN_PREFIX`` characters); 404 when it has none, 409 naming the candidates when several start so. An id
+    of other characters than a run id's is no run (asked of no database: PostgreSQL refuses a NUL byte)."""
+    if not RUN_ID_CHARS.issuperset(run_id):
+        raise NotFoundException(f"run {run_id[:100]!r} not found: a run id holds only digits, a-f and '-'")
     run = registry.get(run_id, tenant=tenant.name)
     if run is not None:
         return run
