@@ -25,6 +25,7 @@ from flower import __version__
 from sandbox.backends.base import Backend
 
 from .api.deps import bearer_guard, dependencies
+from .api.limits import RateLimits
 from .api.errors import EXCEPTION_HANDLERS
 from .api.mailbox import MailboxController
 from .api.docs import docs_assets, docs_redirect, openapi_config
@@ -163,7 +164,7 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
             state_log.info("service.stopped")
 
     v1 = Router(path="/v1", route_handlers=[RunController, MailboxController, ResultsController, events, usage],
-                guards=[bearer_guard(tenants)], security=[{"bearer": []}])
+                guards=[bearer_guard(tenants, RateLimits(config))], security=[{"bearer": []}])
     app = Litestar(
         route_handlers=[v1, healthz, metrics_handler, docs_redirect, docs_assets(),
                         # the web page: static files, no build step (service/web/)

@@ -19,7 +19,8 @@ from ..metrics import Metrics
 from ..registry import Registry, Run
 from ..scheduler import Scheduler
 from ..tenants import Tenant, Tenants
-from .errors import Conflict
+from .errors import Conflict, TooManyRequests
+from .limits import RateLimits
 
 __all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ConfigDep", "RegistryDep", "SchedulerDep", "MetricsDep",
            "TenantDep", "RunDep", "MIN_PREFIX"]
@@ -41,8 +42,10 @@ RUN_ID_CHARS = frozenset("0123456789abcdef-")
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="flower"'}
 
 
-def bearer_guard(tenants: Tenants) -> Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], None]:
-    """``Authorization: Bearer <tenant token>`` or 401; the tenant it names goes on the connection's state."""
+def bearer_guard(tenants: Tenants, limits: RateLimits | None = None
+                 ) -> Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], None]:
+    """``Authorization: Bearer <tenant token>`` or 401; the tenant it names goes on the connection's state. With
+    ``limits``, a tenant past its pace is a 429 with ``Retry-After`` here, before anything else is read."""
 
     def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         scheme, _sep, token = connection.headers.get("authorization", "").partition(" ")
@@ -53,6 +56,9 @@ def bearer_guard(tenants: Tenants) -> Callable[[ASGIConnection[Any, Any, Any, An
         if tenant is None:
             raise NotAuthorizedException("this token belongs to no tenant: check it, or ask the operator for yours",
                                          headers=_CHALLENGE)
+        paced = limits.take(tenant) if limits is not None else None
+        if paced is not None:
+            raise TooManyRequests(paced.sentence(tenant.name), headers={"Retry-After": str(paced.retry_after_s)})
         connection.state.tenant = tenant
 
     return guard
