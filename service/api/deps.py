@@ -3,7 +3,7 @@ the scheduler, the submit rules (``service.admission``), the config, and the run
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar import Request
@@ -43,11 +43,11 @@ _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="flower"'}
 
 
 def bearer_guard(tenants: Tenants, limits: RateLimits | None = None
-                 ) -> Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], None]:
+                 ) -> Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], Awaitable[None]]:
     """``Authorization: Bearer <tenant token>`` or 401; the tenant it names goes on the connection's state. With
     ``limits``, a tenant past its pace is a 429 with ``Retry-After`` here, before anything else is read."""
 
-    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         scheme, _sep, token = connection.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise NotAuthorizedException("missing bearer token: send `Authorization: Bearer <your tenant token>`",
@@ -56,7 +56,7 @@ def bearer_guard(tenants: Tenants, limits: RateLimits | None = None
         if tenant is None:
             raise NotAuthorizedException("this token belongs to no tenant: check it, or ask the operator for yours",
                                          headers=_CHALLENGE)
-        paced = limits.take(tenant) if limits is not None else None
+        paced = await limits.pace(tenant) if limits is not None else None
         if paced is not None:
             raise TooManyRequests(paced.sentence(tenant.name), headers={"Retry-After": str(paced.retry_after_s)})
         connection.state.tenant = tenant

@@ -1,6 +1,11 @@
 """Each tenant's pace at the API: a token bucket per tenant, so one tenant's flood of requests is refused cheaply
 (a 429 with ``Retry-After``, before any database read) instead of slowing every other tenant's.
 
+A refused request is answered after ``HOLD_S`` (Retry-After's least), not at once: a client that ignores
+Retry-After and sends again at once — a loop, a script, a flood of threads — is paced by its own connections, so
+its refusals cost the replica a few a second instead of thousands. At most ``HELD`` of a tenant's requests wait
+so on a replica at once (a socket and a timer each); past that a refusal is answered at once.
+
 The buckets live in this replica's memory: a tenant reaching N replicas gets N times its rate, and a restart fills
 its bucket again. That is enough for what it is for — one replica's event loop and database connections shared
 fairly — and needs no write per request; the cap on a tenant's queued runs (``service.admission``) is the bound
@@ -9,6 +14,7 @@ that holds across replicas.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import threading
 import time
@@ -18,7 +24,10 @@ from dataclasses import dataclass
 from ..config import ServiceConfig
 from ..tenants import Tenant
 
-__all__ = ["RateLimits", "Paced"]
+__all__ = ["RateLimits", "Paced", "HOLD_S", "HELD"]
+
+HOLD_S = 1.0
+HELD = 32
 
 
 @dataclass
@@ -48,6 +57,19 @@ class RateLimits:
         self._clock = clock
         self._lock = threading.Lock()
         self._buckets: dict[str, _Bucket] = {}
+        self._held: dict[str, int] = {}
+
+    async def pace(self, tenant: Tenant) -> Paced | None:
+        """``take``; a refusal is returned after ``HOLD_S`` while the tenant has fewer than ``HELD`` waiting."""
+        paced = self.take(tenant)
+        if paced is None or self._held.get(tenant.name, 0) >= HELD:
+            return paced
+        self._held[tenant.name] = self._held.get(tenant.name, 0) + 1
+        try:
+            await asyncio.sleep(HOLD_S)
+        finally:
+            self._held[tenant.name] -= 1
+        return paced
 
     def take(self, tenant: Tenant) -> Paced | None:
         """One request of ``tenant``: None when it may go on, else why not and for how long."""
