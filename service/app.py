@@ -30,6 +30,7 @@ from .api.errors import EXCEPTION_HANDLERS
 from .api.mailbox import MailboxController
 from .api.docs import docs_assets, docs_redirect, openapi_config
 from .api.ops import healthz, security_headers
+from .api.scrape import ScrapeToken
 from .api.results import ResultsController
 from .api.ops import metrics as metrics_handler
 from .api.runs import RunController, new_run_id, usage
@@ -126,6 +127,7 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
     if backend is None:
         backend = make_backend(config, tenants=len(tenants.all()))
     metrics = Metrics()
+    scrape = ScrapeToken(config.metrics_token_file)  # an unreadable token file stops the start, with a sentence
     gateway = Gateway(prices=config.prices)
     results = Results(registry, tenants, Webhooks(registry, tenants, retry_s=config.webhook_retry_s))
     scheduler = Scheduler(config, registry, tenants, backend, gateway, metrics=metrics, results=results,
@@ -171,7 +173,8 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
                         create_static_files_router("/", [Path(__file__).parent / "web"], html_mode=True,
                                                    include_in_schema=False)],
         dependencies={**dependencies(config, registry, scheduler, metrics),
-                      "results": Provide(lambda: results, use_cache=True, sync_to_thread=False)},
+                      "results": Provide(lambda: results, use_cache=True, sync_to_thread=False),
+                      "scrape": Provide(lambda: scrape, use_cache=True, sync_to_thread=False)},
         lifespan=[lifespan],
         state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants,
                      "metrics": metrics}),

@@ -21,8 +21,9 @@ from ..scheduler import Scheduler
 from ..tenants import Tenant, Tenants
 from .errors import Conflict, TooManyRequests
 from .limits import RateLimits
+from .scrape import ScrapeToken
 
-__all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ConfigDep", "RegistryDep", "SchedulerDep", "MetricsDep",
+__all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ConfigDep", "RegistryDep", "SchedulerDep", "MetricsDep", "ScrapeDep",
            "TenantDep", "RunDep", "MIN_PREFIX"]
 
 # what a handler declares to be given (by name: ``registry: RegistryDep``)
@@ -31,6 +32,7 @@ ConfigDep = NamedDependency[ServiceConfig]
 RegistryDep = NamedDependency[Registry]
 SchedulerDep = NamedDependency[Scheduler]
 MetricsDep = NamedDependency[Metrics]
+ScrapeDep = NamedDependency[ScrapeToken]
 TenantDep = NamedDependency[Tenant]
 RunDep = NamedDependency[Run]
 

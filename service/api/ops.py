@@ -1,14 +1,21 @@
 """For operators: health, Prometheus metrics, and the security headers every response carries (the API's own
-documentation is ``docs.py``)."""
+documentation is ``docs.py``).
+
+``/metrics`` tells tenants' names, runs and spend only to the operator's scraper: a scrape with
+``Authorization: Bearer <scrape token>`` (the contents of the config's ``metrics_token_file``) gets the per-tenant
+series; a scrape without one gets the same metrics summed over tenants; a wrong token is a 401.
+"""
 
 from __future__ import annotations
 
-from litestar import Response, get
+from typing import Any
+
+from litestar import Request, Response, get
 from litestar.datastructures import MutableScopeHeaders
 from litestar.types import Message, Scope
 
 from ..metrics import CONTENT_TYPE
-from .deps import ConfigDep, MetricsDep, SchedulerDep
+from .deps import ConfigDep, MetricsDep, SchedulerDep, ScrapeDep
 from .examples import HEALTHY, METRICS, REFUSING, ok
 from .schemas import HealthOut
 
@@ -53,10 +60,13 @@ async def healthz(scheduler: SchedulerDep, config: ConfigDep) -> Response[Health
 @get("/metrics", tags=["ops"], media_type=CONTENT_TYPE, operation_id="get_metrics",
      summary="Prometheus metrics (text exposition format)",
      responses=ok(200, METRICS, "the text exposition format", media_type=CONTENT_TYPE))
-async def metrics(metrics: MetricsDep, scheduler: SchedulerDep) -> Response[bytes]:
+async def metrics(request: Request[Any, Any, Any], metrics: MetricsDep, scheduler: SchedulerDep,
+                  scrape: ScrapeDep) -> Response[bytes]:
     """Runs, queue wait, durations, failures by reason, guard denials, model tokens and cost per tenant, and
-    the disk, backend and canary gauges; helm/files/ holds a Grafana dashboard and alert rules over them."""
+    the disk, backend and canary gauges; helm/files/ holds a Grafana dashboard and alert rules over them. Per
+    tenant only with `Authorization: Bearer <scrape token>`; without it, summed over tenants (no tenant's name)."""
+    per_tenant = scrape.per_tenant(request.headers.get("authorization", ""))
     health = scheduler.health.prometheus().encode()  # disk and backend gauges (service/health.py)
     refusing = ("# HELP flower_refusing_runs 1 while the guard canary refuses runs for this CLI (GET /healthz says "
                 f"why).\n# TYPE flower_refusing_runs gauge\nflower_refusing_runs {int(bool(scheduler.refusal))}\n")
-    return Response(metrics.render() + health + refusing.encode(), media_type=CONTENT_TYPE)
+    return Response(metrics.render(per_tenant=per_tenant) + health + refusing.encode(), media_type=CONTENT_TYPE)
