@@ -18,7 +18,8 @@ pytestmark = pytest.mark.asyncio
 
 
 def admission(tmp_path: Path, git_repo: Callable[..., Path], *, refusal: str | None = None,
-              min_free_mb: float = 0, repo: Path | None = None, tenant_extra: str = "", max_queued: int = 500) -> tuple[Admission, Tenant, Registry, list[int]]:
+              min_free_mb: float = 0, repo: Path | None = None, tenant_extra: str = "",
+              max_queued: int = 500) -> tuple[Admission, Tenant, Registry, list[int]]:
     repo = repo or git_repo(tmp_path / "repos" / "acme")
     creds = tmp_path / "acme.env"
     creds.write_text("ANTHROPIC_API_KEY=sk-test-not-used\n")
