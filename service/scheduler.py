@@ -146,7 +146,8 @@ class Scheduler:
         self.feed = EventFeed(registry, self.results, self.metrics)
         self.harvest = Harvest(config, registry)
         self.warm = WarmKeeper.of(backend, config.runs_root, config.warm, registry, tenants, self.metrics,
-                                  self.errors, replica=self.owner if registry.dialect == "postgresql" else None)
+                                  self.errors, replica=self.owner if registry.dialect == "postgresql" else None,
+                                  lease_s=config.lease_s)
         self.launcher = Launcher(config, registry, backend, self.warm, self.harvest, self.grants.open)
         self.mailbox = Mailbox(config.runs_root, registry, backend, ended=self.feed.publish_end, wake=self.wake)
         self.retention = Retention(config, registry, self.harvest, is_live=self._live.__contains__, clock=clock)

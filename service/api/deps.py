@@ -23,8 +23,8 @@ from .errors import Conflict, TooManyRequests
 from .limits import RateLimits
 from .scrape import ScrapeToken
 
-__all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ConfigDep", "RegistryDep", "SchedulerDep", "MetricsDep", "ScrapeDep",
-           "TenantDep", "RunDep", "MIN_PREFIX"]
+__all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ConfigDep", "RegistryDep", "SchedulerDep",
+           "MetricsDep", "ScrapeDep", "TenantDep", "RunDep", "MIN_PREFIX", "RUN_ID_CHARS"]
 
 # what a handler declares to be given (by name: ``registry: RegistryDep``)
 AdmissionDep = NamedDependency[Admission]
