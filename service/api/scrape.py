@@ -16,7 +16,8 @@ __all__ = ["ScrapeToken"]
 
 class ScrapeToken:
     """The scrape token's hash, from its file (read again when the file changes: a rotated Secret); the token
-    itself is never kept. A file that is set but cannot be read stops the service at start, with a sentence."""
+    itself is never kept. A file that is set but cannot be read, or holds less than 16 characters, stops the
+    service at start with a sentence; later, the last good token holds until the file is right again."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -35,6 +36,8 @@ class ScrapeToken:
                     with open(self.path, "rb") as f:
                         token = f.read(4096).strip()
                     if len(token) < 16:
+                        if self._digest is not None:  # a file half-written, or emptied: the last good one holds
+                            return self._digest
                         raise ServiceConfigError(f"the scrape token in metrics_token_file ({self.path}) is shorter "
                                                  "than 16 characters: put a long random one there")
                     self._digest, self._stamp = hashlib.sha256(token).digest(), stamp
