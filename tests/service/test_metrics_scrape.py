@@ -4,12 +4,17 @@ the operator's scraper, with ``Authorization: Bearer <scrape token>``, sees them
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import httpx
+import pytest
+from litestar.exceptions import NotAuthorizedException
 from prometheus_client.parser import text_string_to_metric_families
 
 from _service_helpers import SCRAPE, TOKENS, Deployment, Service, scrape_config
+from service.api.scrape import ScrapeToken
+from service.errors import ServiceConfigError
 
 
 def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -51,3 +56,21 @@ def test_without_a_scrape_token_configured_every_scrape_is_summed(tmp_path: Path
     _no_tenant_in(r.text)
     r = httpx.get(f"{service.url}/metrics", headers=SCRAPE)
     assert r.status_code == 401 and "has no scrape token" in r.json()["error"], r.text
+
+
+def test_a_rotated_scrape_token_takes_over_and_an_emptied_file_keeps_the_last_good_one(tmp_path: Path) -> None:
+    path = tmp_path / "scrape.token"
+    path.write_text("first-token-0123456789\n")
+    scrape = ScrapeToken(str(path))
+    assert scrape.per_tenant("Bearer first-token-0123456789") and not scrape.per_tenant("")
+    path.write_text("second-token-0123456789\n")
+    os.utime(path, ns=(1, 1))  # another stamp, whatever the clock's resolution
+    assert scrape.per_tenant("Bearer second-token-0123456789")
+    with pytest.raises(NotAuthorizedException):
+        scrape.per_tenant("Bearer first-token-0123456789")
+    path.write_text("")
+    assert scrape.per_tenant("Bearer second-token-0123456789"), "an emptied file: the last good token holds"
+    with pytest.raises(ServiceConfigError, match="shorter than 16 characters"):
+        ScrapeToken(str(path))
+    with pytest.raises(ServiceConfigError, match="cannot be read"):
+        ScrapeToken(str(tmp_path / "absent"))
