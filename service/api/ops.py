@@ -12,12 +12,14 @@ from typing import Any
 
 from litestar import Request, Response, get
 from litestar.datastructures import MutableScopeHeaders
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.types import Message, Scope
 
 from ..metrics import CONTENT_TYPE
 from .deps import ConfigDep, MetricsDep, SchedulerDep, ScrapeDep
+from .errors import example_error
 from .examples import HEALTHY, METRICS, REFUSING, ok
-from .schemas import HealthOut
+from .schemas import ErrorOut, HealthOut
 
 __all__ = ["healthz", "metrics", "security_headers", "PAGE_POLICY", "DOCS_POLICY"]
 
@@ -27,6 +29,8 @@ PAGE_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src
 # The docs page (/schema, service/api/docs.py) is the page's policy but for Swagger UI's icons, which its
 # stylesheet carries as data: URLs.
 DOCS_POLICY = PAGE_POLICY.replace("img-src 'self'", "img-src 'self' data:")
+_NOT_THE_TOKEN = ("this is not the service's scrape token: scrape with `Authorization: Bearer <the token in "
+                  "metrics_token_file>`, or with none for the metrics summed over tenants")
 _ALWAYS = {"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 
@@ -59,7 +63,11 @@ async def healthz(scheduler: SchedulerDep, config: ConfigDep) -> Response[Health
 
 @get("/metrics", tags=["ops"], media_type=CONTENT_TYPE, operation_id="get_metrics",
      summary="Prometheus metrics (text exposition format)",
-     responses=ok(200, METRICS, "the text exposition format", media_type=CONTENT_TYPE))
+     responses={**ok(200, METRICS, "the text exposition format (summed over tenants without the scrape token)",
+                     media_type=CONTENT_TYPE),
+                401: ResponseSpec(data_container=ErrorOut, generate_examples=False,
+                                  description="a bearer token that is not the service's scrape token",
+                                  examples=[example_error(401, _NOT_THE_TOKEN)])})
 async def metrics(request: Request[Any, Any, Any], metrics: MetricsDep, scheduler: SchedulerDep,
                   scrape: ScrapeDep) -> Response[bytes]:
     """Runs, queue wait, durations, failures by reason, guard denials, model tokens and cost per tenant, and
