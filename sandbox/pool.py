@@ -30,6 +30,7 @@ from .spec import Egress
 __all__ = ["WarmPool", "Shape", "Slot", "SLOT_PREFIX"]
 
 SLOT_PREFIX = "warm-"
+_TOKEN_HEX = 16  # the random part of a slot's name, after its owner's
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,8 @@ class WarmPool:
     Thread-safe: ``fill`` (slow: it starts sandboxes) runs in a worker thread while runs claim slots.
     ``on_error(shape, error)`` hears of a sandbox that could not be started; the shape is tried again at the
     next ``fill``. ``owner`` (a few hex digits) starts the name of every slot this pool makes, and ``sweep`` takes
-    only those: several pools (a service's replicas) on one folder leave each other's waiting sandboxes alone.
+    only those: several pools (a service's replicas) on one folder leave each other's waiting sandboxes alone —
+    until their owner is gone (``reap``).
     """
 
     def __init__(self, backend: WarmBackend, root: str | Path, size: int, *,
@@ -71,6 +73,7 @@ class WarmPool:
         if not all(c in "0123456789abcdef" for c in owner) or len(owner) > 16:
             raise ValueError(f"a warm pool's owner is up to 16 hex digits, not {owner!r}")
         self.backend, self.root, self.size = backend, Path(root).resolve(), size
+        self.owner = owner
         self.prefix = SLOT_PREFIX + owner
         self.on_error = on_error
         self._lock = threading.Lock()
@@ -177,8 +180,45 @@ class WarmPool:
                     shutil.rmtree(d, ignore_errors=True)
         return removed
 
+    def reap(self, alive: Callable[[str], bool], keep: Callable[[str], bool]) -> int:
+        """Remove what pools of other owners that are gone left waiting — a replica that died (SIGKILL, a lost node)
+        leaves its waiting sandboxes running, and no sweep of anyone else's takes them: their sandboxes, and their
+        slot folders but those ``keep(folder)`` (a run owns). ``alive(owner)`` is asked once per other owner found;
+        how many sandboxes were removed. A pool without an owner (the only one on its folder) reaps nothing."""
+        if not self.owner:
+            return 0
+        verdicts: dict[str, bool] = {}
+
+        def gone(name: str) -> bool:
+            other = self._owner_of(name)
+            if other is None:
+                return False
+            if other not in verdicts:
+                verdicts[other] = not alive(other)
+            return verdicts[other]
+
+        removed = 0
+        for folder, handle in self.backend.slots().items():
+            if folder.parent == self.root and gone(folder.name):
+                self.backend.remove(handle)
+                shutil.rmtree(folder, ignore_errors=True)
+                removed += 1
+        if self.root.is_dir():
+            for d in self.root.glob(f"{SLOT_PREFIX}*"):
+                if not keep(d.name) and gone(d.name):
+                    shutil.rmtree(d, ignore_errors=True)
+        return removed
+
+    def _owner_of(self, name: str) -> str | None:
+        """The owner of another pool's slot named ``name`` (owners on one folder are all as long), else None."""
+        rest = name[len(SLOT_PREFIX):]
+        other = rest[:len(self.owner)]
+        if not name.startswith(SLOT_PREFIX) or len(rest) != len(self.owner) + _TOKEN_HEX or other == self.owner:
+            return None
+        return other if all(c in "0123456789abcdef" for c in rest) else None
+
     def _start(self, shape: Shape) -> Slot:
-        folder = self.prefix + secrets.token_hex(8)
+        folder = self.prefix + secrets.token_hex(_TOKEN_HEX // 2)
         layout = RunLayout(self.root, folder, shape.repo_name).ensure()
         try:
             layout.workspace.mkdir(mode=0o700)  # the claim makes (or moves) the run's checkout in it

@@ -25,10 +25,12 @@ from flower import __version__
 from sandbox.backends.base import Backend
 
 from .api.deps import bearer_guard, dependencies
+from .api.limits import RateLimits
 from .api.errors import EXCEPTION_HANDLERS
 from .api.mailbox import MailboxController
 from .api.docs import docs_assets, docs_redirect, openapi_config
 from .api.ops import healthz, security_headers
+from .api.scrape import ScrapeToken
 from .api.results import ResultsController
 from .api.ops import metrics as metrics_handler
 from .api.runs import RunController, new_run_id, usage
@@ -125,6 +127,7 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
     if backend is None:
         backend = make_backend(config, tenants=len(tenants.all()))
     metrics = Metrics()
+    scrape = ScrapeToken(config.metrics_token_file)  # an unreadable token file stops the start, with a sentence
     gateway = Gateway(prices=config.prices)
     results = Results(registry, tenants, Webhooks(registry, tenants, retry_s=config.webhook_retry_s,
                                                    slots=config.webhook_slots,
@@ -165,14 +168,15 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
             state_log.info("service.stopped")
 
     v1 = Router(path="/v1", route_handlers=[RunController, MailboxController, ResultsController, events, usage],
-                guards=[bearer_guard(tenants)], security=[{"bearer": []}])
+                guards=[bearer_guard(tenants, RateLimits(config))], security=[{"bearer": []}])
     app = Litestar(
         route_handlers=[v1, healthz, metrics_handler, docs_redirect, docs_assets(),
                         # the web page: static files, no build step (service/web/)
                         create_static_files_router("/", [Path(__file__).parent / "web"], html_mode=True,
                                                    include_in_schema=False)],
         dependencies={**dependencies(config, registry, scheduler, metrics),
-                      "results": Provide(lambda: results, use_cache=True, sync_to_thread=False)},
+                      "results": Provide(lambda: results, use_cache=True, sync_to_thread=False),
+                      "scrape": Provide(lambda: scrape, use_cache=True, sync_to_thread=False)},
         lifespan=[lifespan],
         state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants,
                      "metrics": metrics}),

@@ -103,6 +103,20 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     # -- the API ----------------------------------------------------------------------------------
     max_streams_per_tenant: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 16
     """Open SSE streams one tenant may hold at once (429 past that)."""
+    requests_per_s: Annotated[float, msgspec.Meta(gt=0, le=100_000)] = 50.0
+    """``/v1`` requests one tenant may make per second to one replica, on average (a token bucket in the replica's
+    memory: N replicas serve a tenant N times this); past it a 429 with ``Retry-After``. A tenant's
+    ``requests_per_s`` in the tenants file overrides it."""
+    request_burst: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 500
+    """Requests one tenant may make at once before ``requests_per_s`` paces it (the bucket's size); a tenant's
+    ``request_burst`` overrides it."""
+    max_queued_per_tenant: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 500
+    """Runs one tenant may have waiting to start, across replicas; a submit past it is a 429 and queues nothing. A
+    tenant's ``max_queued`` overrides it."""
+    metrics_token_file: str = ""
+    """A file holding the scrape token of ``GET /metrics``: a scrape with ``Authorization: Bearer <it>`` sees the
+    per-tenant series; any other sees the same metrics summed over tenants, no tenant's name in them (a wrong token
+    is a 401). Empty: every scrape gets the summed view."""
     max_diff_mb: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 20
     """The largest diff ``GET /v1/runs/{id}/diff`` sends (whole or one file's); past it a 422 says to fetch the
     branch. A small bundle can hold a huge diff: the service streams it and never holds more than a MB of it."""
@@ -135,7 +149,7 @@ def _read_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ServiceConfigError(f"service config {path} must hold a table/object of settings")
     data = dict(data.get("service", data)) if isinstance(data.get("service"), dict) else data
-    for key in ("data_dir", "tenants"):  # paths in the file are relative to the file
+    for key in ("data_dir", "tenants", "metrics_token_file"):  # paths in the file are relative to the file
         value = data.get(key)
         if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
             data[key] = str((path.parent / value).resolve())
@@ -163,8 +177,9 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
     except msgspec.ValidationError as e:
         raise ServiceConfigError(f"service config from {where} is invalid: {e} "
                           f"(fields: {', '.join(ServiceConfig.__struct_fields__)})") from None
-    for name in ("data_dir", "tenants"):
-        setattr(cfg, name, str(Path(getattr(cfg, name)).expanduser().resolve()))
+    for name in ("data_dir", "tenants", "metrics_token_file"):
+        if getattr(cfg, name):
+            setattr(cfg, name, str(Path(getattr(cfg, name)).expanduser().resolve()))
     if not Path(cfg.tenants).is_file():
         raise ServiceConfigError(f"tenants file {cfg.tenants} does not exist: create it (see service/tenants.py) "
                           f"or set `tenants` in {where}")

@@ -4,6 +4,9 @@ Counters and histograms are fed where things happen (the scheduler starts, finis
 the gateway records model usage); the run and stream gauges are read from the registry and the
 scheduler when scraped, so they are never out of step with the rows. One ``CollectorRegistry`` per
 service: two apps in one process (tests, benchmarks) never mix their numbers.
+
+Who may read which tenant did what is the operator's: ``render(per_tenant=False)`` is the same metrics summed over
+tenants, no ``tenant`` label left — what a scrape without the scrape token gets (``service/api/ops.py``).
 """
 
 from __future__ import annotations
@@ -46,6 +49,30 @@ class _Gauges(Collector):
         for tenant, n in sorted(self.streams().items()):
             s.add_metric([tenant], n)
         yield s
+
+
+class _Summed(Collector):
+    """Another registry's metrics with the ``tenant`` label summed out (a ``_created`` stamp: the earliest)."""
+
+    def __init__(self, inner: CollectorRegistry) -> None:
+        self.inner = inner
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.inner.collect():
+            out = Metric(family.name, family.documentation, family.type, family.unit)
+            values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+            for sample in family.samples:
+                key = (sample.name, tuple((k, v) for k, v in sample.labels.items() if k != "tenant"))
+                before = values.get(key)
+                if before is None:
+                    values[key] = sample.value
+                elif sample.name.endswith("_created"):
+                    values[key] = min(before, sample.value)
+                else:
+                    values[key] = before + sample.value
+            for (name, labels), value in values.items():
+                out.add_sample(name, dict(labels), value)
+            yield out
 
 
 class Metrics:
@@ -111,5 +138,10 @@ class Metrics:
         if cost_usd > 0:
             self.cost.labels(tenant).inc(cost_usd)
 
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
+    def render(self, *, per_tenant: bool = True) -> bytes:
+        """The text exposition; ``per_tenant=False``: summed over tenants, no tenant's name in it."""
+        if per_tenant:
+            return generate_latest(self.registry)
+        summed = CollectorRegistry(auto_describe=False)
+        summed.register(_Summed(self.registry))
+        return generate_latest(summed)

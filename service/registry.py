@@ -478,6 +478,34 @@ class Registry:
         q = select(runs.c.tenant, runs.c.status, func.count().label("n")).group_by(runs.c.tenant, runs.c.status)
         return {(str(r["tenant"]), str(r["status"])): int(r["n"]) for r in self._rows(q)}
 
+    # -- the queue: what waits to start, tenant by tenant ----------------------------------------
+    def queued_heads(self, per_tenant: int) -> _Runs:
+        """The oldest ``per_tenant`` queued runs of every tenant, each tenant's oldest first: what a scheduler's
+        pass picks from — one tenant's thousand queued runs are read as ``per_tenant`` rows, never all."""
+        rank = func.row_number().over(partition_by=runs.c.tenant, order_by=[c.asc() for c in self._runs_order])
+        inner = select(runs, rank.label("queue_rank")).where(runs.c.status == "queued").subquery()
+        q = (select(*(inner.c[c.name] for c in runs.c)).where(inner.c.queue_rank <= max(1, int(per_tenant)))
+             .order_by(inner.c.tenant, inner.c.queue_rank))
+        return [_row(r) for r in self._rows(q)]
+
+    def create_queued(self, *, id: str, tenant: str, ask: str, options: dict[str, Any], repo: str,
+                      cap: int) -> Run | None:
+        """``create``, unless ``tenant`` has ``cap`` runs queued already (None then). Counted and inserted in one
+        transaction under a lock per tenant (PostgreSQL: an advisory lock; SQLite: its one writer), so two
+        replicas taking a tenant's submits at once never pass its cap together."""
+        with self._transaction() as t:
+            if self.dialect == "postgresql":
+                t.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"flower-queue:{tenant}"))))
+            queued = t.execute(select(func.count()).select_from(runs)
+                               .where(runs.c.tenant == tenant, runs.c.status == "queued")).scalar_one()
+            if int(queued) >= cap:
+                return None
+            row = t.execute(runs.insert().values(id=id, tenant=tenant, ask=ask, status="queued", repo=repo,
+                                                 options=json.dumps(options, ensure_ascii=False), created=time.time())
+                            .returning(*runs.c)).mappings().one()
+            self._notify(t)
+        return _row(row)
+
     # -- writes ----------------------------------------------------------------------------
     def create(self, *, id: str, tenant: str, ask: str, options: dict[str, Any], repo: str) -> Run:
         with self._statement() as t:

@@ -2,7 +2,8 @@
 
 One background task, one pass every ``poll_s`` (or at once when woken by a submit/cancel):
 
-1. start queued runs, oldest first, within the global ``max_running`` and each tenant's quota (``Launcher``:
+1. start queued runs, shared between tenants (``fair_order``: the least served tenant's oldest first), within the
+   global ``max_running`` and each tenant's quota (``Launcher``:
    layout → a checkout of its own on ``flower/<run>`` → a gateway token of its own → env file → spec →
    ``backend.start``, or a claim from the warm pool that ``WarmKeeper`` keeps). A failure of the machine's
    (engine down, disk full) puts the run back in line; any other fails it with the reason;
@@ -37,7 +38,7 @@ import asyncio
 import socket
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from sandbox.backends.base import Backend, Handle, read_exit
@@ -70,7 +71,7 @@ from .tenants import Tenant, TenantNotReady, Tenants
 from .warm import WarmKeeper
 from .webhooks import Webhooks
 
-__all__ = ["Scheduler", "END", "diffstat", "POISON_AFTER"]
+__all__ = ["Scheduler", "END", "diffstat", "POISON_AFTER", "fair_order"]
 
 log = get_logger("flower.service.scheduler")
 
@@ -88,6 +89,18 @@ def _ours(error: BaseException) -> bool:
     from sqlalchemy.exc import DBAPIError
 
     return is_engine_down(error) or is_disk_full(error) or isinstance(error, (sqlite3.Error, DBAPIError))
+
+
+def fair_order(heads: Sequence[Run], busy: Mapping[str, int]) -> list[Run]:
+    """Queued runs in the order a pass offers them slots: the k-th queued run of a tenant with b runs executing
+    comes as its tenant's (b + k)-th, oldest first among equals — round-robin between tenants, the least served
+    first. ``heads``: each tenant's oldest queued runs, oldest first."""
+    rank: Counter[str] = Counter()
+    keyed = []
+    for run in heads:
+        rank[run.tenant] += 1
+        keyed.append((busy.get(run.tenant, 0) + rank[run.tenant], run.created, run.id, run))
+    return [run for *_, run in sorted(keyed, key=lambda k: k[:3])]
 
 
 class Scheduler:
@@ -133,7 +146,8 @@ class Scheduler:
         self.feed = EventFeed(registry, self.results, self.metrics)
         self.harvest = Harvest(config, registry)
         self.warm = WarmKeeper.of(backend, config.runs_root, config.warm, registry, tenants, self.metrics,
-                                  self.errors, replica=self.owner if registry.dialect == "postgresql" else None)
+                                  self.errors, replica=self.owner if registry.dialect == "postgresql" else None,
+                                  lease_s=config.lease_s)
         self.launcher = Launcher(config, registry, backend, self.warm, self.harvest, self.grants.open)
         self.mailbox = Mailbox(config.runs_root, registry, backend, ended=self.feed.publish_end, wake=self.wake)
         self.retention = Retention(config, registry, self.harvest, is_live=self._live.__contains__, clock=clock)
@@ -444,13 +458,17 @@ class Scheduler:
 
     # -- starting ----------------------------------------------------------------------------
     async def _start_queued(self) -> None:
+        """Start what fits, shared between tenants: the next free slot goes to the tenant with the fewest runs
+        executing (its oldest queued run), then the next — one tenant's long queue never delays another's start,
+        and a pass reads a few queued rows per tenant, not the whole queue."""
         if self.hold or self.refusal:
             return
         busy = Counter(r.tenant for r in self.registry.list(statuses=ACTIVE))  # the runs executing now: a few rows
         total = sum(busy.values())
-        if total >= self.config.max_running:
+        free = self.config.max_running - total
+        if free <= 0:
             return
-        for run in self.registry.list(statuses=["queued"], oldest_first=True):
+        for run in fair_order(self.registry.queued_heads(free), busy):
             if total >= self.config.max_running:
                 return
             tenant = self.tenants.get(run.tenant)

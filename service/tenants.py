@@ -8,6 +8,9 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     repo = "/srv/repos/acme"                 # the team's git repository on this machine
     credentials = "/etc/flower/acme.env"     # ANTHROPIC_* values; mounted into each run, never logged
     quota = 2                                # runs of this tenant executing at once
+    max_queued = 500                         # optional: runs waiting to start (default: max_queued_per_tenant)
+    requests_per_s = 50.0                    # optional: API requests a second per replica (default: the config's)
+    request_burst = 500                      # optional: requests at once before the rate paces them
     allowed_options = ["rounds", "max_asks", "timeout_s"]
     egress = "closed"                        # "open": the run's sandbox gets a network (package installs)
     budget_usd = { run = 5.0, day = 50.0 }   # optional: measured by the model gateway, either may be left out
@@ -88,6 +91,9 @@ class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     token_sha256: Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$")] | None = None
     token: Annotated[str, msgspec.Meta(min_length=16)] | None = None
     quota: Annotated[int, msgspec.Meta(ge=1)] = 1
+    max_queued: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    requests_per_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    request_burst: Annotated[int, msgspec.Meta(ge=1)] | None = None
     allowed_options: list[str] = []
     egress: Egress = "closed"
     budget_usd: Budget = Budget()
@@ -117,6 +123,12 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
     credentials: str
     quota: int
     allowed_options: frozenset[str]
+    max_queued: int | None = None
+    """Runs of this tenant waiting to start at most; None: the service's ``max_queued_per_tenant``."""
+    requests_per_s: float | None = None
+    """API requests a second to one replica; None: the service's ``requests_per_s``."""
+    request_burst: int | None = None
+    """API requests at once before ``requests_per_s`` paces them; None: the service's ``request_burst``."""
     egress: Egress = "closed"
     budget_usd: Budget = Budget()
     server_tools: frozenset[str] = frozenset()
@@ -240,7 +252,8 @@ def _parse(path: Path) -> list[Tenant]:
             _check_url(entry.name, path, "push_url", entry.push_url, plain_http=False)
             push = PushTarget(entry.push_url, str((base / Path(push_file).expanduser()).resolve()))
         out.append(Tenant(name=entry.name, token_hash=digest, repo=repo, credentials=cred, quota=entry.quota,
-                          allowed_options=frozenset(entry.allowed_options), egress=entry.egress,
+                          allowed_options=frozenset(entry.allowed_options), max_queued=entry.max_queued,
+                          requests_per_s=entry.requests_per_s, request_burst=entry.request_burst, egress=entry.egress,
                           budget_usd=entry.budget_usd, server_tools=frozenset(entry.server_tools),
                           webhook=webhook, push=push))
     return out

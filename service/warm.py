@@ -6,6 +6,11 @@ that replaces a waiting sandbox that died and retries a start that failed. A fil
 (started in the last ``BOOT_S``, no model request yet), at least one per core — a burst, whose starts alone keep
 every core busy: it starts no sandbox then, and looks again every ``YIELD_S``. No warm sandbox is a slower start,
 never a refusal: its failures are logged, not raised.
+
+With several replicas (PostgreSQL), each keeps a pool of its own, its slots named for it, and holds a lease in the
+registry that says it is alive (``warm-pool:<owner>``, renewed with its runs' leases): every ``WARM_CHECK_S`` a
+replica takes over the lease of any other pool it finds slots of whose replica stopped renewing — it died — and
+removes what that pool left waiting, as ``service.leases`` takes over a dead replica's runs.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from sandbox.pool import Shape, Slot, WarmPool
 from .backoff import RepeatLog
 from .logging import get_logger
 from .metrics import Metrics
-from .registry import Registry
+from .registry import Lease, Registry
 from .runenv import settings_of
 from .tenants import Tenants
 
@@ -39,8 +44,12 @@ YIELD_S = 1.0  # a fill that yielded to starting runs looks again this much late
 
 class WarmKeeper:
     def __init__(self, pool: WarmPool | None, registry: Registry, tenants: Tenants, metrics: Metrics,
-                 errors: RepeatLog) -> None:
+                 errors: RepeatLog, *, replica: str | None = None, lease_s: float = 20.0) -> None:
         self.pool = pool
+        self.replica = replica
+        """This replica's name on its pool's lease (None: the only replica, nothing to reap)."""
+        self.lease_s = lease_s
+        self._next_reap = 0.0
         self.registry = registry
         self.tenants = tenants
         self.metrics = metrics
@@ -54,14 +63,15 @@ class WarmKeeper:
 
     @classmethod
     def of(cls, backend: Backend, runs_root: Path, size: int, registry: Registry, tenants: Tenants,
-           metrics: Metrics, errors: RepeatLog, *, replica: str | None = None) -> WarmKeeper:
+           metrics: Metrics, errors: RepeatLog, *, replica: str | None = None, lease_s: float = 20.0) -> WarmKeeper:
         """A keeper with a pool of ``size`` per shape when the backend can start sandboxes ahead, else none.
         ``replica``: this replica's name, when several may share the runs' folder (PostgreSQL) — its slots carry a
-        hash of it, so a replica starting sweeps only what it left itself; None (SQLite: one replica, whatever its
-        host's name is after a restart) sweeps every waiting sandbox."""
+        hash of it, so a replica starting sweeps only what it left itself, and reaps what a dead one left once its
+        pool's lease (``lease_s``) ran out; None (SQLite: one replica, whatever its host's name is after a restart)
+        sweeps every waiting sandbox."""
         owner = hashlib.sha256(replica.encode()).hexdigest()[:8] if replica is not None else ""
         pool = WarmPool(backend, runs_root, size, owner=owner) if size and isinstance(backend, WarmBackend) else None
-        return cls(pool, registry, tenants, metrics, errors)
+        return cls(pool, registry, tenants, metrics, errors, replica=replica, lease_s=lease_s)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop fills are started on (the service's)."""
@@ -102,9 +112,43 @@ class WarmKeeper:
             self.refill()
 
     def _sweep(self, pool: WarmPool) -> None:
+        self._alive()
         removed = pool.sweep(keep=self.registry.folders().__contains__)
         if removed:
             log.info("warm.swept", sandboxes=removed, why="started by an earlier service")
+
+    @staticmethod
+    def _lease_of(owner: str) -> str:
+        return f"warm-pool:{owner}"
+
+    def _alive(self) -> None:
+        """Blocking: this replica's pool's lease, taken (again: another replica may have taken it over while this one
+        could not renew it); the leases' renewer keeps it from then on."""
+        if self.pool is not None and self.replica is not None:
+            self.registry.take(self._lease_of(self.pool.owner), self.replica, ttl=self.lease_s, now=time.time())
+
+    def _reap_due(self, pool: WarmPool) -> None:
+        """Blocking, every ``WARM_CHECK_S``: what the pools of dead replicas left waiting goes."""
+        if self.replica is None or time.monotonic() < self._next_reap:
+            return
+        self._next_reap = time.monotonic() + WARM_CHECK_S
+        self._alive()
+        taken: list[Lease] = []
+
+        def alive(owner: str) -> bool:  # its lease taken here: its replica renews it no more
+            lease = self.registry.take(self._lease_of(owner), self.replica or "", ttl=self.lease_s, now=time.time())
+            if lease is not None:
+                taken.append(lease)
+            return lease is None
+
+        try:
+            removed = pool.reap(alive, keep=self.registry.folders().__contains__)
+        finally:
+            for lease in taken:
+                self.registry.release(lease)
+        if removed:
+            log.info("warm.reaped", sandboxes=removed, owners=len(taken),
+                     why="waiting sandboxes of a replica that stopped renewing its pool's lease (it died)")
 
     def _fill(self, pool: WarmPool) -> int:
         """Blocking: the pool keeps the shapes of the tenants there are now (the tenants file is re-read when it
@@ -114,6 +158,12 @@ class WarmKeeper:
         self._yielded = False
         if self._runs_starting():  # asked again every YIELD_S in a burst: nothing read, nothing probed, until it ends
             return 0
+        try:
+            self._reap_due(pool)
+        except Exception as e:  # noqa: BLE001 - what a dead replica left waits for the next check; the fill goes on
+            self.errors.error("warm.reap_failed", "warm-reap", e)
+        else:
+            self.errors.ok("warm-reap")
         shapes: set[Shape] = set()
         for tenant in self.tenants.all():
             key = f"warm:{tenant.name}"

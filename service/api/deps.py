@@ -3,7 +3,7 @@ the scheduler, the submit rules (``service.admission``), the config, and the run
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar import Request
@@ -19,10 +19,12 @@ from ..metrics import Metrics
 from ..registry import Registry, Run
 from ..scheduler import Scheduler
 from ..tenants import Tenant, Tenants
-from .errors import Conflict
+from .errors import Conflict, TooManyRequests
+from .limits import RateLimits
+from .scrape import ScrapeToken
 
-__all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ConfigDep", "RegistryDep", "SchedulerDep", "MetricsDep",
-           "TenantDep", "RunDep", "MIN_PREFIX"]
+__all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ConfigDep", "RegistryDep", "SchedulerDep",
+           "MetricsDep", "ScrapeDep", "TenantDep", "RunDep", "MIN_PREFIX", "RUN_ID_CHARS"]
 
 # what a handler declares to be given (by name: ``registry: RegistryDep``)
 AdmissionDep = NamedDependency[Admission]
@@ -30,20 +32,24 @@ ConfigDep = NamedDependency[ServiceConfig]
 RegistryDep = NamedDependency[Registry]
 SchedulerDep = NamedDependency[Scheduler]
 MetricsDep = NamedDependency[Metrics]
+ScrapeDep = NamedDependency[ScrapeToken]
 TenantDep = NamedDependency[Tenant]
 RunDep = NamedDependency[Run]
 
 MIN_PREFIX = 8
 """The fewest characters of a run id that are looked up as its start (the date alone is eight)."""
 AMBIGUOUS_SHOWN = 5
+RUN_ID_CHARS = frozenset("0123456789abcdef-")
 
 _CHALLENGE = {"WWW-Authenticate": 'Bearer realm="flower"'}
 
 
-def bearer_guard(tenants: Tenants) -> Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], None]:
-    """``Authorization: Bearer <tenant token>`` or 401; the tenant it names goes on the connection's state."""
+def bearer_guard(tenants: Tenants, limits: RateLimits | None = None
+                 ) -> Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], Awaitable[None]]:
+    """``Authorization: Bearer <tenant token>`` or 401; the tenant it names goes on the connection's state. With
+    ``limits``, a tenant past its pace is a 429 with ``Retry-After`` here, before anything else is read."""
 
-    def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+    async def guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
         scheme, _sep, token = connection.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise NotAuthorizedException("missing bearer token: send `Authorization: Bearer <your tenant token>`",
@@ -52,6 +58,9 @@ def bearer_guard(tenants: Tenants) -> Callable[[ASGIConnection[Any, Any, Any, An
         if tenant is None:
             raise NotAuthorizedException("this token belongs to no tenant: check it, or ask the operator for yours",
                                          headers=_CHALLENGE)
+        paced = await limits.pace(tenant) if limits is not None else None
+        if paced is not None:
+            raise TooManyRequests(paced.sentence(tenant.name), headers={"Retry-After": str(paced.retry_after_s)})
         connection.state.tenant = tenant
 
     return guard
@@ -64,7 +73,10 @@ def _tenant(request: Request[Any, Any, Any]) -> Tenant:
 
 def provide_run(registry: RegistryDep, tenant: TenantDep, run_id: FromPath[str]) -> Run:
     """The run ``run_id`` of the caller's tenant, or the one of its runs whose id starts with ``run_id`` (at least
-    ``MIN_PREFIX`` characters); 404 when it has none, 409 naming the candidates when several start so."""
+    ``MIN_PREFIX`` characters); 404 when it has none, 409 naming the candidates when several start so. An id
+    of other characters than a run id's is no run (asked of no database: PostgreSQL refuses a NUL byte)."""
+    if not RUN_ID_CHARS.issuperset(run_id):
+        raise NotFoundException(f"run {run_id[:100]!r} not found: a run id holds only digits, a-f and '-'")
     run = registry.get(run_id, tenant=tenant.name)
     if run is not None:
         return run

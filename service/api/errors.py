@@ -55,7 +55,8 @@ _WHY = {400: "the request is malformed (the error names the field)", 401: "no or
         404: "no such run for this tenant (another tenant's run is a 404 too)",
         409: "the run is not in a state that allows this", 410: "the run's files were deleted",
         413: "the request body is larger than 1 MiB", 422: "the tenant cannot run here (repository or credentials)",
-        429: "too many event streams open for this tenant",
+        429: "the tenant is past a limit of its own: requests a second (`Retry-After` says when to send again), "
+             "queued runs, or open event streams",
         503: "the service takes no runs: the guard canary failed for this CLI (the error says which guard)",
         507: "the service's disk is full or below its free-space floor: nothing was saved"}
 # what each status says, for the document's examples (sentences the handlers really send)
@@ -71,11 +72,11 @@ _SAYS = {400: "invalid request: body.ask: Expected `str` of length >= 1",
 
 
 def errors(*codes: int) -> dict[int, ResponseSpec]:
-    """OpenAPI responses for these error statuses (400 and 401 always: every /v1 route validates its input and
-    needs a token)."""
+    """OpenAPI responses for these error statuses (400, 401 and 429 always: every /v1 route validates its input,
+    needs a token and paces its tenant)."""
     return {code: ResponseSpec(data_container=ErrorOut, description=_WHY.get(code, HTTPStatus(code).phrase),
                                generate_examples=False, examples=[example_error(code)])
-            for code in sorted({400, 401, *codes})}
+            for code in sorted({400, 401, 429, *codes})}
 
 
 def example_error(code: int, error: str | None = None) -> Example:

@@ -1,16 +1,25 @@
 """For operators: health, Prometheus metrics, and the security headers every response carries (the API's own
-documentation is ``docs.py``)."""
+documentation is ``docs.py``).
+
+``/metrics`` tells tenants' names, runs and spend only to the operator's scraper: a scrape with
+``Authorization: Bearer <scrape token>`` (the contents of the config's ``metrics_token_file``) gets the per-tenant
+series; a scrape without one gets the same metrics summed over tenants; a wrong token is a 401.
+"""
 
 from __future__ import annotations
 
-from litestar import Response, get
+from typing import Any
+
+from litestar import Request, Response, get
 from litestar.datastructures import MutableScopeHeaders
+from litestar.openapi.datastructures import ResponseSpec
 from litestar.types import Message, Scope
 
 from ..metrics import CONTENT_TYPE
-from .deps import ConfigDep, MetricsDep, SchedulerDep
+from .deps import ConfigDep, MetricsDep, SchedulerDep, ScrapeDep
+from .errors import example_error
 from .examples import HEALTHY, METRICS, REFUSING, ok
-from .schemas import HealthOut
+from .schemas import ErrorOut, HealthOut
 
 __all__ = ["healthz", "metrics", "security_headers", "PAGE_POLICY", "DOCS_POLICY"]
 
@@ -20,6 +29,8 @@ PAGE_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src
 # The docs page (/schema, service/api/docs.py) is the page's policy but for Swagger UI's icons, which its
 # stylesheet carries as data: URLs.
 DOCS_POLICY = PAGE_POLICY.replace("img-src 'self'", "img-src 'self' data:")
+_NOT_THE_TOKEN = ("this is not the service's scrape token: scrape with `Authorization: Bearer <the token in "
+                  "metrics_token_file>`, or with none for the metrics summed over tenants")
 _ALWAYS = {"X-Frame-Options": "DENY", "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
 
 
@@ -52,11 +63,18 @@ async def healthz(scheduler: SchedulerDep, config: ConfigDep) -> Response[Health
 
 @get("/metrics", tags=["ops"], media_type=CONTENT_TYPE, operation_id="get_metrics",
      summary="Prometheus metrics (text exposition format)",
-     responses=ok(200, METRICS, "the text exposition format", media_type=CONTENT_TYPE))
-async def metrics(metrics: MetricsDep, scheduler: SchedulerDep) -> Response[bytes]:
+     responses={**ok(200, METRICS, "the text exposition format (summed over tenants without the scrape token)",
+                     media_type=CONTENT_TYPE),
+                401: ResponseSpec(data_container=ErrorOut, generate_examples=False,
+                                  description="a bearer token that is not the service's scrape token",
+                                  examples=[example_error(401, _NOT_THE_TOKEN)])})
+async def metrics(request: Request[Any, Any, Any], metrics: MetricsDep, scheduler: SchedulerDep,
+                  scrape: ScrapeDep) -> Response[bytes]:
     """Runs, queue wait, durations, failures by reason, guard denials, model tokens and cost per tenant, and
-    the disk, backend and canary gauges; helm/files/ holds a Grafana dashboard and alert rules over them."""
+    the disk, backend and canary gauges; helm/files/ holds a Grafana dashboard and alert rules over them. Per
+    tenant only with `Authorization: Bearer <scrape token>`; without it, summed over tenants (no tenant's name)."""
+    per_tenant = scrape.per_tenant(request.headers.get("authorization", ""))
     health = scheduler.health.prometheus().encode()  # disk and backend gauges (service/health.py)
     refusing = ("# HELP flower_refusing_runs 1 while the guard canary refuses runs for this CLI (GET /healthz says "
                 f"why).\n# TYPE flower_refusing_runs gauge\nflower_refusing_runs {int(bool(scheduler.refusal))}\n")
-    return Response(metrics.render() + health + refusing.encode(), media_type=CONTENT_TYPE)
+    return Response(metrics.render(per_tenant=per_tenant) + health + refusing.encode(), media_type=CONTENT_TYPE)

@@ -14,14 +14,14 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from ..admission import BadSubmit, DiskLow, NotTakingRuns, new_run_id
+from ..admission import BadSubmit, DiskLow, NotTakingRuns, QueueFull, new_run_id
 from ..config import ServiceConfig
 from ..logging import get_logger
 from ..registry import STATUSES, Registry, Run
 from ..scheduler import Scheduler
 from ..tenants import Tenant, TenantNotReady
 from .deps import AdmissionDep, ConfigDep, RegistryDep, RunDep, SchedulerDep, TenantDep, provide_run
-from .errors import Conflict, Gone, InsufficientStorage, Unprocessable, errors, example_error
+from .errors import Conflict, Gone, InsufficientStorage, TooManyRequests, Unprocessable, errors, example_error
 from .examples import DIFF, FILES, MANIFEST, RUN, RUNS, SUBMITTED, USAGE, SubmitBody, ok
 from .schemas import (Budget, DiffFile, DiffFilesOut, ErrorOut, ManifestOut, RunList, RunOut, SubmitOut, UsageOut,
                       run_out)
@@ -84,6 +84,8 @@ class RunController(Controller):
             raise Unprocessable(str(e)) from None
         except DiskLow as e:
             raise InsufficientStorage(str(e), headers={"Retry-After": "60"}) from None
+        except QueueFull as e:
+            raise TooManyRequests(str(e), headers={"Retry-After": "30"}) from None
         run = admitted.run
         return Response(SubmitOut(id=run.id, status=run.status, branch=admitted.branch),
                         status_code=201, headers={"Location": f"/v1/runs/{run.id}"})

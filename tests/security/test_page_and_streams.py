@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from _service_helpers import TOKENS, Deployment, Service, wait_for, wait_question
+from _service_helpers import SCRAPE, TOKENS, Deployment, Service, scrape_config, wait_for, wait_question
 from flower.testing import Rule, ScriptedModel, tool
 from sandbox.testing import ASK, CLARIFIER
 
@@ -36,8 +36,8 @@ def waiting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service,
     """One service (a cap of 4 streams per tenant) and one run of acme's that waits on its question throughout."""
     rules = [Rule(tool(ASK, {"question": "等着"}), system=CLARIFIER, repeat=True)]
     with ScriptedModel(rules) as model:
-        dep = Deployment(tmp_path_factory.mktemp("streams"), env=model.env,
-                         extra_config=f"max_streams_per_tenant = {CAP}\n")
+        root = tmp_path_factory.mktemp("streams")
+        dep = Deployment(root, env=model.env, extra_config=f"max_streams_per_tenant = {CAP}\n{scrape_config(root)}")
         service = Service(dep).start()
         try:
             acme = service.client("acme")
@@ -71,7 +71,7 @@ def _status(s: socket.socket) -> int:
 
 
 def _open_streams(url: str) -> int:
-    text = httpx.get(f"{url}/metrics").text
+    text = httpx.get(f"{url}/metrics", headers=SCRAPE).text
     found = re.search(r'^flower_sse_streams\{tenant="acme"\} ([0-9.]+)$', text, re.M)
     return int(float(found.group(1))) if found else 0
 
@@ -224,7 +224,7 @@ def test_two_replicas_share_one_cap_and_a_killed_replicas_slots_free_themselves(
     rules = [Rule(tool(ASK, {"question": "等着"}), system=CLARIFIER, repeat=True)]
     with ScriptedModel(rules) as model:
         dep = Deployment(tmp_path, env=model.env, extra_config=(
-            f'max_streams_per_tenant = {CAP}\ndatabase_url = "{postgres_url}"\nlease_s = 2\n'))
+            f'max_streams_per_tenant = {CAP}\ndatabase_url = "{postgres_url}"\nlease_s = 2\n{scrape_config(tmp_path)}'))
         r1, r2 = (Service(dep, name, env={"FLOWER_SERVICE_REPLICA": name}) for name in ("r1", "r2"))
         try:
             for r in (r1, r2):

@@ -251,3 +251,17 @@ def stop_services(started: list[Service]) -> None:
         for run in (root.iterdir() if root.is_dir() else []):
             subprocess.run(f"docker ps -aq --filter label=flower.dir={run} | xargs -r docker rm -f", shell=True,
                            capture_output=True)
+
+
+SCRAPE_TOKEN = "scrape-token-0123456789abcdef"
+SCRAPE = {"Authorization": f"Bearer {SCRAPE_TOKEN}"}
+"""The headers of a scrape that sees the per-tenant metrics (a service configured with ``scrape_config``)."""
+
+
+def scrape_config(root: Path) -> str:
+    """The config line of a scrape token (its file written under ``root``): /metrics per tenant with ``SCRAPE``."""
+    path = root / "secrets" / "scrape.token"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(SCRAPE_TOKEN + "\n")
+    path.chmod(0o600)
+    return f'metrics_token_file = "{path}"\n'

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.admission import Admission, BadSubmit, DiskLow, NotTakingRuns
+from service.admission import Admission, BadSubmit, DiskLow, NotTakingRuns, QueueFull
 from service.config import ServiceConfig
 from service.errors import TenantNotReady
 from service.health import Health
@@ -18,15 +18,16 @@ pytestmark = pytest.mark.asyncio
 
 
 def admission(tmp_path: Path, git_repo: Callable[..., Path], *, refusal: str | None = None,
-              min_free_mb: float = 0, repo: Path | None = None) -> tuple[Admission, Tenant, Registry, list[int]]:
+              min_free_mb: float = 0, repo: Path | None = None, tenant_extra: str = "",
+              max_queued: int = 500) -> tuple[Admission, Tenant, Registry, list[int]]:
     repo = repo or git_repo(tmp_path / "repos" / "acme")
     creds = tmp_path / "acme.env"
     creds.write_text("ANTHROPIC_API_KEY=sk-test-not-used\n")
     tenants = tmp_path / "tenants.toml"
     tenants.write_text(f'[[tenant]]\nname = "acme"\ntoken = "acme-token-0123456789"\nrepo = "{repo}"\n'
-                       f'credentials = "{creds}"\nallowed_options = ["rounds"]\n')
+                       f'credentials = "{creds}"\nallowed_options = ["rounds"]\n{tenant_extra}')
     cfg = ServiceConfig(data_dir=str(tmp_path / "data"), backend="local", min_free_mb=min_free_mb,
-                        guard_canary=False, tenants=str(tenants))
+                        guard_canary=False, tenants=str(tenants), max_queued_per_tenant=max_queued)
     cfg.data_path.mkdir(parents=True, exist_ok=True)
     registry = Registry(cfg.db_path)
     woken: list[int] = []
@@ -81,3 +82,17 @@ async def test_a_disk_below_its_floor_queues_nothing(tmp_path: Path, git_repo: C
     with pytest.raises(DiskLow, match="low on disk space"):
         await a.submit(tenant, "do it", {})
     assert registry.list() == []
+
+
+@pytest.mark.parametrize("tenant_extra, max_queued", [("", 3), ("max_queued = 3\n", 100)],
+                         ids=["the service's cap", "the tenant's own"])
+async def test_a_tenant_at_its_cap_of_queued_runs_queues_nothing_more(
+        tmp_path: Path, git_repo: Callable[..., Path], tenant_extra: str, max_queued: int) -> None:
+    a, tenant, registry, woken = admission(tmp_path, git_repo, tenant_extra=tenant_extra, max_queued=max_queued)
+    for i in range(3):
+        await a.submit(tenant, f"ask {i}", {})
+    with pytest.raises(QueueFull, match="tenant acme already has 3 runs waiting to start"):
+        await a.submit(tenant, "one more", {})
+    assert len(registry.list()) == 3 and woken == [1, 1, 1]
+    registry.begin(registry.list(oldest_first=True)[0].id, started=1.0)  # one started: room for one more
+    await a.submit(tenant, "one more", {})

@@ -19,7 +19,8 @@ import httpx
 import pytest
 import yaml
 
-from _service_helpers import Deployment, Service, end_leftover_runs, wait_for, wait_status
+from _service_helpers import (SCRAPE, SCRAPE_TOKEN, Deployment, Service, end_leftover_runs, scrape_config, wait_for,
+                              wait_status)
 from flower.testing import Rule, ScriptedModel, tool
 from sandbox.testing import ASK, CLARIFIER
 
@@ -36,7 +37,8 @@ def _free_port() -> int:
 
 
 class Prometheus:
-    """``prometheus`` scraping one target every second, with ``rules`` loaded; ``query`` is its HTTP API."""
+    """``prometheus`` scraping one target every second with the scrape token (as the chart's ServiceMonitor does),
+    with ``rules`` loaded; ``query`` is its HTTP API."""
 
     def __init__(self, root: Path, target: str, rules: Path) -> None:
         binary = shutil.which("prometheus")
@@ -46,9 +48,12 @@ class Prometheus:
                             "(apt-get install prometheus)")
             pytest.skip("no prometheus server (apt-get install prometheus)")
         config = root / "prometheus.yml"
+        token = root / "scrape.token"
+        token.write_text(SCRAPE_TOKEN)
         config.write_text(yaml.safe_dump({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"}, "rule_files": [str(rules)],
-            "scrape_configs": [{"job_name": "flower", "static_configs": [{"targets": [target]}]}]}))
+            "scrape_configs": [{"job_name": "flower", "static_configs": [{"targets": [target]}],
+                                "authorization": {"type": "Bearer", "credentials_file": str(token)}}]}))
         self.url = f"http://127.0.0.1:{_free_port()}"
         self.log = (root / "prometheus.log").open("wb")
         self.proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={root / 'tsdb'}",
@@ -76,7 +81,7 @@ class Prometheus:
 @pytest.fixture
 def watched(tmp_path: Path) -> Iterator[tuple[Service, Prometheus]]:
     """A service whose runs fail past a quarter megabyte of disk, and a Prometheus watching it."""
-    dep = Deployment(tmp_path / "svc", extra_config="max_run_disk_mb = 0.25\n")
+    dep = Deployment(tmp_path / "svc", extra_config="max_run_disk_mb = 0.25\n" + scrape_config(tmp_path))
     with ScriptedModel([Rule(tool(ASK, {"question": "等着"}), system=CLARIFIER, repeat=True)]) as model:
         dep.set_credentials(model.env)
         service = Service(dep).start()
@@ -102,7 +107,7 @@ def _dashboard_exprs() -> list[str]:
 
 
 def _scraped(service: Service) -> set[str]:
-    text = httpx.get(f"{service.url}/metrics").text
+    text = httpx.get(f"{service.url}/metrics", headers=SCRAPE).text
     return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")} | {
         m for m in re.findall(r"^# TYPE (\S+)", text, re.M)}
 

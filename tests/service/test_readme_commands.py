@@ -52,6 +52,8 @@ SKIPPED = {  # command (as written, comment cut) → why it cannot run here
         "needs a Kubernetes cluster",
     "kubectl create secret generic flower-db --from-literal=url='postgresql://flower:…@db.internal/flower'":
         "needs a Kubernetes cluster",
+    'kubectl create secret generic flower-scrape --from-literal=scrape="$(openssl rand -hex 32)"':
+        "needs a Kubernetes cluster",
     "pip wheel -w build/wheelhouse '.[service]'": "downloads wheels from the package index",
     "docker build --target service -t registry.example.com/flower/service:0.1.0 .": "an image for a registry",
     "docker build --target sandbox -t registry.example.com/flower/sandbox:0.1.0 .": "an image for a registry",

@@ -407,3 +407,25 @@ async def test_nothing_of_an_ended_run_is_kept_whichever_way_it_ended(make_world
     assert w.scheduler.gateway.grants() == [], "no token of an ended run"
     assert not w.scheduler.errors.failing(), "no error streak of an ended run"
     assert all(w.scheduler.backoff.failures(r) == 0 for r in (done, cancelled, unstarted))
+
+
+async def test_one_tenants_long_queue_does_not_delay_another_tenants_start(
+        make_world: Callable[..., World], git_repo: Callable[..., Path]) -> None:
+    """acme may fill every slot and has more queued behind them; beta submits later. When a slot frees, it goes to
+    beta (the tenant with none executing), not to acme's next-oldest run; the queue is read a few rows a tenant."""
+    w = await make_world(waits, max_running=2)  # acme: quota 2
+    beta_repo = git_repo(w.root / "repos" / "beta")
+    creds = w.root / "acme.env"
+    with open(w.config.tenants, "a") as f:  # a second tenant (the file is re-read when it changes)
+        f.write(f'\n[[tenant]]\nname = "beta"\ntoken = "beta-token-0123456789"\nrepo = "{beta_repo}"\n'
+                f'credentials = "{creds}"\nquota = 2\n')
+    acme = [w.submit(f"acme {i}") for i in range(6)]
+    await w.until(acme[1], "running")
+    beta = w.submit("beta 0", tenant="beta")
+    w.backend.advance(w.scheduler.handles[acme[0]])  # a slot frees
+    await w.until(acme[0], "succeeded")
+    await w.until(beta, "running", passes=5)
+    assert [w.row(r).status for r in acme[2:]] == ["queued"] * 4, "acme's next runs wait for the next free slot"
+    w.backend.advance(w.scheduler.handles[acme[1]])
+    await w.until(acme[2], "running", passes=5)
+    assert w.row(beta).status == "running"

@@ -20,7 +20,8 @@ import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from _service_helpers import TOKENS, Deployment, end_leftover_runs, git, run_status, wait_for, wait_question, wait_status
+from _service_helpers import (SCRAPE, TOKENS, Deployment, end_leftover_runs, git, run_status, scrape_config, wait_for,
+                              wait_question, wait_status)
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ASK, BRIEF, CLARIFIER
 from service.app import create_app
@@ -66,7 +67,7 @@ def clarify(tag: str) -> list[Rule]:
 
 
 def metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    r = httpx.get(f"{url}/metrics")
+    r = httpx.get(f"{url}/metrics", headers=SCRAPE)
     assert r.status_code == 200 and r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
     out = {}
     for family in text_string_to_metric_families(r.text):
@@ -77,7 +78,7 @@ def metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
 
 @pytest.fixture
 def deployment(tmp_path: Path) -> Iterator[Deployment]:
-    dep = Deployment(tmp_path / "keep", quota=4, extra_config="retain_days = 1\n")
+    dep = Deployment(tmp_path / "keep", quota=4, extra_config="retain_days = 1\n" + scrape_config(tmp_path))
     yield dep
     end_leftover_runs(dep.data / "runs")
 
@@ -160,7 +161,8 @@ def test_delete_retention_and_metrics_leave_a_live_run_alone(deployment: Deploym
 
 
 def test_a_run_past_its_disk_bound_is_stopped_and_says_why(tmp_path: Path) -> None:
-    dep = Deployment(tmp_path / "disk", extra_config="max_run_disk_mb = 0.25\n")  # a waiting run's folder: ~1 MB
+    # a waiting run's folder: ~1 MB
+    dep = Deployment(tmp_path / "disk", extra_config="max_run_disk_mb = 0.25\n" + scrape_config(tmp_path))
     try:
         with ScriptedModel([Rule(tool(ASK, {"question": "等着"}), system=CLARIFIER, repeat=True)]) as model:
             dep.set_credentials(model.env)
