@@ -317,6 +317,7 @@ class LocalBackend:
         self.path = path or os.environ.get("PATH") or DEFAULT_PATH
         self.isolation, self.share_net = isolation, share_net
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._spawned: dict[int, tuple[Path, bool]] = {}  # our own children: (run folder, a warm sandbox?)
         self._removed: set[str] = set()
 
     # -- the protocol ------------------------------------------------------
@@ -376,6 +377,7 @@ class LocalBackend:
             proc = subprocess.Popen(command, cwd=layout.dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         self._procs[proc.pid] = proc
+        self._spawned[proc.pid] = layout.dir, env.get(WARM_MARK) == "1"
         st = _stat(proc.pid)
         return Handle(f"local:{proc.pid}:{st[1] if st else 0}:{layout.dir}")
 
@@ -439,6 +441,12 @@ class LocalBackend:
             if self.root is not None and folder.parent != self.root:
                 continue
             out[folder] = Handle(f"local:{entry.name}:{start}:{folder}")
+        for pid, proc in list(self._procs.items()):  # a child still in its exec shows no command line yet
+            folder, is_warm = self._spawned[pid]
+            st = _stat(pid)
+            if proc.returncode is None and is_warm == warm and st is not None and st[0] != "Z" \
+                    and (self.root is None or folder.parent == self.root):
+                out.setdefault(folder, Handle(f"local:{pid}:{st[1]}:{folder}"))
         return out
 
     def remove(self, handle: Handle) -> None:
@@ -446,6 +454,7 @@ class LocalBackend:
         self._kill_group(pid, start, folder, force=True)
         _kill_cgroups(folder.name)
         self._procs.pop(pid, None)
+        self._spawned.pop(pid, None)
         self._removed.add(handle)
         for d in _run_cgroups(folder.name):
             _rmdir(d, tries=40)
