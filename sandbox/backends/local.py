@@ -1,11 +1,14 @@
 """LocalBackend: a run as a process of this machine, walled in by bubblewrap (Debian ``bubblewrap``).
 
-With ``isolation="bwrap"`` (the default) the run gets its own user, pid, ipc and uts namespaces, no
+With ``isolation="bwrap"`` (the default) the run gets its own pid, ipc and uts namespaces, no
 capabilities, a read-only view of only what it needs to execute — ``/usr``, a few files of ``/etc``, the
 Python it runs and flower's own code — and, read-write, only its own folders (``RunLayout.writable``); its
 mailbox (spec, env file, answers) and the team's object store are read-only. No other tenant's path exists inside,
-and ``/proc`` shows only the run's own processes. ``isolation="none"`` is a plain subprocess with a clean
-environment (development only: it sees everything the service's uid sees).
+``/proc`` shows only the run's own processes, and what of it writes to the kernel (``/proc/sys``, ``sysrq-trigger``…)
+is read-only. The run is never root on the host: a non-root service's uid is mapped to ``RUN_UID`` by a user
+namespace; a root service's run becomes ``RUN_UID`` outright (``bwrap_argv(drop=)``: a user namespace would map it to
+root), its folders handed to that uid first (``mail_owner``). ``isolation="none"`` is a plain subprocess with a clean
+environment (development only: it is the service's uid and sees everything that uid sees).
 
 Limits: where the machine lets this backend write cgroups (v1 ``memory``/``pids`` hierarchies, or cgroup v2 with
 those controllers), each run gets its own cgroup — ``mem_limit`` (2 GiB, swap included) and ``pids_limit`` (512),

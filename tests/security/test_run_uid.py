@@ -30,7 +30,8 @@ if [ ! -e /proc/sysrq-trigger ]; then echo "sysrq-trigger: absent"
 elif ( : >> /proc/sysrq-trigger ) 2>/dev/null; then echo "sysrq-trigger: OPENED"
 else echo "sysrq-trigger: refused"; fi
 for p in {' '.join(READ_ONLY)}; do
-  [ -e /proc/$p ] && echo "/proc/$p mounted $(awk -v m=/proc/$p '$5 == m {{o = substr($6, 1, 2)}} END {{print o}}' /proc/self/mountinfo)"
+  [ -e /proc/$p ] && echo "/proc/$p mounted \
+$(awk -v m=/proc/$p '$5 == m {{o = substr($6, 1, 2)}} END {{print o}}' /proc/self/mountinfo)"
 done
 echo {DONE}"""
 
