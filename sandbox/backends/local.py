@@ -370,6 +370,8 @@ class LocalBackend:
         if owner is not None:  # what the run writes, and its mail (spec, env file) to read; mounted read-only
             layout.hand_over(*owner)
         env = {"PATH": self.path, **env}
+        if owner is not None:  # the wrapper, bubblewrap and setpriv run as root: nothing may load code into them
+            env = {k: v for k, v in env.items() if not k.startswith("LD_")}
         _sweep()
         joins = _cgroups(layout.dir.name, self.mem_limit, self.pids_limit)
         if joins:

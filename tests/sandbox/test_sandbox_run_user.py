@@ -41,6 +41,30 @@ def test_a_root_service_without_setpriv_starts_no_local_run(git_workspace: Path,
                 backend.remove(handle)
 
 
+@pytest.mark.skipif(os.getuid() != 0, reason="what a root service does")
+def test_no_loader_variable_reaches_what_a_root_service_runs_as_root(git_workspace: Path, tmp_path: Path) -> None:
+    """The cgroup wrapper, bubblewrap and setpriv of a root service's run are root's: ``LD_PRELOAD`` in the spec's
+    environment would load a file into each (here a missing one: the loader says so in the run's output)."""
+    import msgspec
+
+    from sandbox.spec import write_spec
+    from sandbox.testing import wait_asking
+
+    runs = tmp_path / "runs"
+    with ScriptedModel(waiting_rules()) as model:
+        layout, spec = prepare(git_workspace, runs, "no-preload", model)
+        spec = msgspec.structs.replace(spec, env={"LD_PRELOAD": str(tmp_path / "planted.so")})
+        layout.spec_file.unlink()
+        write_spec(layout, spec)
+        backend = LocalBackend(root=runs)
+        handle = backend.start(layout, spec)
+        try:
+            wait_asking(backend, handle, layout)  # the run is up: everything before it ran
+        finally:
+            backend.remove(handle)
+    assert "planted.so" not in layout.log.read_text()
+
+
 def test_a_docker_backend_refuses_to_run_runs_as_root() -> None:
     from sandbox.backends.docker import DockerBackend
 
