@@ -29,6 +29,8 @@ else echo "core_pattern: refused"; fi
 if [ ! -e /proc/sysrq-trigger ]; then echo "sysrq-trigger: absent"
 elif ( : >> /proc/sysrq-trigger ) 2>/dev/null; then echo "sysrq-trigger: OPENED"
 else echo "sysrq-trigger: refused"; fi
+if ( : > ../mailbox/planted && chmod 666 ../mailbox/spec.json ) 2>/dev/null; then echo "mailbox: WRITTEN"
+else echo "mailbox: refused ($(stat -c %u ../mailbox/spec.json) owns the spec)"; fi
 for p in {' '.join(READ_ONLY)}; do
   [ -e /proc/$p ] && echo "/proc/$p mounted \
 $(awk -v m=/proc/$p '$5 == m {{o = substr($6, 1, 2)}} END {{print o}}' /proc/self/mountinfo)"
@@ -57,6 +59,8 @@ def test_a_run_is_not_root_on_the_host_and_cannot_write_the_kernels_settings(tmp
     sysrq = "refused" if Path("/proc/sysrq-trigger").exists() else "absent"  # not in every kernel (MAGIC_SYSRQ)
     if f"sysrq-trigger: {sysrq}" not in out:
         holes.append("/proc/sysrq-trigger was opened for writing from inside")
+    if "mailbox: refused" not in out:  # the run's uid owns its mail now: the read-only mount must hold
+        holes.append("the mailbox was written from inside")
     holes += [f"/proc/{p} is not a read-only mount inside" for p in READ_ONLY
               if Path("/proc", p).exists() and f"/proc/{p} mounted ro\n" not in out]
     assert holes == [], f"{holes}; the run said: {out}"
