@@ -13,10 +13,13 @@ Network: a spec with ``egress="closed"`` (the service's default for every tenant
 ``network_mode: none`` — no interface but its own loopback, where the runner bridges to the gateway's
 socket (``sandbox.bridge``). ``egress="open"`` uses ``network_mode`` / ``start(network=...)``.
 
-Hardened by default, each a constructor argument: uid 10001 whatever the service runs as (``user``), a
+Hardened by default, each a constructor argument: uid 10001 whatever the service runs as (``user``; uid 0 is
+refused: without a user-remapping engine it is the host's root), a
 memory limit with no swap on top (``mem_limit``), a CPU quota (``cpus``), a pids limit (``pids_limit``), a
 size-capped ``/tmp`` tmpfs (``tmp_size``), a read-only root file system, every capability dropped,
-``no-new-privileges``, Docker's default seccomp profile (never ``unconfined``), tini as PID 1. A root service
+``no-new-privileges``, Docker's default seccomp profile (never ``unconfined``), Docker's read-only ``/proc/sys``,
+``sysrq-trigger``, ``irq``, ``bus``, ``fs`` and masked ``/proc/kcore``, ``keys``, ``timer_list``… (never
+``privileged``, no ``systempaths=unconfined``), tini as PID 1. A root service
 hands the run's folders to that uid before the start (``RunLayout.hand_over``); a non-root service whose
 uid differs cannot, so its runs use its own uid (see ``run_user``).
 Labels: ``flower.run=<run_id>``, ``flower.tenant=<tenant>``, ``flower.dir=<run folder>`` plus ``labels``; a warm
@@ -104,6 +107,9 @@ class DockerBackend:
                  client: Any = None) -> None:
         import docker
 
+        if user.split(":")[0] in ("0", "root", ""):
+            raise BackendError(f"user {user!r} would run every run as root on the host: pick an unprivileged "
+                               f"uid:gid (the default is {RUN_USER})")
         self.image = image
         self.network_mode = network_mode
         self.user = user

@@ -17,7 +17,8 @@ same claim, so paths mean the same thing in the service and in the run (as with 
   ``RuntimeDefault`` seccomp; no service-account token (a run never talks to the Kubernetes API).
 
 The pod runs as the service's own uid:gid (as with Docker's ``user="auto"``): the run and the service
-exchange files both ways on the claim. ``backoffLimit: 0``: a failed run is not retried by Kubernetes (flower
+exchange files both ways on the claim. Never as root: ``runAsNonRoot`` always, and a backend whose uid is 0 (a
+service running as root) refuses to start a run. ``backoffLimit: 0``: a failed run is not retried by Kubernetes (flower
 resumes a re-submitted run through its lineage file instead).
 
 Labels: ``flower.run``, ``flower.tenant``, ``flower.claim`` (the claim's name: two services never adopt each
@@ -104,7 +105,11 @@ def job_manifest(layout: RunLayout, spec: RunSpec, *, image: str, namespace: str
                  grace_s: int = 10, deadline_s: int | None = None, ttl_s: int | None = None,
                  image_pull_secrets: list[str] | None = None, name: str | None = None,
                  tmp_size: str = "256Mi") -> dict[str, Any]:
-    """The ``batch/v1`` Job of one run (pure: no I/O beyond resolving paths). See the module doc for the mounts."""
+    """The ``batch/v1`` Job of one run (pure: no I/O beyond resolving paths). See the module doc for the mounts.
+    BackendError for ``uid`` 0: a run's pod is never root."""
+    if uid == 0:
+        raise BackendError("a run's pod would run as uid 0 (root): run the service as an unprivileged uid, as the "
+                           "chart's securityContext does, or give KubernetesBackend the uid= and gid= of one")
     name = name or job_name(layout)
     run_path = _under(layout.dir, Path(data_dir), "the run folder")
     mounts: list[dict[str, Any]] = [
@@ -127,7 +132,7 @@ def job_manifest(layout: RunLayout, spec: RunSpec, *, image: str, namespace: str
         "workingDir": str(layout.workspace),
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": uid != 0, "capabilities": {"drop": ["ALL"]},
+                            "runAsNonRoot": True, "capabilities": {"drop": ["ALL"]},
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "volumeMounts": [
             *mounts,
@@ -144,7 +149,7 @@ def job_manifest(layout: RunLayout, spec: RunSpec, *, image: str, namespace: str
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": int(grace_s),
         "securityContext": {"runAsUser": uid, "runAsGroup": gid, "fsGroup": gid,
-                            "fsGroupChangePolicy": "OnRootMismatch", "runAsNonRoot": uid != 0,
+                            "fsGroupChangePolicy": "OnRootMismatch", "runAsNonRoot": True,
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [container],
         "volumes": [

@@ -1,11 +1,14 @@
 """LocalBackend: a run as a process of this machine, walled in by bubblewrap (Debian ``bubblewrap``).
 
-With ``isolation="bwrap"`` (the default) the run gets its own user, pid, ipc and uts namespaces, no
+With ``isolation="bwrap"`` (the default) the run gets its own pid, ipc and uts namespaces, no
 capabilities, a read-only view of only what it needs to execute — ``/usr``, a few files of ``/etc``, the
 Python it runs and flower's own code — and, read-write, only its own folders (``RunLayout.writable``); its
 mailbox (spec, env file, answers) and the team's object store are read-only. No other tenant's path exists inside,
-and ``/proc`` shows only the run's own processes. ``isolation="none"`` is a plain subprocess with a clean
-environment (development only: it sees everything the service's uid sees).
+``/proc`` shows only the run's own processes, and what of it writes to the kernel (``/proc/sys``, ``sysrq-trigger``…)
+is read-only. The run is never root on the host: a non-root service's uid is mapped to ``RUN_UID`` by a user
+namespace; a root service's run becomes ``RUN_UID`` outright (``bwrap_argv(drop=)``: a user namespace would map it to
+root), its folders handed to that uid first (``mail_owner``). ``isolation="none"`` is a plain subprocess with a clean
+environment (development only: it is the service's uid and sees everything that uid sees).
 
 Limits: where the machine lets this backend write cgroups (v1 ``memory``/``pids`` hierarchies, or cgroup v2 with
 those controllers), each run gets its own cgroup — ``mem_limit`` (2 GiB, swap included) and ``pids_limit`` (512),
@@ -153,34 +156,79 @@ def _code_dirs() -> list[Path]:
     return sorted(d.resolve() for d in dirs)
 
 
+# /proc as Docker shows it: what writes to the kernel read-only, what tells of the host's kernel masked
+PROC_READ_ONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+PROC_MASKED = ("kcore", "keys", "latency_stats", "timer_list", "timer_stats", "sched_debug")
+PROC_MASKED_DIRS = ("acpi", "asound", "scsi")
+
+
+def drop_argv(uid: int, gid: int, *, setpriv: str = "setpriv") -> list[str]:
+    """What a root service's run starts with inside bubblewrap: become ``uid:gid`` for good — no groups, no
+    capability left (bounding set included), no privilege gained through exec."""
+    return [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all",
+            "--no-new-privs", "--"]
+
+
 def bwrap_argv(layout: RunLayout, objects: Path | None, command: list[str], *, bwrap: str = "bwrap",
-               share_net: bool = True) -> list[str]:
-    """The bubblewrap command line of one run (pure: reads nothing of the run's folders)."""
-    argv = [bwrap, "--unshare-user", "--uid", str(RUN_UID), "--gid", str(RUN_UID), "--unshare-pid",
-            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--new-session", "--cap-drop", "ALL",
-            "--hostname", "flower-run"]
+               share_net: bool = True, drop: tuple[int, int] | None = None, setpriv: str = "setpriv") -> list[str]:
+    """The bubblewrap command line of one run (pure: reads nothing of the run's folders).
+
+    ``drop=None`` (a service that is not root): a user namespace maps the service's uid to ``RUN_UID`` inside.
+    ``drop=(uid, gid)`` (a root service: a user namespace would map the run's uid to root outside):
+    bubblewrap sets up as root, keeps only what ``setpriv`` needs to become ``uid:gid`` before the run's
+    command, and nothing of the run is root on the host."""
+    argv = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--new-session",
+            "--cap-drop", "ALL", "--hostname", "flower-run"]
+    if drop is None:
+        argv[1:1] = ["--unshare-user", "--uid", str(RUN_UID), "--gid", str(RUN_UID)]
+    else:
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+        command = [*drop_argv(*drop, setpriv=setpriv), *command]
     if not share_net:
         argv.append("--unshare-net")
+    mounted: list[Path] = []  # the host's folders bound in so far: what is in them is there already
+    made: set[Path] = {Path("/proc"), Path("/dev"), Path("/tmp")}  # mounts of bubblewrap's own, each set up below
+
+    def bind(op: str, source: str | Path, dest: str | Path) -> None:
+        """``op source dest``, the folders above ``dest`` made first, 0755 (bubblewrap would make them 0700 and
+        root's: a dropped run could not reach its own folders)."""
+        dest = Path(dest)
+        for parent in reversed(dest.parents[:-1]):
+            if parent not in made and not any(parent.is_relative_to(m) for m in mounted):
+                argv.extend(["--perms", "0755", "--dir", str(parent)])
+                made.add(parent)
+        argv.extend([op, str(source), str(dest)])
+        mounted.append(dest)
+
     for top in ("bin", "lib", "lib64", "lib32", "libx32", "sbin"):
         p = Path("/") / top
         if p.is_symlink():
             argv += ["--symlink", os.readlink(p), str(p)]
         elif p.is_dir():
-            argv += ["--ro-bind", str(p), str(p)]
-    argv += ["--ro-bind", "/usr", "/usr"]
+            bind("--ro-bind", p, p)
+    bind("--ro-bind", "/usr", "/usr")
     for name in ETC:
-        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        bind("--ro-bind-try", f"/etc/{name}", f"/etc/{name}")
     # in order: what is bound after /tmp's tmpfs shows through it (code or runs may live under /tmp)
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/dev/shm", "--perms", "1777",
+             "--tmpfs", "/tmp"]
+    for name in PROC_READ_ONLY:
+        argv += ["--ro-bind-try", f"/proc/{name}", f"/proc/{name}"]
+    for name in PROC_MASKED:
+        if Path("/proc", name).exists():
+            argv += ["--ro-bind", "/dev/null", f"/proc/{name}"]
+    for name in PROC_MASKED_DIRS:
+        if Path("/proc", name).is_dir():
+            argv += ["--tmpfs", f"/proc/{name}", "--remount-ro", f"/proc/{name}"]
     for d in _code_dirs():
-        argv += ["--ro-bind", str(d), str(d)]
+        bind("--ro-bind", d, d)
     for d in layout.writable:
-        argv += ["--bind", str(d), str(d)]
-    argv += ["--ro-bind", str(layout.mailbox), str(layout.mailbox)]
+        bind("--bind", d, d)
+    bind("--ro-bind", layout.mailbox, layout.mailbox)
     if layout.gateway.is_dir():
-        argv += ["--ro-bind", str(layout.gateway), str(layout.gateway)]
+        bind("--ro-bind", layout.gateway, layout.gateway)
     if objects is not None:
-        argv += ["--ro-bind", str(objects), str(objects)]
+        bind("--ro-bind", objects, objects)
     argv += ["--remount-ro", "/", "--chdir", str(layout.dir), "--", *command]
     return argv
 
@@ -272,6 +320,7 @@ class LocalBackend:
         self.path = path or os.environ.get("PATH") or DEFAULT_PATH
         self.isolation, self.share_net = isolation, share_net
         self._procs: dict[int, subprocess.Popen[bytes]] = {}
+        self._spawned: dict[int, tuple[Path, bool]] = {}  # our own children: (run folder, a warm sandbox?)
         self._removed: set[str] = set()
 
     # -- the protocol ------------------------------------------------------
@@ -295,7 +344,7 @@ class LocalBackend:
         return self._spawn(layout, objects, egress, warm_env(layout, settings))
 
     def claim(self, handle: Handle, layout: RunLayout, spec: RunSpec) -> Handle:
-        claim_slot(layout, spec, None)  # bubblewrap maps the service's uid to the run's: nothing to hand over
+        claim_slot(layout, spec, self.mail_owner())
         return handle
 
     def slots(self) -> dict[Path, Handle]:
@@ -303,15 +352,26 @@ class LocalBackend:
 
     def _spawn(self, layout: RunLayout, objects: Path | None, egress: Egress, env: dict[str, str]) -> Handle:
         command = [self.python, "-m", "sandbox.entrypoint", str(layout.spec_file)]
+        owner = self.mail_owner()
         if self.isolation == "bwrap":
             bwrap = shutil.which("bwrap")
             if bwrap is None:
                 raise BackendError("bubblewrap is not installed (`apt-get install bubblewrap`): without it a local "
                                    "run is not isolated; install it, or set isolation='none' for development")
-            command = bwrap_argv(layout, objects, command, bwrap=bwrap, share_net=self.share_net and egress == "open")
+            setpriv = shutil.which("setpriv") if owner is not None else "setpriv"
+            if setpriv is None:
+                raise BackendError(f"a root service starts each local run as uid {RUN_UID} with setpriv, which is "
+                                   "not installed: install util-linux (`apt-get install util-linux`), or run the "
+                                   "service as an unprivileged user")
+            command = bwrap_argv(layout, objects, command, bwrap=bwrap, share_net=self.share_net and egress == "open",
+                                 drop=owner, setpriv=setpriv)
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
+        if owner is not None:  # what the run writes, and its mail (spec, env file) to read; mounted read-only
+            layout.hand_over(*owner)
         env = {"PATH": self.path, **env}
+        if owner is not None:  # the wrapper, bubblewrap and setpriv run as root: nothing may load code into them
+            env = {k: v for k, v in env.items() if not k.startswith("LD_")}
         _sweep()
         joins = _cgroups(layout.dir.name, self.mem_limit, self.pids_limit)
         if joins:
@@ -322,6 +382,7 @@ class LocalBackend:
             proc = subprocess.Popen(command, cwd=layout.dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         self._procs[proc.pid] = proc
+        self._spawned[proc.pid] = layout.dir, env.get(WARM_MARK) == "1"
         st = _stat(proc.pid)
         return Handle(f"local:{proc.pid}:{st[1] if st else 0}:{layout.dir}")
 
@@ -385,6 +446,12 @@ class LocalBackend:
             if self.root is not None and folder.parent != self.root:
                 continue
             out[folder] = Handle(f"local:{entry.name}:{start}:{folder}")
+        for pid, proc in list(self._procs.items()):  # a child still in its exec shows no command line yet
+            folder, is_warm = self._spawned[pid]
+            st = _stat(pid)
+            if proc.returncode is None and is_warm == warm and st is not None and st[0] != "Z" \
+                    and (self.root is None or folder.parent == self.root):
+                out.setdefault(folder, Handle(f"local:{pid}:{st[1]}:{folder}"))
         return out
 
     def remove(self, handle: Handle) -> None:
@@ -392,6 +459,7 @@ class LocalBackend:
         self._kill_group(pid, start, folder, force=True)
         _kill_cgroups(folder.name)
         self._procs.pop(pid, None)
+        self._spawned.pop(pid, None)
         self._removed.add(handle)
         for d in _run_cgroups(folder.name):
             _rmdir(d, tries=40)
@@ -409,8 +477,10 @@ class LocalBackend:
 
     # -- extras --------------------------------------------------------------
     def mail_owner(self) -> tuple[int, int] | None:
-        """None: bubblewrap maps the service's uid to the run's, so the run reads what the service writes."""
-        return None
+        """``(RUN_UID, RUN_UID)`` for a root service's bubblewrap runs, which never run as root (``bwrap_argv``);
+        else None: a user namespace maps the service's uid to the run's, so the run reads what the service writes
+        (without isolation the run is the service's own uid)."""
+        return (RUN_UID, RUN_UID) if self.isolation == "bwrap" and os.getuid() == 0 else None
 
     def logs(self, handle: Handle) -> str:
         """What the run's process printed (its output.log)."""

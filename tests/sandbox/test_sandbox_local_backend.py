@@ -13,6 +13,7 @@ from flower.core.channel import MailboxAnswers
 from flower.testing import ScriptedModel
 from sandbox.backends import Backend, LocalBackend
 from sandbox.layout import RunLayout
+from sandbox.runfiles import write_file
 from sandbox.testing import (QUESTION, Person, marked_pids, prepare, read_events, starter_rules, wait_asking,
                              waiting_rules)
 from sandbox.worktree import diff, import_bundle
@@ -180,7 +181,9 @@ def test_an_interrupt_through_the_mailbox_redirects_the_step(git_workspace: Path
         backend = LocalBackend(root=runs)
         handle = backend.start(layout, spec)
         wait_asking(backend, handle, layout)
-        MailboxAnswers.interrupt(layout.mailbox, words)
+        st = layout.mailbox.stat()  # written as the service writes mail: owned by the run's uid (a root service's)
+        write_file(layout.mailbox, "interrupt.json", json.dumps({"words": words}).encode(),
+                   owner=(st.st_uid, st.st_gid))
         assert backend.wait(handle, 120) == 0, layout.log.read_text()[-3000:]
         assert model.unmatched == []
         clarifier = [r for r in model.conversation if CLARIFIER in r.system]
