@@ -231,6 +231,7 @@ class Scheduler:
         await self.results.stop()
         for run_id in self.feed.subscribed():
             self.feed.publish_end(run_id)
+        await asyncio.to_thread(self.leases.release)  # last: nothing is done under the name after it is free
 
     @property
     def healthy(self) -> bool:
@@ -569,6 +570,12 @@ class Scheduler:
 
     # -- finishing: drain → decide → collect → record → release ------------------------------
     async def _finish(self, run: Run, state: str, *, why: str | None = None) -> None:
+        """Nothing of a finish is done by a replica that lost the run: the harvest (its bundle, its checkout) follows
+        a fenced renewal of the run's lease, everything else (metrics, ``run.finished``, the sandbox, webhooks, the
+        push) the fenced write of its end (``_record``). Once that write is made the run is ended, and no replica
+        takes an ended run: what follows it is done once."""
+        if self._taken(run.id):
+            return  # another replica holds the run now: it finishes it
         live = self._live.of(run.id)
         run, drained = await self._drain(run, live, state, why)
         ended = decide(drained)
@@ -702,6 +709,8 @@ class Scheduler:
             if ended is not None:
                 self.metrics.finished(run.tenant, "failed", time.time() - run.started if run.started else None,
                                       reason)
+            elif self._taken(run.id):
+                return  # its end was fenced: the replica that holds the run now ends it, sandbox and all
         await self.grants.close(run.id, lease=live.lease if live is not None else None)
         releases: list[tuple[str, Callable[[], object]]] = [
             ("env file", lambda: self.layout(run).env_file.unlink(missing_ok=True)),
@@ -717,8 +726,9 @@ class Scheduler:
 
     def _fail(self, run: Run, error: str, *, frm: Sequence[RunStatus] = ACTIVE) -> None:
         live = self._live.get(run.id)
-        self.registry.finish(run.id, "failed", frm=frm, ended=time.time(), error=error,
-                             lease=live.lease if live is not None else None)
+        if self.registry.finish(run.id, "failed", frm=frm, ended=time.time(), error=error,
+                                lease=live.lease if live is not None else None) is None and self._taken(run.id):
+            return  # its end was fenced: another replica holds the run now
         log.warning("run.failed", tenant=run.tenant, run=run.id, error=error)
         self._ended(run.id)
 
