@@ -51,8 +51,8 @@ from .migrate import migrate
 from .config import ServiceConfig
 from .tables import ADDED_SINCE_V1, deliveries, holds, leases, replicas, runs, spend, streams, wire_audit
 
-__all__ = ["Registry", "Run", "Kept", "Lease", "Replica", "Standing", "Spent", "RunStatus", "Ending", "Push", "Delivery", "ACTIVE", "TERMINAL",
-           "STATUSES", "SCHEMA",
+__all__ = ["Registry", "Run", "Kept", "Lease", "Standing", "Spent", "RunStatus", "Ending", "Push", "Delivery", "ACTIVE", "TERMINAL",
+           "STATUSES", "SCHEMA", "Replica",
            "foreign", "open_registry"]
 
 RunStatus = Literal["queued", "starting", "running", "succeeded", "failed", "aborted", "cancelled", "killed"]

@@ -576,6 +576,10 @@ class Scheduler:
         takes an ended run: what follows it is done once."""
         if self._taken(run.id):
             return  # another replica holds the run now: it finishes it
+        row = self.registry.get(run.id)  # read under the lease: an end written before this replica took it shows
+        if row is None or row.terminal:
+            self._let_go(run.id)
+            return
         live = self._live.of(run.id)
         run, drained = await self._drain(run, live, state, why)
         ended = decide(drained)
@@ -636,11 +640,11 @@ class Scheduler:
         kept = Kept(commit_sha=commit, branch=branch, diffstat=stat, claimed_cost_usd=ended.claimed_cost_usd,
                     disk_bytes=used)
         if self.registry.finish(run.id, ended.status, ended=at, error=error, kept=kept,
-                                lease=live.lease) is not None:
-            self.metrics.finished(run.tenant, ended.status, at - run.started if run.started else None,
-                                  ended.reason)
-        elif self._taken(run.id):
-            return False
+                                lease=live.lease) is None:
+            if not self._taken(run.id):
+                self._let_go(run.id)
+            return False  # fenced, or ended already: whoever wrote its end does the rest, once
+        self.metrics.finished(run.tenant, ended.status, at - run.started if run.started else None, ended.reason)
         grant = await self.gateway.close(run.id) if self.grants.inside else None  # its token ends with it
         wire = grant.counts if grant is not None else (
             None if self.grants.inside else await asyncio.to_thread(self.registry.wire_counts, run.id))
@@ -664,6 +668,18 @@ class Scheduler:
             except Exception as e:  # noqa: BLE001
                 log.warning("run.remove_failed", tenant=run.tenant, run=run.id, error=one_line(e))
         self._ended(run.id)
+
+    def _let_go(self, run_id: str) -> None:
+        """A run this replica holds whose row says it ended already — ended by the replica that held it before this
+        one took it (read, then taken: the end came between). Its lease goes, and nothing else is done: no
+        harvest, no ``run.finished``, no removal, no webhook — the replica that ended it does those."""
+        live = self._live.get(run_id)
+        if live is not None and live.lease is not None:
+            self.registry.release(live.lease)
+        log.info("run.ended_elsewhere", run=run_id, replica=self.owner)
+        self._live.forget(run_id)
+        self.backoff.succeeded(run_id)
+        self.errors.ok(run_id)
 
     def _ended(self, run_id: str) -> None:
         """The one place a run that ended is forgotten: its record, its lease, its backoff and its error streak."""
@@ -706,11 +722,11 @@ class Scheduler:
         except Exception as e:  # noqa: BLE001 - the rest is released all the same; the next pass retries the row
             log.warning("run.release_failed", tenant=run.tenant, run=run.id, step="row", error=one_line(e))
         else:
-            if ended is not None:
-                self.metrics.finished(run.tenant, "failed", time.time() - run.started if run.started else None,
-                                      reason)
-            elif self._taken(run.id):
-                return  # its end was fenced: the replica that holds the run now ends it, sandbox and all
+            if ended is None:
+                if not self._taken(run.id):
+                    self._let_go(run.id)
+                return  # fenced, or ended already: whoever wrote its end releases the rest, sandbox and all
+            self.metrics.finished(run.tenant, "failed", time.time() - run.started if run.started else None, reason)
         await self.grants.close(run.id, lease=live.lease if live is not None else None)
         releases: list[tuple[str, Callable[[], object]]] = [
             ("env file", lambda: self.layout(run).env_file.unlink(missing_ok=True)),
