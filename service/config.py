@@ -44,8 +44,11 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     poll_s: Annotated[float, msgspec.Meta(gt=0, le=60)] = 0.25
     """How often the scheduler looks at queued runs, events and exits."""
     replica: str = ""
-    """This replica's name in the registry's leases (``Registry.take``); empty: the host's name. A replica started
-    again under its name takes its runs back at once; another takes them once their lease expires."""
+    """This replica's name in the registry's leases (``Registry.take``); empty: the host's name. One live process
+    per name (``service.leases``): a second one started under it refuses to start, so replicas sharing a host need
+    one each. The name is free at once after a graceful stop or its holder's death on this host, else once its
+    heartbeat ran out (``lease_s``); a replica started again under it then takes its runs back at once, another
+    replica once their lease expires."""
     lease_s: Annotated[float, msgspec.Meta(ge=1, le=300)] = 20.0
     """How long a live run stays with a replica that stopped renewing its lease (renewed every quarter of it):
     after it, another replica takes the run and re-attaches to its sandbox."""

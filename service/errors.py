@@ -11,6 +11,7 @@
     ├── UpstreamError        the tenant's model provider could not be reached or answered badly
     ├── GatewayNotServing    the model gateway's process did not take a starting run's token in time
     ├── LeaseLost            a write of a live run's found its lease held by another replica (or the run ended)
+    ├── ReplicaNameTaken     another live process holds this replica's name (RuntimeError): set ``replica``
     └── PushFailed           a run's branch did not reach the tenant's git remote (no credential in the sentence)
 
 ``ServiceConfigError`` is the config's error by a name of its own: ``flower.ConfigError`` is the library's.
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 __all__ = ["ServiceError", "ServiceConfigError", "TenantError", "TenantNotReady", "RegistryDamaged",
            "RegistryNewer", "RegistryUnreachable", "RegistryLocked", "UpstreamError", "GatewayNotServing",
-           "LeaseLost", "PushFailed"]
+           "LeaseLost", "ReplicaNameTaken", "PushFailed"]
 
 
 class ServiceError(Exception):
@@ -86,6 +87,15 @@ class LeaseLost(ServiceError, RuntimeError):
     def __init__(self, message: str, *, run_id: str) -> None:
         super().__init__(message)
         self.run_id = run_id
+
+
+class ReplicaNameTaken(ServiceError, RuntimeError):
+    """Another live process holds this replica's name (``service.leases``): ``name``, and ``expires_in_s``, when its
+    heartbeat runs out unless renewed."""
+
+    def __init__(self, message: str, *, name: str, expires_in_s: float) -> None:
+        super().__init__(message)
+        self.name, self.expires_in_s = name, expires_in_s
 
 
 class PushFailed(ServiceError):

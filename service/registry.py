@@ -49,10 +49,10 @@ from .backup import RegistryDamaged, check_registry
 from .errors import RegistryNewer, RegistryUnreachable
 from .migrate import migrate
 from .config import ServiceConfig
-from .tables import ADDED_SINCE_V1, deliveries, holds, leases, runs, spend, streams, wire_audit
+from .tables import ADDED_SINCE_V1, deliveries, holds, leases, replicas, runs, spend, streams, wire_audit
 
 __all__ = ["Registry", "Run", "Kept", "Lease", "Standing", "Spent", "RunStatus", "Ending", "Push", "Delivery", "ACTIVE", "TERMINAL",
-           "STATUSES", "SCHEMA",
+           "STATUSES", "SCHEMA", "Replica",
            "foreign", "open_registry"]
 
 RunStatus = Literal["queued", "starting", "running", "succeeded", "failed", "aborted", "cancelled", "killed"]
@@ -62,7 +62,7 @@ STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 ACTIVE: tuple[RunStatus, ...] = ("starting", "running")
 TERMINAL: tuple[Ending, ...] = get_args(Ending)
 CHANNEL = "flower_runs"  # PostgreSQL's NOTIFY channel: a run queued, or its status changed
-SCHEMA = 6  # SQLite's PRAGMA user_version this code writes (service/migrations/versions/v0004_holds.py)
+SCHEMA = 7  # SQLite's PRAGMA user_version this code writes (service/migrations/versions/v0005_replicas.py)
 
 _SLOT = re.compile(re.escape(SLOT_PREFIX) + r"[0-9a-f]{1,58}")
 
@@ -106,6 +106,18 @@ class Lease(msgspec.Struct, kw_only=True, frozen=True):
     run_id: str
     owner: str
     generation: int
+    expires: float
+
+
+class Replica(msgspec.Struct, kw_only=True, frozen=True):
+    """Who holds a replica's name (``Registry.claim_name``): one process, until its heartbeat runs out."""
+
+    name: str
+    instance: str
+    """Random at each start: two processes under one name are two instances."""
+    process: str
+    """Where the holder runs (``service.leases.process_mark``), to tell at once that a holder on this host is gone."""
+    heartbeat: float
     expires: float
 
 
@@ -662,6 +674,35 @@ class Registry:
         with self._statement() as t:
             t.execute(delete(leases).where(leases.c.run_id == lease.run_id, leases.c.owner == lease.owner,
                                            leases.c.generation == lease.generation))
+
+    # -- replica names: one live process per ``replica`` name (``service.tables.replicas``) ---------------------
+    def claim_name(self, name: str, instance: str, process: str, *, ttl: float, now: float,
+                   over: str | None = None) -> Replica:
+        """Hold ``name`` for ``instance`` until ``now + ttl``: when no one holds it, its holder's heartbeat ran out,
+        ``instance`` holds it already, or ``over`` does (a holder known to be gone). The row as it stands after:
+        ``instance``'s when claimed, else the live holder's."""
+        new = dialects.insert(replicas, self.dialect).values(name=name, instance=instance, process=process,
+                                                             heartbeat=now, expires=now + ttl)
+        taken = or_(replicas.c.expires < now, replicas.c.instance == instance,
+                    *([replicas.c.instance == over] if over is not None else []))
+        q = new.on_conflict_do_update(index_elements=[replicas.c.name],
+                                      set_={"instance": instance, "process": process, "heartbeat": now,
+                                            "expires": now + ttl}, where=taken).returning(*replicas.c)
+        with self._statement() as t:
+            row = t.execute(q).mappings().first()
+        if row is None:
+            row = self._rows(select(replicas).where(replicas.c.name == name))[0]
+        return msgspec.convert(_plain(row), Replica)
+
+    def beat(self, name: str, instance: str, *, ttl: float, now: float) -> bool:
+        """``instance``'s heartbeat under ``name``, moved on to ``now + ttl``; False when another instance holds
+        the name now (this one's heartbeat ran out and another process claimed it)."""
+        return self._write(update(replicas).where(replicas.c.name == name, replicas.c.instance == instance)
+                           .values(heartbeat=now, expires=now + ttl)) == 1
+
+    def release_name(self, name: str, instance: str) -> None:
+        """A graceful stop: the name is free at once (only if still ``instance``'s)."""
+        self._write(delete(replicas).where(replicas.c.name == name, replicas.c.instance == instance))
 
     # -- SSE streams per tenant, across replicas (``service.streams``) ------------------------------------------
     def take_stream(self, tenant: str, holder: str, *, replica: str, cap: int, now: float,

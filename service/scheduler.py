@@ -245,6 +245,7 @@ class Scheduler:
         await self.results.stop()
         for run_id in self.feed.subscribed():
             self.feed.publish_end(run_id)
+        await asyncio.to_thread(self.leases.release)  # last: nothing is done under the name after it is free
 
     @property
     def healthy(self) -> bool:
@@ -587,6 +588,16 @@ class Scheduler:
 
     # -- finishing: drain → decide → collect → record → release ------------------------------
     async def _finish(self, run: Run, state: str, *, why: str | None = None) -> None:
+        """Nothing of a finish is done by a replica that lost the run: the harvest (its bundle, its checkout) follows
+        a fenced renewal of the run's lease, everything else (metrics, ``run.finished``, the sandbox, webhooks, the
+        push) the fenced write of its end (``_record``). Once that write is made the run is ended, and no replica
+        takes an ended run: what follows it is done once."""
+        if self._taken(run.id):
+            return  # another replica holds the run now: it finishes it
+        row = self.registry.get(run.id)  # read under the lease: an end written before this replica took it shows
+        if row is None or row.terminal:
+            self._let_go(run.id)
+            return
         live = self._live.of(run.id)
         run, drained = await self._drain(run, live, state, why)
         ended = decide(drained)
@@ -647,11 +658,11 @@ class Scheduler:
         kept = Kept(commit_sha=commit, branch=branch, diffstat=stat, claimed_cost_usd=ended.claimed_cost_usd,
                     disk_bytes=used)
         if self.registry.finish(run.id, ended.status, ended=at, error=error, kept=kept,
-                                lease=live.lease) is not None:
-            self.metrics.finished(run.tenant, ended.status, at - run.started if run.started else None,
-                                  ended.reason)
-        elif self._taken(run.id):
-            return False
+                                lease=live.lease) is None:
+            if not self._taken(run.id):
+                self._let_go(run.id)
+            return False  # fenced, or ended already: whoever wrote its end does the rest, once
+        self.metrics.finished(run.tenant, ended.status, at - run.started if run.started else None, ended.reason)
         grant = await self.gateway.close(run.id) if self.grants.inside else None  # its token ends with it
         wire = grant.counts if grant is not None else (
             None if self.grants.inside else await asyncio.to_thread(self.registry.wire_counts, run.id))
@@ -675,6 +686,18 @@ class Scheduler:
             except Exception as e:  # noqa: BLE001
                 log.warning("run.remove_failed", tenant=run.tenant, run=run.id, error=one_line(e))
         self._ended(run.id)
+
+    def _let_go(self, run_id: str) -> None:
+        """A run this replica holds whose row says it ended already — ended by the replica that held it before this
+        one took it (read, then taken: the end came between). Its lease goes, and nothing else is done: no
+        harvest, no ``run.finished``, no removal, no webhook — the replica that ended it does those."""
+        live = self._live.get(run_id)
+        if live is not None and live.lease is not None:
+            self.registry.release(live.lease)
+        log.info("run.ended_elsewhere", run=run_id, replica=self.owner)
+        self._live.forget(run_id)
+        self.backoff.succeeded(run_id)
+        self.errors.ok(run_id)
 
     def _ended(self, run_id: str) -> None:
         """The one place a run that ended is forgotten: its record, its lease, its backoff and its error streak."""
@@ -717,9 +740,11 @@ class Scheduler:
         except Exception as e:  # noqa: BLE001 - the rest is released all the same; the next pass retries the row
             log.warning("run.release_failed", tenant=run.tenant, run=run.id, step="row", error=one_line(e))
         else:
-            if ended is not None:
-                self.metrics.finished(run.tenant, "failed", time.time() - run.started if run.started else None,
-                                      reason)
+            if ended is None:
+                if not self._taken(run.id):
+                    self._let_go(run.id)
+                return  # fenced, or ended already: whoever wrote its end releases the rest, sandbox and all
+            self.metrics.finished(run.tenant, "failed", time.time() - run.started if run.started else None, reason)
         await self.grants.close(run.id, lease=live.lease if live is not None else None)
         releases: list[tuple[str, Callable[[], object]]] = [
             ("env file", lambda: self.layout(run).env_file.unlink(missing_ok=True)),
@@ -735,8 +760,9 @@ class Scheduler:
 
     def _fail(self, run: Run, error: str, *, frm: Sequence[RunStatus] = ACTIVE) -> None:
         live = self._live.get(run.id)
-        self.registry.finish(run.id, "failed", frm=frm, ended=time.time(), error=error,
-                             lease=live.lease if live is not None else None)
+        if self.registry.finish(run.id, "failed", frm=frm, ended=time.time(), error=error,
+                                lease=live.lease if live is not None else None) is None and self._taken(run.id):
+            return  # its end was fenced: another replica holds the run now
         log.warning("run.failed", tenant=run.tenant, run=run.id, error=error)
         self._ended(run.id)
 

@@ -13,7 +13,8 @@ from sqlalchemy import Column, Index, Integer, LargeBinary, MetaData, Table, Tex
 
 from .dialects import Int64, Real
 
-__all__ = ["metadata", "runs", "spend", "deliveries", "leases", "wire_audit", "holds", "streams", "ADDED_SINCE_V1"]
+__all__ = ["metadata", "runs", "spend", "deliveries", "leases", "wire_audit", "holds", "streams", "replicas",
+           "ADDED_SINCE_V1"]
 
 metadata = MetaData()
 
@@ -129,6 +130,20 @@ streams = Table(
     Column("slot", Integer, primary_key=True),
     Column("replica", Text, nullable=False),
     Column("holder", Text, nullable=False),
+    Column("expires", Real, nullable=False),
+)
+
+# Each live replica's name (since v0005): one row per ``replica`` name, held by one process at a time (``instance``,
+# random at each start) while its heartbeat is renewed with its leases; a name whose heartbeat ran out (``expires``)
+# may be claimed again. ``process`` says where the holder runs (boot id, pid namespace, pid, start time), so that a
+# holder on this host that is gone is known to be gone at once. The leases name their replica: two live processes
+# under one name would each think the other's leases their own.
+replicas = Table(
+    "replicas", metadata,
+    Column("name", Text, primary_key=True),
+    Column("instance", Text, nullable=False),
+    Column("process", Text, nullable=False, server_default=text("''")),
+    Column("heartbeat", Real, nullable=False),
     Column("expires", Real, nullable=False),
 )
 

@@ -131,8 +131,10 @@ def test_a_killed_gateway_is_back_within_two_seconds_and_the_run_succeeds(
 def test_two_services_on_one_data_dir_leave_one_gateway(tmp_path: Path, services: list[Service]) -> None:
     dep = Deployment(tmp_path)
     with ScriptedModel([]) as model:
-        one = serve(dep, services, model, "one")
-        two = serve(dep, services, model, "two")
+        dep.set_credentials(model.env)
+        one, two = (Service(dep, name, env={"FLOWER_SERVICE_REPLICA": name}) for name in ("one", "two"))  # a name is
+        for svc in (one, two):  # one live process's (service.leases): two on one host take one each
+            services.append(svc.start())
         serving = wait_for(lambda: gateway_pid(dep.data), 30, what="a gateway serving")
         time.sleep(1.0)  # each keeper has looked a few times
         # a second gateway a keeper started in the same moment finds the lock held and leaves (on a loaded machine

@@ -1,7 +1,8 @@
 """Three replicas of the service on one PostgreSQL registry and one data dir, replicas SIGKILLed while runs are in
-flight (the gateway process too) and one started again: every run ends once (one sandbox start each, by the run's
-own events), none is lost, each client's stream is whole and in order across reconnects to other replicas, and an
-answer posted to a replica that does not hold the run reaches it."""
+flight (the gateway process too) and one started again under its name: every run ends once (one sandbox start each,
+by the run's own events; one ``run.finished`` each across the replicas' logs — none only when its replica was killed
+between writing the end and saying so), none is lost, each client's stream is whole and in order across reconnects
+to other replicas, and an answer posted to a replica that does not hold the run reaches it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import random
 import signal
 import time
+from collections import Counter
 from pathlib import Path
 
 import psycopg
@@ -131,3 +133,9 @@ def test_replicas_killed_under_load_lose_no_run_start_none_twice_and_streams_res
         assert segments[-1].ended and segments[-1].ended["status"] == "succeeded"
     taken = sum(1 for svc in services for line in svc.lines() if line.get("event") == "run.taken_over")
     assert taken > 0, "the killed replicas' runs were taken over"
+    finished = Counter(line["run"] for svc in services for line in svc.lines() if line.get("event") == "run.finished")
+    assert set(finished) <= set(runs) and max(finished.values()) == 1, finished  # no run finished twice
+    # none unsaid either, but for a run whose replica was SIGKILLed between writing its end and saying so: its lease
+    # is left under that replica's name (released only after the line)
+    unsaid = {run_id: final[run_id][1] for run_id in runs if run_id not in finished}
+    assert all(owner in ("r1", "r2") for owner in unsaid.values()), unsaid

@@ -150,6 +150,37 @@ def test_a_sqlite_file_at_v0003_gains_the_holds_and_streams_tables_and_keeps_its
     again.close()
 
 
+def test_a_sqlite_file_at_v0004_gains_the_replicas_table_and_keeps_its_rows(tmp_path: Path):
+    reg = Registry(tmp_path / "registry.sqlite3")
+    reg.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    reg.close()
+    db = sqlite3.connect(tmp_path / "registry.sqlite3")  # as the service before names were held left it: v0004
+    db.executescript("DROP TABLE replicas; UPDATE alembic_version SET version_num = 'v0004'; PRAGMA user_version=6;")
+    db.close()
+    again = Registry(tmp_path / "registry.sqlite3")
+    assert (again.migrated_from, again.revision) == ("v0004", head())
+    assert again.get(RUN) is not None
+    assert again.claim_name("r1", "i1", "", ttl=5, now=1.0).instance == "i1"
+    assert again.claim_name("r1", "i2", "", ttl=5, now=2.0).instance == "i1", "held: the second is refused"
+    again.close()
+    db = sqlite3.connect(tmp_path / "registry.sqlite3")
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA == 7
+
+
+def test_a_postgres_database_at_v0004_gains_the_replicas_table_and_keeps_its_rows(postgres_empty_url: str):
+    reg = Registry.postgres(postgres_empty_url)
+    reg.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    reg.close()
+    with psycopg.connect(postgres_empty_url) as c:  # as the service before names were held left it: v0004
+        c.execute("DROP TABLE replicas")
+        c.execute("UPDATE alembic_version SET version_num = 'v0004'")
+    assert "replicas" not in _tables(postgres_empty_url)
+    again = Registry.postgres(postgres_empty_url)
+    assert (again.migrated_from, again.revision) == ("v0004", head())
+    assert again.get(RUN) is not None and again.claim_name("r1", "i1", "", ttl=5, now=1.0).instance == "i1"
+    again.close()
+
+
 def test_a_fresh_postgres_database_is_migrated_to_the_newest_revision(postgres_empty_url: str):
     assert _tables(postgres_empty_url) == set()
     reg = Registry.postgres(postgres_empty_url)
@@ -157,7 +188,7 @@ def test_a_fresh_postgres_database_is_migrated_to_the_newest_revision(postgres_e
     reg.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
     reg.close()
     assert _tables(postgres_empty_url) == {"runs", "spend", "deliveries", "leases", "wire_audit", "holds", "streams",
-                                           "alembic_version"}
+                                           "replicas", "alembic_version"}
 
 
 @pytest.mark.parametrize("schema", [3, 1])

@@ -257,6 +257,29 @@ async def test_a_replica_that_stops_renewing_loses_its_run_to_another_and_writes
     await b.stop()
 
 
+async def test_a_replica_that_takes_over_a_run_its_last_holder_ended_meanwhile_lets_it_go_untouched(
+        make_world: Callable[..., World]) -> None:
+    """The take-over's read-then-take race (the chaos test's double ``run.finished``): ``b`` reads a run as running,
+    ``a`` ends it, then ``b`` takes its lease and re-attaches from what it read. ``b`` finishes nothing — no second
+    end, no removal, no announcement — and lets the lease go."""
+    w = await make_world(waits, lease_s=1.0, replica="a")
+    run_id = w.submit()
+    await w.until(run_id, "running")
+    read = w.row(run_id)  # b's read of the live runs, a moment before a ends this one
+    b_backend = MemoryBackend(w.backend.handler, runs=w.backend.runs)
+    b = Scheduler(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants), b_backend)
+    await b.start(run_loop=False)
+    assert run_id not in b.handles, "a holds it"
+    w.backend.advance(w.scheduler.handles[run_id])
+    done = await w.until(run_id, "succeeded")  # a ended it, removed its sandbox, let its lease go
+    assert b.leases.hold(run_id), "no one holds an ended run: b's take goes through"
+    await b._recover_one(read, await asyncio.to_thread(b_backend.live))
+    assert w.row(run_id) == done, "one end: a's"
+    assert "remove" not in b_backend.calls and run_id not in b.handles
+    assert w.registry.renew("b", ttl=1.0, now=time.time()) == {}, "b let its lease go"
+    await b.stop()
+
+
 async def test_on_postgres_a_run_queued_by_another_replica_wakes_the_scheduler_at_once(
         make_world: Callable[..., World], postgres_url: str) -> None:
     """LISTEN/NOTIFY: with a poll of a minute, only the notification can start the run before the test's end."""
