@@ -160,7 +160,9 @@ timeout 30 tail -f /dev/null"""
         stream: list[dict] = []
         reader = threading.Thread(target=lambda: stream.extend(sse(service.client("acme"), a, timeout=240)))
         reader.start()
-        while acme.get(f"/v1/runs/{a}").json()["status"] in ("queued", "starting", "running"):
+        # the loop hammers the API: past the tenant's pace it is answered 429 (a second later) and goes on
+        while (r := acme.get(f"/v1/runs/{a}")).status_code == 429 or r.json()["status"] in ("queued", "starting",
+                                                                                         "running"):
             answers.append(acme.get(f"/v1/runs/{a}/questions"))
             answers.append(acme.post(f"/v1/runs/{a}/answers", json={"question_id": "beta", "text": "x"}))
             answers.append(acme.post(f"/v1/runs/{a}/messages", json={"text": "still there?"}))
@@ -173,7 +175,8 @@ timeout 30 tail -f /dev/null"""
     assert rb["status"] == "succeeded", (rb["status"], rb["error"])
     assert ra["status"] == "failed" and "without writing exit.json" in ra["error"], ra
     assert "work was not taken" in ra["error"] and "cap" in ra["error"], ra["error"]
-    assert answers and all(r.status_code in (200, 202, 404, 409) for r in answers), [r.status_code for r in answers]
+    codes = [r.status_code for r in answers]
+    assert answers and all(c in (200, 202, 404, 409, 429) for c in codes), codes
     assert all(r.json()["questions"] == [] for r in answers if r.request.method == "GET" and r.status_code == 200)
     texts = json.dumps(stream, ensure_ascii=False) + "".join(r.text for r in answers)
     assert CANARY["beta"] not in texts and CANARY["beta"] not in log, "nothing of beta came back"
