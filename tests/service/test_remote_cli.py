@@ -159,8 +159,9 @@ def terminal_controls(raw: bytes) -> list[str]:
 
 def test_logs_list_and_show_print_a_hostile_runs_text_without_its_escapes(deployment: Deployment,
                                                                           services: list[Service], tmp_path: Path):
-    """The ask, the clarifier's question and options, a tool name it chose and its text all carry escapes; the
-    bytes each command writes (drawn or --json) carry none, and the words are still there."""
+    """The clarifier's question and options, a tool name it chose and its text all carry escapes (an ask cannot:
+    it is refused at submit, test_bad_characters.py); the bytes each command writes (drawn or --json) carry none,
+    and the words are still there."""
     rules = [Rule(tool(ASK, {"question": "HOSTILE-Q" + HOSTILE, "options": ["HOSTILE-OPT" + HOSTILE]}),
                   tool("HOSTILE-TOOL" + HOSTILE, {"command": HOSTILE}), say("HOSTILE-TEXT" + HOSTILE + "\n" + BRIEF),
                   system=CLARIFIER, prompt="HOSTILE-ASK")]
@@ -169,7 +170,7 @@ def test_logs_list_and_show_print_a_hostile_runs_text_without_its_escapes(deploy
     with ScriptedModel(rules) as model:
         service = serve(deployment, services, model)
         api = service.client("acme")
-        r = api.post("/v1/runs", json={"ask": "HOSTILE-ASK" + HOSTILE, "options": {"clarify_only": True,
+        r = api.post("/v1/runs", json={"ask": "HOSTILE-ASK", "options": {"clarify_only": True,
                                                                                   "timeout_s": 0}})
         assert r.status_code == 201, r.text
         run_id = r.json()["id"]
@@ -190,4 +191,4 @@ def test_logs_list_and_show_print_a_hostile_runs_text_without_its_escapes(deploy
     # the --json lines keep the run's data whole: the controls are escaped, not lost
     events = [json.loads(line) for line in seen["logs --json"].splitlines()]
     assert any(HOSTILE in e["text"] for e in events if e["kind"] == "text"), events
-    assert json.loads(seen["show --json"])["ask"] == "HOSTILE-ASK" + HOSTILE
+    assert json.loads(seen["show --json"])["ask"] == "HOSTILE-ASK"

@@ -350,7 +350,8 @@ async def test_a_kubernetes_start_during_an_api_outage_is_requeued_not_failed(ma
     url = f"http://127.0.0.1:{api.server_address[1]}"
     w = await make_world(backend=lambda cfg: KubernetesBackend(
         KubeAPI(url, token="t", timeout=5), image="flower-sandbox:test", namespace="flower", claim="flower-data",
-        data_dir=cfg.data_path.parent))  # the volume holds the runs and the repository
+        data_dir=cfg.data_path.parent, uid=10001, gid=10001))  # the volume holds the runs and the repository;
+    # a pod is never root: these tests run as root, the chart's service does not
     assert w.scheduler.health.backend_up
     api.shutdown()
     api.server_close()  # the outage: nothing answers at that address any more
