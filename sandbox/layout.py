@@ -180,9 +180,11 @@ class RunLayout:
             if not top.exists():
                 continue
             os.chown(top, uid, gid, follow_symlinks=False)
-            for dirpath, dirnames, filenames in os.walk(top):
+            # relative to each folder's own fd, never through a path: a folder swapped for a symlink mid-walk (by
+            # what a run left running) cannot point a chown anywhere else
+            for _, dirnames, filenames, dirfd in os.fwalk(top):
                 for name in dirnames + filenames:
-                    os.chown(os.path.join(dirpath, name), uid, gid, follow_symlinks=False)
+                    os.chown(name, uid, gid, dir_fd=dirfd, follow_symlinks=False)
 
     @classmethod
     def of_spec_file(cls, spec_file: str | Path, run_id: str, repo_name: str) -> "RunLayout":

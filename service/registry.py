@@ -512,19 +512,19 @@ class Registry:
                                .where(runs.c.tenant == tenant, runs.c.status == "queued")).scalar_one()
             if int(queued) >= cap:
                 return None
-            row = t.execute(runs.insert().values(id=id, tenant=tenant, ask=ask, status="queued", repo=repo,
-                                                 options=json.dumps(options, ensure_ascii=False), created=time.time())
-                            .returning(*runs.c)).mappings().one()
-            self._notify(t)
-        return _row(row)
+            return self._insert_queued(t, id=id, tenant=tenant, ask=ask, options=options, repo=repo)
 
     # -- writes ----------------------------------------------------------------------------
     def create(self, *, id: str, tenant: str, ask: str, options: dict[str, Any], repo: str) -> Run:
         with self._statement() as t:
-            row = t.execute(runs.insert().values(id=id, tenant=tenant, ask=ask, status="queued", repo=repo,
-                                                 options=json.dumps(options, ensure_ascii=False), created=time.time())
-                            .returning(*runs.c)).mappings().one()
-            self._notify(t)
+            return self._insert_queued(t, id=id, tenant=tenant, ask=ask, options=options, repo=repo)
+
+    def _insert_queued(self, t: Connection, *, id: str, tenant: str, ask: str, options: dict[str, Any],
+                       repo: str) -> Run:
+        row = t.execute(runs.insert().values(id=id, tenant=tenant, ask=ask, status="queued", repo=repo,
+                                             options=json.dumps(options, ensure_ascii=False), created=time.time())
+                        .returning(*runs.c)).mappings().one()
+        self._notify(t)
         return _row(row)
 
     def update(self, run_id: str, *, only_if: Iterable[str] | None = None, **fields: Any) -> bool:
