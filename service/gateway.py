@@ -12,7 +12,7 @@ back — the audit a run cannot suppress or forge. Only the Messages API is forw
 What reaches the tenant's provider is allowed by name, never merely not denied: the Messages API's own headers, the
 bundled CLI's harmless ones and the betas in ``BETAS`` from the run, the tenant's credentials and custom headers
 from us (a run's header of the same name is dropped); server-side tools (``wire.server_tools``) and content the
-provider fetches (a URL or file source anywhere in the request, ``wire.fetched_sources``) only when the tenant lists
+provider fetches (a URL or file source anywhere in the request, ``wire.contents``) only when the tenant lists
 them and its egress is open — the provider would otherwise reach the network for a closed-egress run.
 Money is counted from the upstream's side: an answer is read to its end even when the run hung up
 (``_relay``), and a call is let through only when the most it can cost (``wire.most_cost``) fits in the run's
@@ -43,7 +43,7 @@ import msgspec
 
 from .logging import get_logger
 from .upstream import Upstream, UpstreamError, UpstreamResponse
-from .wire import Ask, ResponseReader, Usage, cost_of, fetched_sources, most_cost, server_tools, tool_results
+from .wire import Ask, ResponseReader, Usage, contents, cost_of, most_cost, server_tools, tool_results
 
 __all__ = ["Gateway", "Grant", "Meter", "Held", "Refused", "upstream_of", "new_token", "SOCKET_NAME", "SECRET_KEYS"]
 
@@ -631,7 +631,8 @@ class Gateway:
             return await self._send(conn, writer, *_error(400, "invalid_request_error", (
                 f"the body is not a Messages API request ({str(e)[:200]}); send a JSON object with the model, "
                 "max_tokens and messages")))
-        if refused := self._egress_refused(grant, ask):
+        found = contents(ask)  # one walk of the conversation's blocks, for the egress check and the most it costs
+        if refused := self._egress_refused(grant, ask, found.fetched):
             return await self._send(conn, writer, *_error(403, "permission_error", refused))
         held: Held | None = None
         meter = self.meter if messages else None  # what else the API has (count_tokens) costs nothing
@@ -639,7 +640,7 @@ class Gateway:
             self._denied(grant, 403, grant.refused)
             return await self._send(conn, writer, *_error(403, "permission_error", grant.refused))
         if meter is not None:
-            admitted = await meter.admit(grant, most_cost(ask, len(body), self.prices))
+            admitted = await meter.admit(grant, most_cost(ask, len(body), self.prices, found.unbounded))
             if isinstance(admitted, Refused) and admitted.final:
                 self._denied(grant, 403, admitted.why)
                 return await self._send(conn, writer, *_error(403, "permission_error", admitted.why))
@@ -693,12 +694,12 @@ class Gateway:
         if listening:
             await _write(writer, conn.send(h11.EndOfMessage()))
 
-    def _egress_refused(self, grant: Grant, ask: Ask) -> str | None:
+    def _egress_refused(self, grant: Grant, ask: Ask, fetched: dict[str, list[str]]) -> str | None:
         """Why the request is not forwarded for this run — the provider would reach the network (or the tenant's
         uploaded files) for it: server-side tools, or content whose source is a URL or a file, that the run may
         not use — or None. Written in the wire audit (once per streak of one kind by one run)."""
         tools = [name for name in server_tools(ask) if name not in grant.server_tools]
-        sources = {kind: blocks for kind, blocks in fetched_sources(ask).items() if kind not in grant.server_tools}
+        sources = {kind: blocks for kind, blocks in fetched.items() if kind not in grant.server_tools}
         if not tools and not sources:
             return None
         if self._streaks.fresh("egress-" + ",".join([*tools[:20], *sources]), grant.run_id):

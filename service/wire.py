@@ -15,12 +15,13 @@ import json
 import math
 import re
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import msgspec
 
 __all__ = ["Usage", "ToolCall", "ToolResult", "ResponseReader", "tool_results", "cost_of", "PRICES",
-           "DENY_MARKS", "SPILL_MARK", "Ask", "SERVER_TOOLS", "FETCHED_SOURCES", "server_tools", "fetched_sources",
+           "DENY_MARKS", "SPILL_MARK", "Ask", "SERVER_TOOLS", "FETCHED_SOURCES", "server_tools", "Contents", "contents",
            "most_cost"]
 
 # USD per million tokens: (input, output). Cache writes cost 1.25x input, cache reads 0.1x (Anthropic's
@@ -82,13 +83,16 @@ DOCUMENT_TOKENS = 300_000  # the most one PDF (or fetched) document costs: 100 p
 MAX_INPUT_TOKENS = 1_000_000  # no request's input is more than the largest context window
 
 
-def most_cost(ask: Ask, size: int, prices: Mapping[str, tuple[float, float]] | None = None) -> float:
+def most_cost(ask: Ask, size: int, prices: Mapping[str, tuple[float, float]] | None = None,
+              unbounded: int | None = None) -> float:
     """The most a request of ``size`` bytes can cost: every byte an input token written to the cache (a token stands
     for at least one byte of the text it encodes, JSON only adds bytes, and a cache write is the dearest input at
-    1.25x) and what images and documents add beyond their bytes (``_unbounded``) — no more than a context window
-    holds — and all of ``max_tokens`` as output. What a budget holds for the call while it is in flight."""
+    1.25x) and what images and documents add beyond their bytes (``Contents.unbounded``, read again unless given)
+    — no more than a context window holds — and all of ``max_tokens`` as output. What a budget holds for the call
+    while it is in flight."""
     inp, out = price_of(ask.model, prices)
-    return (min(size + _unbounded(ask), MAX_INPUT_TOKENS) * inp * 1.25 + ask.max_tokens * out) / 1e6
+    extra = contents(ask).unbounded if unbounded is None else unbounded
+    return (min(size + extra, MAX_INPUT_TOKENS) * inp * 1.25 + ask.max_tokens * out) / 1e6
 
 
 def price_of(model: str, prices: Mapping[str, tuple[float, float]] | None = None) -> tuple[float, float]:
@@ -108,7 +112,7 @@ def cost_of(model: str, usage: Usage, prices: Mapping[str, tuple[float, float]] 
 
 # Tools the provider runs on its own side, reaching the network for the run (named by their `type` without its date;
 # `mcp_servers` is the body's field, and the `mcp_toolset` tool type that uses it). A tenant may allow them by name.
-# Beside them, the content a provider fetches for the run (``fetched_sources``): a block whose source is a URL reaches
+# Beside them, the content a provider fetches for the run (``Contents.fetched``): a block whose source is a URL reaches
 # the network as a tool would, and a file source reads what was uploaded with the tenant's key (any run's, any
 # person's) — allowed by the same list, with open egress only.
 FETCHED_SOURCES = ("url_sources", "file_sources")
@@ -173,41 +177,56 @@ def _blocks(ask: Ask) -> Iterator[tuple[_Block, _Source | None]]:
     stack: list[str | list[_Block] | _Block | None] = [ask.system, *(m.content for m in ask.messages)]
     while stack:
         here = stack.pop()
-        for block in [here] if isinstance(here, _Block) else here if isinstance(here, list) else ():
+        if isinstance(here, _Block):
+            here = [here]
+        elif not isinstance(here, list):
+            continue  # text, or nothing
+        for block in here:
             source = block.source if isinstance(block.source, _Source) else None
             yield block, source
-            if source is not None:
+            if source is not None and source.content is not None:
                 stack.append(source.content)
-            stack.append(block.content)
+            if block.content is not None and not isinstance(block.content, str):
+                stack.append(block.content)
 
 
-def fetched_sources(ask: Ask) -> dict[str, list[str]]:
-    """The content the provider would fetch for a request, wherever it sits: ``url_sources`` and ``file_sources``
-    → the block types that ask for it (``document``, ``image``, ``container_upload``)."""
+@dataclass(frozen=True)
+class Contents:
+    """What a request's content blocks tell the gateway, read in one walk of them (``contents``)."""
+
+    fetched: dict[str, list[str]]
+    """The content the provider would fetch for it: ``url_sources`` and ``file_sources`` → the block types that ask
+    for it (``document``, ``image``, ``container_upload``)."""
+    unbounded: int
+    """Input tokens its bytes do not bound: an image costs by its pixels (a small PNG can stand for a large picture),
+    a document that is not plain text by its pages (a PDF's, or one fetched from a URL or a file)."""
+
+
+def contents(ask: Ask) -> Contents:
+    """Every content block of ``ask``, wherever it sits, read once: what it fetches and what it may cost."""
     found: dict[str, list[str]] = {}
-    for block, source in _blocks(ask):
-        kinds = ["file_sources"] if block.type == "container_upload" else []  # (a tool's output file: no upload)
-        if source is not None and (source.type == "url" or source.url is not None):
-            kinds.append("url_sources")
-        if source is not None and (source.type == "file" or source.file_id is not None):
-            kinds.append("file_sources")
-        for kind in kinds:
-            names = found.setdefault(kind, [])
-            if (name := (block.type or "block")[:40]) not in names:
-                names.append(name)
-    return found
-
-
-def _unbounded(ask: Ask) -> int:
-    """Input tokens a request's bytes do not bound: an image costs by its pixels (a small PNG can stand for a
-    large picture), a document that is not plain text by its pages (a PDF's, or one fetched from a URL or a file)."""
     extra = 0
     for block, source in _blocks(ask):
-        if block.type == "image":
+        kind = block.type
+        if kind == "image":
             extra += IMAGE_TOKENS
-        elif block.type == "document" and source is not None and source.type not in ("text", "content"):
+        elif kind == "document" and source is not None and source.type not in ("text", "content"):
             extra += DOCUMENT_TOKENS
-    return extra
+        if kind == "container_upload":  # (a tool's output file has a file_id too: it is no upload)
+            _found(found, "file_sources", kind)
+        if source is None:
+            continue
+        if source.type == "url" or source.url is not None:
+            _found(found, "url_sources", kind)
+        if source.type == "file" or source.file_id is not None:
+            _found(found, "file_sources", kind)
+    return Contents(found, extra)
+
+
+def _found(found: dict[str, list[str]], kind: str, block_type: str | None) -> None:
+    names = found.setdefault(kind, [])
+    if (name := (block_type or "block")[:40]) not in names:
+        names.append(name)
 
 
 class ResponseReader:
