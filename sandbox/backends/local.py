@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -304,6 +305,15 @@ def _marked(pid: int) -> tuple[Path, bool, int] | None:
     return folder, env.get(WARM_MARK.encode()) == b"1", st[1]
 
 
+@dataclass(frozen=True)
+class _Child:
+    """A sandbox process this backend started: its run folder, and whether it is a warm one."""
+
+    proc: subprocess.Popen[bytes]
+    folder: Path
+    warm: bool
+
+
 class LocalBackend:
     """Runs ``<python> -m sandbox.entrypoint <spec>``; ``root`` limits ``live()`` to one runs folder.
 
@@ -319,8 +329,7 @@ class LocalBackend:
         self.root = Path(root).resolve() if root else None
         self.path = path or os.environ.get("PATH") or DEFAULT_PATH
         self.isolation, self.share_net = isolation, share_net
-        self._procs: dict[int, subprocess.Popen[bytes]] = {}
-        self._spawned: dict[int, tuple[Path, bool]] = {}  # our own children: (run folder, a warm sandbox?)
+        self._procs: dict[int, _Child] = {}
         self._removed: set[str] = set()
 
     # -- the protocol ------------------------------------------------------
@@ -381,8 +390,7 @@ class LocalBackend:
         with os.fdopen(fd, "ab") as out:
             proc = subprocess.Popen(command, cwd=layout.dir, env=env, stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
-        self._procs[proc.pid] = proc
-        self._spawned[proc.pid] = layout.dir, env.get(WARM_MARK) == "1"
+        self._procs[proc.pid] = _Child(proc, layout.dir, env.get(WARM_MARK) == "1")
         st = _stat(proc.pid)
         return Handle(f"local:{proc.pid}:{st[1] if st else 0}:{layout.dir}")
 
@@ -400,7 +408,7 @@ class LocalBackend:
         pid, start, folder = self._handle(handle)
         if handle in self._removed or self._alive(pid, start, folder):
             return None
-        proc = self._procs.get(pid)
+        proc = self._proc(pid)
         if proc is not None and proc.returncode is not None:
             return proc.returncode if proc.returncode >= 0 else 128 - proc.returncode
         data = read_exit(folder)
@@ -436,8 +444,8 @@ class LocalBackend:
         """``{run folder: handle}`` of the sandboxes this backend started that are still running: the runs
         (``warm=False``) or the warm sandboxes, claimed or not."""
         out: dict[Path, Handle] = {}
-        for proc in list(self._procs.values()):
-            proc.poll()  # reap our own children
+        for child in list(self._procs.values()):
+            child.proc.poll()  # reap our own children
         for entry in Path("/proc").iterdir():
             found = _marked(int(entry.name)) if entry.name.isdigit() else None
             if found is None or found[1] != warm:
@@ -446,12 +454,11 @@ class LocalBackend:
             if self.root is not None and folder.parent != self.root:
                 continue
             out[folder] = Handle(f"local:{entry.name}:{start}:{folder}")
-        for pid, proc in list(self._procs.items()):  # a child still in its exec shows no command line yet
-            folder, is_warm = self._spawned[pid]
+        for pid, child in list(self._procs.items()):  # a child still in its exec shows no command line yet
             st = _stat(pid)
-            if proc.returncode is None and is_warm == warm and st is not None and st[0] != "Z" \
-                    and (self.root is None or folder.parent == self.root):
-                out.setdefault(folder, Handle(f"local:{pid}:{st[1]}:{folder}"))
+            if child.proc.returncode is None and child.warm == warm and st is not None and st[0] != "Z" \
+                    and (self.root is None or child.folder.parent == self.root):
+                out.setdefault(child.folder, Handle(f"local:{pid}:{st[1]}:{child.folder}"))
         return out
 
     def remove(self, handle: Handle) -> None:
@@ -459,7 +466,6 @@ class LocalBackend:
         self._kill_group(pid, start, folder, force=True)
         _kill_cgroups(folder.name)
         self._procs.pop(pid, None)
-        self._spawned.pop(pid, None)
         self._removed.add(handle)
         for d in _run_cgroups(folder.name):
             _rmdir(d, tries=40)
@@ -509,10 +515,14 @@ class LocalBackend:
                                "backend's runs")
         return pid, start, folder
 
+    def _proc(self, pid: int) -> subprocess.Popen[bytes] | None:
+        child = self._procs.get(pid)
+        return child.proc if child is not None else None
+
     def _alive(self, pid: int, start: int, folder: Path) -> bool:
         """The handle's process still runs: our own child, or a process carrying the run's marker, running the
         entrypoint on ``folder``, with the handle's start time (a handle naming any other pid names nothing)."""
-        proc = self._procs.get(pid)
+        proc = self._proc(pid)
         if proc is not None:
             return proc.poll() is None
         found = _marked(pid)
@@ -542,7 +552,7 @@ class LocalBackend:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-        proc = self._procs.get(pid)
+        proc = self._proc(pid)
         if proc is not None:
             try:
                 proc.wait(5)
