@@ -702,7 +702,8 @@ class Gateway:
         sources = {kind: blocks for kind, blocks in fetched.items() if kind not in grant.server_tools}
         if not tools and not sources:
             return None
-        if self._streaks.fresh("egress-" + ",".join([*tools[:20], *sources]), grant.run_id):
+        kinds = (["server_tools"] if tools else []) + sorted(sources)  # a fixed few: the names are the run's to vary
+        if self._streaks.fresh("egress-" + ",".join(kinds), grant.run_id):
             audit_log.warning("audit.egress_refused", tenant=grant.tenant, run=grant.run_id, status=403,
                               tools=tools[:20], sources={k: v[:10] for k, v in sources.items()}, source="wire",
                               hint=f"further refusals of this kind go unlogged until {STREAK_QUIET_S:.0f} s pass "

@@ -508,6 +508,30 @@ def test_url_and_file_sources_are_refused_for_a_closed_egress_run_wherever_they_
     assert not [x for x in lines if x.get("event") == "audit.egress_refused" and x.get("run") == opened]
 
 
+def test_a_run_varying_its_refused_tools_names_writes_one_audit_line_per_streak_not_one_per_request(
+        tmp_path: Path) -> None:
+    """The names are the run's to choose: a streak is keyed by the kind of refusal, so 60 requests with 60 new
+    server tool names (and URL sources beside them) are 60 refusals and two audit lines, not 60."""
+    dep = Deployment(tmp_path)
+    with ScriptedModel([Rule(say("不该到这里"), prompt="FETCH", repeat=True)]) as model:
+        wall = Wall(tmp_path, dep, model, None)
+        try:
+            run, token = wall.run("acme")
+            codes = []
+            for i in range(60):
+                extra = FETCHES["the system prompt's image"] if i % 2 else {}
+                body = {"model": "flower-test-model", "max_tokens": 100, "tools": [{"type": f"made_up_{i}_20250101",
+                        "name": f"t{i}"}], "messages": [{"role": "user", "content": "FETCH"}], **extra}
+                codes.append(httpx.post(wall.urls[0] + "/v1/messages", json=body, timeout=30,
+                                        headers={"x-api-key": token}).status_code)
+            lines = wall.lines()
+        finally:
+            wall.close()
+    assert codes == [403] * 60 and not model.requests
+    audit = [x for x in lines if x.get("event") == "audit.egress_refused" and x.get("run") == run]
+    assert len(audit) == 2, [(x["tools"], x["sources"]) for x in audit]  # tools alone; tools with URL sources
+
+
 # -- what reaches the provider of a run's headers: exactly the allowed names, never the run's token --------------
 RUN_HEADERS = [  # what a hostile run sends beside its token: credentials, routing, proxies, and the CLI's own
     ("cookie", "session=stolen"), ("proxy-authorization", "Basic cnVuOnJ1bg=="), ("x-forwarded-for", "198.51.100.7"),
