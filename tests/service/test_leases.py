@@ -26,6 +26,17 @@ def _leases(registry: Registry, name: str = "r1", ttl: float = 1.0, live: LiveRu
     return Leases(registry, name, ttl, live if live is not None else LiveRuns(), RepeatLog(get_logger("flower.test")))
 
 
+def _holding(registry: Registry) -> tuple[LiveRuns, Leases]:
+    """A running run RUN and started leases of replica r1 that hold it."""
+    registry.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    registry.begin(RUN, started=1.0)
+    live = LiveRuns()
+    leases = _leases(registry, live=live)
+    leases.start()
+    assert leases.hold(RUN)
+    return live, leases
+
+
 def _until(what: str, done: object) -> None:
     deadline = time.monotonic() + 30
     while not (done() if callable(done) else done):
@@ -89,13 +100,8 @@ def test_gone_is_said_only_of_a_process_of_this_host_and_pid_namespace_that_ende
 
 
 def test_a_lease_taken_again_under_this_name_by_another_process_is_lost_not_adopted(registry: Registry):
-    registry.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
-    registry.begin(RUN, started=1.0)
-    live = LiveRuns()
-    leases = _leases(registry, live=live)
-    leases.start()
+    live, leases = _holding(registry)
     try:
-        assert leases.hold(RUN)
         mine = live.of(RUN).lease
         assert mine is not None and not leases.taken(RUN)
         other = registry.take(RUN, "r1", ttl=1.0, now=time.time())  # a second process under the name took it
@@ -111,12 +117,7 @@ def test_a_lease_taken_again_under_this_name_by_another_process_is_lost_not_adop
 
 
 def test_a_holder_that_wakes_to_find_its_name_taken_follows_no_run_and_frees_nothing(registry: Registry):
-    registry.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
-    registry.begin(RUN, started=1.0)
-    live = LiveRuns()
-    paused = _leases(registry, live=live)
-    paused.start()
-    assert paused.hold(RUN)
+    _, paused = _holding(registry)
     # it is paused past its heartbeat: another process claims the name once it ran out
     later = time.time() + 2 * paused.ttl
     assert registry.claim_name("r1", "new", "", ttl=60, now=later).instance == "new"
