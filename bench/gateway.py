@@ -121,11 +121,11 @@ CHILD = textwrap.dedent("""
             from service.tenants import Tenants
             root = Path(sys.argv[4])
             registry = Registry(root / "registry.sqlite3")
-            registry.create(id="bench", tenant="bench", ask="bench", options={}, repo=str(root))
+            registry.runs.create(id="bench", tenant="bench", ask="bench", options={}, repo=str(root))
             (root / "tenants.toml").write_text(
                 f'[[tenant]]\\nname = "bench"\\ntoken = "{"t" * 24}"\\nrepo = "{root}"\\n'
                 'credentials = "bench.env"\\nbudget_usd.run = 1000000.0\\n')
-            Budgets(registry, Tenants(root / "tenants.toml"), gw, Metrics(), lambda run, why: None, owner="bench")
+            Budgets(registry.spend, Tenants(root / "tenants.toml"), gw, Metrics(), lambda run, why: None, owner="bench")
         await gw.open(Grant("bench", "bench", sys.argv[2], sys.argv[3], [("x-api-key", "k")]), Path(sys.argv[1]))
         print("ready", flush=True)
         await asyncio.Event().wait()

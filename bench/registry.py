@@ -89,8 +89,8 @@ def psycopg_floor(target: str, clients: int, seconds: float) -> float:
     reg = open_registry(target)
     ids = [run_id() for _ in range(clients)]
     for rid in ids:
-        reg.create(id=rid, tenant="bench", ask="bench", options={}, repo="")
-        reg.begin(rid, started=time.time())
+        reg.runs.create(id=rid, tenant="bench", ask="bench", options={}, repo="")
+        reg.runs.begin(rid, started=time.time())
     reg.close()
     url = target.replace("postgresql+psycopg://", "postgresql://")
     done = [0] * clients
@@ -133,15 +133,15 @@ def transitions(target: str, clients: int, seconds: float, progress: int) -> tup
         start.wait()
         while time.monotonic() < stop[0]:
             rid = run_id()
-            reg.create(id=rid, tenant="bench", ask="bench", options={"n": i}, repo="")
-            bad = reg.begin(rid, started=time.time()) is None
-            lease = reg.take(rid, owner, ttl=TTL, now=time.time())
+            reg.runs.create(id=rid, tenant="bench", ask="bench", options={"n": i}, repo="")
+            bad = reg.runs.begin(rid, started=time.time()) is None
+            lease = reg.leases.take(rid, owner, ttl=TTL, now=time.time())
             bad += lease is None
-            bad += reg.record_running(rid, f"bench:{rid}", lease=lease) is None
+            bad += reg.runs.under(lease).record_running(rid, f"bench:{rid}") is None
             for k in range(progress):
-                bad += reg.record_progress(rid, event_offset=100 * k, event_seq=k, claimed_cost_usd=0.01 * k,
-                                           step="work", lease=lease) is None
-            bad += reg.finish(rid, "succeeded", ended=time.time(), lease=lease) is None
+                bad += reg.runs.under(lease).record_progress(rid, event_offset=100 * k, event_seq=k,
+                                                             claimed_cost_usd=0.01 * k, step="work") is None
+            bad += reg.runs.under(lease).finish(rid, "succeeded", ended=time.time()) is None
             done[i] += 1
             refused[i] += bad
 
@@ -177,15 +177,15 @@ def replica(target: str, name: str, poll_s: float, ready: Any, stop: Any, out: A
     while not stop.is_set():
         polls += 1
         woken.clear()
-        queued = reg.list(statuses=["queued"], oldest_first=True, limit=8)
+        queued = reg.runs.list(statuses=["queued"], oldest_first=True, limit=8)
         if not queued:
             woken.wait(poll_s)
             continue
         for run in queued:
-            if reg.begin(run.id, started=time.time()) is None:
+            if reg.runs.begin(run.id, started=time.time()) is None:
                 lost += 1  # the other replica began it first
                 continue
-            if reg.take(run.id, name, ttl=TTL, now=time.time()) is not None:
+            if reg.leases.take(run.id, name, ttl=TTL, now=time.time()) is not None:
                 wins.append((run.id, time.time() - run.created))
     unlisten()
     reg.close()
@@ -209,10 +209,10 @@ def claims(target: str, runs: int, seconds: float, poll_s: float) -> dict[str, A
         for i in range(runs):  # steady: the i-th run at t0 + i·gap, however long the creates took
             time.sleep(max(0.0, t0 + i * gap - time.monotonic()))
             rid = run_id()
-            reg.create(id=rid, tenant="bench", ask="bench", options={}, repo="")
+            reg.runs.create(id=rid, tenant="bench", ask="bench", options={}, repo="")
             made.append(rid)
         deadline = time.monotonic() + 10
-        while reg.count(statuses=["queued"]) and time.monotonic() < deadline:
+        while reg.runs.count(statuses=["queued"]) and time.monotonic() < deadline:
             time.sleep(0.02)
         time.sleep(0.1)
         stop.set()
@@ -249,21 +249,21 @@ def memory(target: str, live: int, out: Any) -> None:
 
     floor = smaps()
     reg = open_registry(target)
-    reg.list(statuses=["queued"], oldest_first=True, limit=8)
-    reg.unheld(now=time.time())
-    reg.renew("mem", ttl=TTL, now=time.time())
+    reg.runs.list(statuses=["queued"], oldest_first=True, limit=8)
+    reg.leases.unheld(now=time.time())
+    reg.leases.renew("mem", ttl=TTL, now=time.time())
     idle = smaps()
     for _ in range(live):
         rid = run_id()
-        reg.create(id=rid, tenant="bench", ask="bench", options={}, repo="")
-        reg.begin(rid, started=time.time())
-        lease = reg.take(rid, "mem", ttl=TTL, now=time.time())
-        reg.record_running(rid, f"bench:{rid}", lease=lease)
+        reg.runs.create(id=rid, tenant="bench", ask="bench", options={}, repo="")
+        reg.runs.begin(rid, started=time.time())
+        lease = reg.leases.take(rid, "mem", ttl=TTL, now=time.time())
+        reg.runs.under(lease).record_running(rid, f"bench:{rid}")
     for k in range(3):  # renewed as the scheduler does, and each run's progress read once per round
-        leases = reg.renew("mem", ttl=TTL, now=time.time())
+        leases = reg.leases.renew("mem", ttl=TTL, now=time.time())
         for rid, lease in leases.items():
-            reg.record_progress(rid, event_offset=k, event_seq=k, claimed_cost_usd=0.0, step="work", lease=lease)
-    held = len(reg.renew("mem", ttl=TTL, now=time.time()))
+            reg.runs.under(lease).record_progress(rid, event_offset=k, event_seq=k, claimed_cost_usd=0.0, step="work")
+    held = len(reg.leases.renew("mem", ttl=TTL, now=time.time()))
     busy = smaps()
     reg.close()
     out.put((bare, floor, idle, busy, held))

@@ -38,19 +38,19 @@ async def one(root: Path, *, noisy: int, deliveries: int, slots: int, tenant_slo
     deployment = Deployment(root)
     _hooked(deployment, acme=trickler.url, beta=receiver.url)
     registry = Registry(root / "registry.sqlite3")
-    hooks = Webhooks(registry, Tenants(deployment.root / "tenants.toml"), retry_s=1.0, slots=slots,
+    hooks = Webhooks(registry.deliveries, Tenants(deployment.root / "tenants.toml"), retry_s=1.0, slots=slots,
                      tenant_slots=tenant_slots)
     await hooks.start()
     queued: dict[str, float] = {}
     try:
         for i in range(noisy):
-            run = registry.create(id=f"20260101-0000{i % 60:02d}-{i:032x}", tenant="acme", ask="a", options={},
+            run = registry.runs.create(id=f"20260101-0000{i % 60:02d}-{i:032x}", tenant="acme", ask="a", options={},
                                   repo="/r")
             hooks.emit("run.started", run)
         while noisy and trickler.open < min(noisy, tenant_slots, slots):
             await asyncio.sleep(0.01)
         for i in range(deliveries):
-            run = registry.create(id=f"20260101-0100{i:02d}-" + f"{i:x}" * 32, tenant="beta", ask="a", options={},
+            run = registry.runs.create(id=f"20260101-0100{i:02d}-" + f"{i:x}" * 32, tenant="beta", ask="a", options={},
                                   repo="/r")
             queued[f"{run.id}.run.ended"] = time.monotonic()
             hooks.emit("run.ended", run)

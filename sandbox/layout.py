@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RunLayout", "RUN_ID", "valid_run_id", "check_run_id"]
+__all__ = ["RunLayout", "RUN_ID", "valid_run_id", "check_run_id", "local_handle", "folder_of"]
 
 RUN_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _REPO_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,99}")
@@ -53,6 +53,22 @@ def check_run_id(run_id: object) -> str:
         raise ValueError(f"run id {run_id!r} is not valid: use 1-63 characters of a-z, 0-9 and '-', "
                          "starting with a letter or digit (it becomes a folder and a branch name)")
     return run_id  # type: ignore[return-value]
+
+
+def local_handle(handle: str) -> tuple[int, int, Path] | None:
+    """(pid, start time, run folder) of a local backend handle (``local:<pid>:<start>:<folder>``); None for a
+    handle of another backend. Here, not in the backend: the registry checks what a row's handle names."""
+    try:
+        kind, pid, start, folder = handle.split(":", 3)
+        return (int(pid), int(start), Path(folder)) if kind == "local" else None
+    except ValueError:
+        return None
+
+
+def folder_of(handle: str) -> Path | None:
+    """The run folder a local handle names; None for a handle of another backend."""
+    parsed = local_handle(handle)
+    return parsed[2] if parsed is not None else None
 
 
 def _check_repo_name(name: object) -> str:

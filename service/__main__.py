@@ -194,7 +194,7 @@ def _raise_nofile() -> None:
 def _backup_or_restore(args: argparse.Namespace) -> int:
     """``backup FILE``: a consistent copy of the live registry. ``restore FILE``: that copy back in place (service
     stopped), the damaged registry moved aside, never deleted."""
-    from .backup import RegistryDamaged, backup, restore
+    from .registry.backup import RegistryDamaged, backup, restore
 
     try:
         config = _config(args)

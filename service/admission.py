@@ -34,7 +34,7 @@ from .config import ServiceConfig
 from .errors import ServiceError, TenantNotReady
 from .health import Health, is_disk_full
 from .logging import get_logger
-from .registry import Registry, Run
+from .registry import Run, RunsTable
 from .tenants import Tenant
 
 __all__ = ["Admission", "Admitted", "NotTakingRuns", "BadSubmit", "QueueFull", "DiskLow", "new_run_id", "unstorable"]
@@ -90,10 +90,10 @@ class Admitted:
 
 
 class Admission:
-    def __init__(self, config: ServiceConfig, registry: Registry, health: Health, *,
+    def __init__(self, config: ServiceConfig, runs: RunsTable, health: Health, *,
                  refusal: Callable[[], str | None], wake: Callable[[], None]) -> None:
         self.config = config
-        self.registry = registry
+        self.runs = runs
         self.health = health
         self._refusal = refusal  # read at each submit: the canary sets it while the service runs
         self._wake = wake
@@ -114,7 +114,7 @@ class Admission:
         except TenantNotReady as e:
             raise BadSubmit(str(e)) from None
         cap = tenant.max_queued or self.config.max_queued_per_tenant
-        if self.registry.count(statuses=["queued"], tenant=tenant.name) >= cap:  # before the slow checks below
+        if self.runs.count(statuses=["queued"], tenant=tenant.name) >= cap:  # before the slow checks below
             raise self._full(tenant, cap)
         run_id = new_run_id()
         try:
@@ -133,7 +133,7 @@ class Admission:
             raise DiskLow(f"the service is low on disk space ({disk.sentence()}): nothing was queued; "
                           "submit again once the operator has freed space")
         try:
-            run = self.registry.create_queued(id=run_id, tenant=tenant.name, ask=ask, options=spec.options,
+            run = self.runs.create_queued(id=run_id, tenant=tenant.name, ask=ask, options=spec.options,
                                               repo=tenant.repo, cap=cap)
         except Exception as e:  # noqa: BLE001 - whichever database: a full disk is the one it says so for
             if not is_disk_full(e):

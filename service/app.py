@@ -129,7 +129,7 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
     metrics = Metrics()
     scrape = ScrapeToken(config.metrics_token_file)  # an unreadable token file stops the start, with a sentence
     gateway = Gateway(prices=config.prices)
-    results = Results(registry, tenants, Webhooks(registry, tenants, retry_s=config.webhook_retry_s,
+    results = Results(registry.runs, tenants, Webhooks(registry.deliveries, tenants, retry_s=config.webhook_retry_s,
                                                    slots=config.webhook_slots,
                                                    tenant_slots=config.webhook_tenant_slots))
     scheduler = Scheduler(config, registry, tenants, backend, gateway, metrics=metrics, results=results,
@@ -138,7 +138,7 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
         open_now = scheduler.streams
         return {t.name: open_now[t.name] for t in tenants.all()}
 
-    metrics.watch(registry.counts, streams)
+    metrics.watch(registry.runs.counts, streams)
     keeper = GatewayKeeper(config, gateway_command) if config.gateway_process == "beside" else None
 
     @asynccontextmanager

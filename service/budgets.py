@@ -26,7 +26,7 @@ from .gateway import Gateway, Grant, Held, Refused
 from .live import one_line
 from .logging import get_logger
 from .metrics import Metrics
-from .registry import Registry, Run, Spent, Standing
+from .registry import Run, SpendTable, Spent, Standing
 from .tenants import Tenant, Tenants
 from .wire import Usage
 
@@ -54,9 +54,9 @@ class Budgets:
     budget (its grant answers 403 already). Without a gateway in this process (it runs in one of its own, which
     holds the other side of this class) the scheduler asks ``over`` of each running run's row every pass."""
 
-    def __init__(self, registry: Registry, tenants: Tenants, gateway: Gateway | None, metrics: Metrics,
+    def __init__(self, spend: SpendTable, tenants: Tenants, gateway: Gateway | None, metrics: Metrics,
                  stop: Callable[[str, str], None], *, owner: str) -> None:
-        self.registry = registry
+        self.spend = spend
         self.tenants = tenants
         self.gateway = gateway or Gateway()
         self.metrics = metrics
@@ -77,7 +77,7 @@ class Budgets:
         hold = secrets.token_hex(12)
         try:
             standing = await asyncio.to_thread(
-                self.registry.hold, hold, run_id=grant.run_id, tenant=tenant.name, day=day, amount=most,
+                self.spend.hold, hold, run_id=grant.run_id, tenant=tenant.name, day=day, amount=most,
                 owner=self.owner, now=time.time(), ttl=HOLD_S, run_cap=tenant.budget_usd.run,
                 day_cap=tenant.budget_usd.day)
         except Exception as e:  # noqa: BLE001 - the registry away: nothing is let through that cannot be held
@@ -103,12 +103,12 @@ class Budgets:
         hold = held.id
         if usage is None:
             if hold is not None:
-                await self._registry_write(grant, lambda: self.registry.release_hold(hold), {"release": hold})
+                await self._registry_write(grant, lambda: self.spend.release_hold(hold), {"release": hold})
             return
         self.metrics.model_usage(grant.tenant, cost_usd=usage.cost_usd, tokens={
             "input": usage.input_tokens, "output": usage.output_tokens,
             "cache_write": usage.cache_creation_input_tokens, "cache_read": usage.cache_read_input_tokens})
-        spent = await self._registry_write(grant, lambda: self.registry.add_usage(
+        spent = await self._registry_write(grant, lambda: self.spend.add_usage(
             grant.run_id, grant.tenant, held.day, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
             cache_write_tokens=usage.cache_creation_input_tokens, cache_read_tokens=usage.cache_read_input_tokens,
             cost_usd=usage.cost_usd, hold=hold), {"day": held.day, **msgspec.structs.asdict(usage)})
@@ -138,14 +138,14 @@ class Budgets:
         if now - self._renewed < RENEW_HOLDS_S:
             return
         self._renewed = now
-        self.registry.renew_holds(self.owner, now=time.time(), ttl=HOLD_S)
+        self.spend.renew_holds(self.owner, now=time.time(), ttl=HOLD_S)
 
     # -- what a cap says ---------------------------------------------------------------------
     def over_day(self, tenant: Tenant) -> str | None:
         """Why ``tenant`` may spend nothing more today, or None."""
         if tenant.budget_usd.day is None:
             return None
-        return self._over_day(self.registry.spent(tenant.name, day_of())["cost_usd"], tenant)
+        return self._over_day(self.spend.spent(tenant.name, day_of())["cost_usd"], tenant)
 
     @staticmethod
     def _over_day(spent: float, tenant: Tenant) -> str | None:
@@ -172,7 +172,7 @@ class Budgets:
 
     def check(self, grant: Grant, tenant: Tenant) -> None:
         """A grant (re)opened: a run already spent at a cap is refused from the start."""
-        self._check(grant, tenant, Spent(run=grant.usage.cost_usd, day=self.registry.spent(
+        self._check(grant, tenant, Spent(run=grant.usage.cost_usd, day=self.spend.spent(
             tenant.name, day_of())["cost_usd"] if tenant.budget_usd.day is not None else 0.0))
 
     def _check(self, grant: Grant, tenant: Tenant, spent: Spent) -> None:

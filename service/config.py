@@ -32,7 +32,7 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     database_url: str | None = None
     """``postgresql://user:password@host/db``: the registry in PostgreSQL (several replicas may share it); unset,
     it is the SQLite file ``registry.sqlite3`` in data_dir. The password never appears in a log, /healthz or an
-    error (``service.dialects.describe``)."""
+    error (``service.registry.dialects.describe``)."""
     backend: Literal["local", "docker", "kubernetes"] = "docker"
     image: str = ""  # docker: empty = build (or reuse) this tree's image locally; kubernetes: required
     network_mode: str | None = None

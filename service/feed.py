@@ -19,7 +19,7 @@ from .events import END, read_new
 from .live import LiveRun, one_line
 from .logging import get_logger
 from .metrics import Metrics
-from .registry import Registry, Run
+from .registry import Run, RunsTable
 from .results import Results
 
 __all__ = ["EventFeed", "Item", "SUB_QUEUE"]
@@ -33,8 +33,8 @@ Item = object
 
 
 class EventFeed:
-    def __init__(self, registry: Registry, results: Results, metrics: Metrics) -> None:
-        self.registry = registry
+    def __init__(self, runs: RunsTable, results: Results, metrics: Metrics) -> None:
+        self.runs = runs
         self.results = results
         self.metrics = metrics
         self._subs: dict[str, set[asyncio.Queue[Item]]] = defaultdict(set)
@@ -60,8 +60,8 @@ class EventFeed:
             elif ev.kind == "ask":
                 self.results.asked(run, ev)
             self.publish(run.id, n, ev)
-        self.registry.record_progress(run.id, event_offset=offset, event_seq=seq, claimed_cost_usd=cost, step=step,
-                                      lease=live.lease)
+        self.runs.under(live.lease).record_progress(run.id, event_offset=offset, event_seq=seq,
+                                                    claimed_cost_usd=cost, step=step)
         run.event_offset, run.event_seq, run.claimed_cost_usd, run.step = offset, seq, cost, step
         return run
 

@@ -94,7 +94,7 @@ class GatewayProcess:
         self.registry = registry
         self.tenants = tenants
         self.gateway = Gateway(prices=config.prices)
-        self.budgets = Budgets(registry, tenants, self.gateway, Metrics(), self._refused, owner=holds_owner(config))
+        self.budgets = Budgets(registry.spend, tenants, self.gateway, Metrics(), self._refused, owner=holds_owner(config))
         self.gateway.on_audit = self._audited
         if config.backend == "kubernetes":
             self.gateway.resolve = self._resolve
@@ -106,7 +106,7 @@ class GatewayProcess:
     # -- the registry's side ---------------------------------------------------------------------
     async def sync(self) -> None:
         """One pass: grants opened for the active runs that have none (or a new token), closed for the rest."""
-        rows = await asyncio.to_thread(self.registry.active_grants)
+        rows = await asyncio.to_thread(self.registry.runs.active_grants)
         names = {t.name for t in self.tenants.all()}
         wanted = {r.id: r for r in rows if r.tenant in names}
         for grant in self.gateway.grants():
@@ -152,7 +152,7 @@ class GatewayProcess:
         upstream, auth = upstream_of(values)
         run_id = run.id
         return Grant(run.id, run.tenant, run.token_sha256, upstream, auth, server_tools=server_tools(tenant),
-                     on_first=lambda: self.registry.record_first_request(run_id, time.time()),
+                     on_first=lambda: self.registry.wire_audit.record_first_request(run_id, time.time()),
                      usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
                                  cache_creation_input_tokens=run.cache_write_tokens,
                                  cache_read_input_tokens=run.cache_read_tokens, cost_usd=run.cost_usd))
@@ -194,7 +194,7 @@ class GatewayProcess:
 
     async def _read_tokens(self) -> dict[str, Run]:
         try:
-            rows = await asyncio.to_thread(self.registry.active_grants)
+            rows = await asyncio.to_thread(self.registry.runs.active_grants)
         except Exception as e:  # noqa: BLE001 - the registry away: no token is found (401), the client tries again
             log.warning("gateway.resolve_failed", error=f"{type(e).__name__}: {one_line(e, 300)}")
             return {}
@@ -202,7 +202,7 @@ class GatewayProcess:
 
     # -- the gateway's hooks ---------------------------------------------------------------------
     def _audited(self, grant: Grant) -> None:
-        self.registry.record_wire_audit(grant.run_id, grant.counts)
+        self.registry.wire_audit.record(grant.run_id, grant.counts)
 
     @staticmethod
     def _refused(run_id: str, why: str) -> None:
@@ -295,7 +295,7 @@ async def serve_gateway(config: ServiceConfig, *, parent: int | None = None) -> 
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())
     registry = open_registry(config)
-    if released := registry.release_holds(holds_owner(config)):
+    if released := registry.spend.release_holds(holds_owner(config)):
         log.info("gateway.holds_released", holds=released, why="the calls a gateway before this one had in flight")
     tenants = Tenants(config.tenants, on_reload_error=lambda why: log.error("tenants.reload_failed", error=why))
     process = GatewayProcess(config, registry, tenants)

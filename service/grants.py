@@ -25,7 +25,7 @@ from .errors import GatewayNotServing, LeaseLost
 from .gateway import SOCKET_NAME, Gateway, Grant, new_token, upstream_of
 from .logging import get_logger
 from .metrics import Metrics
-from .registry import Lease, Registry, Run
+from .registry import HeldRun, Registry, Run
 from .runenv import left_out, run_environment
 from .tenants import Tenant, Tenants
 from .wire import Usage
@@ -103,10 +103,10 @@ class Grants:
         self._loop = loop
 
     def open(self, run: Run, tenant: Tenant, values: dict[str, str], layout: RunLayout, *,
-             warm: bool = False, lease: Lease | None = None) -> dict[str, str]:
+             warm: bool = False, held: HeldRun) -> dict[str, str]:
         """Blocking (a worker thread): the run's token, its socket open on the gateway; the env file's values."""
         token, digest = new_token()
-        if self.registry.record_token(run.id, digest, lease=lease) is None:
+        if held.record_token(run.id, digest) is None:
             raise LeaseLost(f"run {run.id} is no longer this replica's to start (another replica took it over, or "
                             "it ended): no gateway token was given to it", run_id=run.id)
         kubernetes = self.config.backend == "kubernetes"
@@ -132,7 +132,7 @@ class Grants:
         (what the gateway's own process writes: a warm pool's refill waits for starting runs by it)."""
         now = time.time()
         self.metrics.first_request(warm, now - created)
-        self.registry.record_first_request(run_id, now)
+        self.registry.wire_audit.record_first_request(run_id, now)
 
     def _wait_served(self, run: Run, layout: RunLayout) -> None:
         deadline = time.monotonic() + SERVED_WITHIN_S
@@ -145,14 +145,13 @@ class Grants:
                     f"runs on {self.config.data_dir}", run_id=run.id, waited_s=SERVED_WITHIN_S)
             time.sleep(_LOOK_S)
 
-    async def close(self, run_id: str, layout: RunLayout | None = None, *,
-                    lease: Lease | None = None) -> Grant | None:
+    async def close(self, held: HeldRun, run_id: str, layout: RunLayout | None = None) -> Grant | None:
         """The run's token ends now: in this process's gateway, or (out of process) its hash leaves the row, which
         the gateway's process sees within a pass — with ``layout``, waited for (the run's socket refuses once its
         grant is closed; on Kubernetes two passes), so that nothing is served on it after this returns."""
         if self.inside:
             return await self.gateway.close(run_id)
-        await asyncio.to_thread(self.registry.record_token, run_id, None, lease=lease)
+        await asyncio.to_thread(held.record_token, run_id, None)
         if layout is not None and self.config.backend == "kubernetes":
             await asyncio.sleep(2 * SYNC_S)
         elif layout is not None:

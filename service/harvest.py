@@ -20,7 +20,7 @@ from .config import ServiceConfig
 from .health import is_disk_full
 from .live import LiveRun, layout_of, one_line
 from .logging import get_logger
-from .registry import Registry, Run
+from .registry import Run, RunsTable
 
 if TYPE_CHECKING:
     from sandbox.worktree import Changes
@@ -54,9 +54,9 @@ class Collected:
 
 
 class Harvest:
-    def __init__(self, config: ServiceConfig, registry: Registry) -> None:
+    def __init__(self, config: ServiceConfig, runs: RunsTable) -> None:
         self.config = config
-        self.registry = registry
+        self.runs = runs
 
     def collect(self, run: Run, layout: RunLayout, live: LiveRun) -> Collected:
         """Blocking: take the run's last bundle, measure the diff, remove its credentials and checkout."""
@@ -125,7 +125,7 @@ class Harvest:
             if copy.parent.name.startswith("flower-bundle-"):
                 copy.parent.rmdir()
         # may fail on a full disk: then the bundle is taken again
-        self.registry.record_commit(run.id, tip, lease=live.lease)
+        self.runs.under(live.lease).record_commit(run.id, tip)
         live.bundle_stamp = stamp
         run.commit_sha = tip
         log.info("run.checkpoint", tenant=run.tenant, run=run.id, commit=tip)

@@ -24,7 +24,7 @@ from sandbox.spec import RunSpec, write_spec
 from .config import ServiceConfig
 from .harvest import Harvest
 from .live import layout_of
-from .registry import Lease, Registry, Run
+from .registry import HeldRun, Run
 from .runenv import settings_of
 from .tenants import Tenant
 from .warm import WarmKeeper
@@ -36,7 +36,7 @@ class GrantFn(Protocol):
     """Blocking: the run's token, its socket open on the gateway; the env file's values."""
 
     def __call__(self, run: Run, tenant: Tenant, values: dict[str, str], layout: RunLayout, *,
-                 warm: bool = False, lease: Lease | None = None) -> dict[str, str]: ...
+                 warm: bool = False, held: HeldRun) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -49,17 +49,17 @@ class Started:
 
 
 class Launcher:
-    def __init__(self, config: ServiceConfig, registry: Registry, backend: Backend, warm: WarmKeeper,
+    def __init__(self, config: ServiceConfig, backend: Backend, warm: WarmKeeper,
                  harvest: Harvest, grant: GrantFn) -> None:
         self.config = config
-        self.registry = registry
         self.backend = backend
         self.warm = warm
         self.harvest = harvest
         self._grant = grant
 
-    def start(self, run: Run, tenant: Tenant, lease: Lease | None = None) -> Started:
-        """Blocking: prepare and start ``run`` (its writes under ``lease``); undoes what it made if a step fails."""
+    def start(self, run: Run, tenant: Tenant, held: HeldRun) -> Started:
+        """Blocking: prepare and start ``run`` (its writes ``held``: fenced by its lease); undoes what it made if a
+        step fails."""
         from sandbox.envfile import write_env_file
         from sandbox.worktree import make_workspace, objects_dir
 
@@ -69,19 +69,19 @@ class Launcher:
         with ExitStack() as undo:
             if slot is not None:
                 run = msgspec.structs.replace(run, folder=slot.folder)
-                self.registry.record_slot(run.id, slot.folder, lease=lease)
-                undo.callback(self.registry.record_slot, run.id, None, lease=lease)
+                held.record_slot(run.id, slot.folder)
+                undo.callback(held.record_slot, run.id, None)
                 undo.callback(self.warm.discard, slot)
             layout = layout_of(self.config.runs_root, run)
             if slot is None and not layout.dir.exists():
                 undo.callback(shutil.rmtree, layout.dir, ignore_errors=True)
             layout.ensure()
             base = make_workspace(run.repo, layout.workspace, layout.branch)
-            undo.callback(self.registry.record_checkout, run.id, None, None, lease=lease)
+            undo.callback(held.record_checkout, run.id, None, None)
             undo.callback(self.harvest.discard_workspace, run, keep_branch=False)
-            self.registry.record_checkout(run.id, layout.branch, base, lease=lease)  # known even if we stop here
+            held.record_checkout(run.id, layout.branch, base)  # known even if we stop here
             write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=slot is not None,
-                                                         lease=lease))
+                                                         held=held))
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
                            base=base, objects=objects, egress=tenant.egress)
             if slot is not None:

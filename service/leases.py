@@ -33,7 +33,7 @@ from .config import ENV_PREFIX
 from .errors import ReplicaNameTaken
 from .live import LiveRuns
 from .logging import get_logger
-from .registry import Lease, Registry, Replica
+from .registry import Lease, LeasesTable, Replica, ReplicasTable
 
 __all__ = ["Leases", "Changes", "process_mark", "gone"]
 
@@ -84,9 +84,10 @@ def gone(mark: str) -> bool:
 
 
 class Leases:
-    def __init__(self, registry: Registry, owner: str, ttl: float, live: LiveRuns, errors: RepeatLog, *,
+    def __init__(self, leases: LeasesTable, replicas: ReplicasTable, owner: str, ttl: float, live: LiveRuns, errors: RepeatLog, *,
                  also: Callable[[], None] = lambda: None) -> None:
-        self.registry = registry
+        self.leases = leases
+        self.replicas = replicas
         self.owner = owner
         self.ttl = ttl
         self.instance = secrets.token_hex(8)
@@ -104,11 +105,11 @@ class Leases:
         """Hold this replica's name before anything is done under it (again: a no-op while it is this process's).
         ``ReplicaNameTaken`` when another live process holds it."""
         now = time.time()
-        row = self.registry.claim_name(self.owner, self.instance, process_mark(), ttl=self.ttl, now=now)
+        row = self.replicas.claim(self.owner, self.instance, process_mark(), ttl=self.ttl, now=now)
         if row.instance != self.instance and gone(row.process):  # its holder on this host died (kill -9, a crash)
             log.info("replica.name_reclaimed", replica=self.owner, why="the process that held this name on this host "
                      "is gone")
-            row = self.registry.claim_name(self.owner, self.instance, process_mark(), ttl=self.ttl, now=now,
+            row = self.replicas.claim(self.owner, self.instance, process_mark(), ttl=self.ttl, now=now,
                                            over=row.instance)
         if row.instance != self.instance:
             raise self._refusal(row, now)
@@ -138,13 +139,13 @@ class Leases:
         again under it takes this one's runs back at once."""
         self._stopping.set()
         if self.name_lost is None:
-            self.registry.release_name(self.owner, self.instance)
+            self.replicas.release(self.owner, self.instance)
 
     def hold(self, run_id: str) -> bool:
         """Take ``run_id``'s lease for this replica (it follows the run from now on); False when another holds it."""
         if self.name_lost is not None:
             return False
-        lease = self.registry.take(run_id, self.owner, ttl=self.ttl, now=time.time())
+        lease = self.leases.take(run_id, self.owner, ttl=self.ttl, now=time.time())
         if lease is None:
             return False
         self._live.of(run_id).lease = lease
@@ -158,7 +159,7 @@ class Leases:
             return False
         if self.name_lost is not None:
             return True
-        held = self.registry.renew(self.owner, ttl=self.ttl, now=time.time()).get(run_id)
+        held = self.leases.renew(self.owner, ttl=self.ttl, now=time.time()).get(run_id)
         return held is None or held.generation != live.lease.generation
 
     def changes(self) -> Changes | None:
@@ -181,18 +182,18 @@ class Leases:
                 lost.append(live.id)  # taken again under this name: by another process, never by this one
             elif kept is None and at and live.lease.expires <= at + self.ttl:  # taken before that round, not kept
                 lost.append(live.id)
-        orphans = tuple(r for r in self.registry.unheld(now=now) if r not in self._live)
+        orphans = tuple(r for r in self.leases.unheld(now=now) if r not in self._live)
         return Changes(tuple(lost), orphans)
 
     def _renew(self) -> None:
         while not self._stopping.wait(self.ttl / 4):
             now = time.time()
             try:
-                if not self.registry.beat(self.owner, self.instance, ttl=self.ttl, now=now):
+                if not self.replicas.beat(self.owner, self.instance, ttl=self.ttl, now=now):
                     if not self._stopping.is_set():
                         self._lose_name()
                     return
-                self._held = (now, self.registry.renew(self.owner, ttl=self.ttl, now=now))
+                self._held = (now, self.leases.renew(self.owner, ttl=self.ttl, now=now))
                 self._also()
             except Exception as e:  # noqa: BLE001 - the database away: the leases run out, another replica takes over
                 self._errors.error("scheduler.renew_failed", "renew", e)

@@ -16,7 +16,7 @@ from sandbox.backends.base import Backend
 from sandbox.records import QUESTION_ID, Question, decode_question
 
 from .live import layout_of
-from .registry import Registry, Run
+from .registry import Run, RunsTable
 
 __all__ = ["Mailbox", "QUESTION_BYTES"]
 
@@ -24,10 +24,10 @@ QUESTION_BYTES = 64 * 1024
 
 
 class Mailbox:
-    def __init__(self, runs_root: Path, registry: Registry, backend: Backend, *,
+    def __init__(self, runs_root: Path, runs: RunsTable, backend: Backend, *,
                  ended: Callable[[str], None], wake: Callable[[], None]) -> None:
         self.runs_root = runs_root
-        self.registry = registry
+        self.runs = runs
         self.backend = backend
         self._ended = ended  # a queued run cancelled: its streams are told
         self._wake = wake
@@ -58,7 +58,7 @@ class Mailbox:
 
     def request_cancel(self, run_id: str) -> None:
         """Queued runs end at once; starting/running ones are stopped on the next pass."""
-        row = self.registry.cancel(run_id, at=time.time())
+        row = self.runs.cancel(run_id, at=time.time())
         if row is not None and row.status == "cancelled":
             self._ended(run_id)
         self._wake()

@@ -19,7 +19,7 @@ from sandbox.records import QUESTION_ID, QUESTION_MAX, Event
 
 from .logging import get_logger
 from .push import push_due, push_run
-from .registry import Push, Registry, Run
+from .registry import Push, Run, RunsTable
 from .tenants import Tenant, Tenants
 from .webhooks import QuestionBody, Webhooks
 
@@ -45,8 +45,8 @@ def _never_raises(told: Callable[P, None]) -> Callable[P, None]:
 
 
 class Results:
-    def __init__(self, registry: Registry, tenants: Tenants, webhooks: Webhooks) -> None:
-        self.registry = registry
+    def __init__(self, runs: RunsTable, tenants: Tenants, webhooks: Webhooks) -> None:
+        self.runs = runs
         self.tenants = tenants
         self.webhooks = webhooks
         self._pushing: dict[str, asyncio.Task[Push]] = {}
@@ -57,7 +57,7 @@ class Results:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.webhooks.start()
-        for run in await asyncio.to_thread(self.registry.pending_pushes):
+        for run in await asyncio.to_thread(self.runs.pending_pushes):
             tenant = self.tenants.get(run.tenant)
             if tenant is not None and push_due(run, tenant):
                 self._push_in_background(run, tenant)
@@ -73,7 +73,7 @@ class Results:
     # -- what the scheduler tells (each returns at once) ----------------------------------------------
     @_never_raises
     def started(self, run_id: str) -> None:
-        run = self.registry.get(run_id)
+        run = self.runs.get(run_id)
         if run is not None:
             self.webhooks.emit("run.started", run)
 
@@ -94,7 +94,7 @@ class Results:
     @_never_raises
     def ended(self, run_id: str) -> None:
         """The run's row says how it ended: push its branch first when that is due, then announce it."""
-        run = self.registry.get(run_id)
+        run = self.runs.get(run_id)
         if run is None or not run.terminal:
             return
         self._asked.pop(run_id, None)
@@ -103,7 +103,7 @@ class Results:
             assert tenant is not None and tenant.push is not None and run.commit_sha
             run.push = Push(state="pending", url=tenant.push.url, ref=f"refs/heads/{run.branch}",
                             commit=run.commit_sha)
-            self.registry.record_push(run.id, run.push)
+            self.runs.record_push(run.id, run.push)
             self._push_in_background(run, tenant)
             return
         self.webhooks.emit("run.ended", run, push=run.push)
@@ -132,7 +132,7 @@ class Results:
         async with self._slots:
             before = run.push.attempts if run.push is not None else 0
             outcome = await asyncio.to_thread(push_run, run, tenant, before)
-        self.registry.record_push(run.id, outcome)
+        self.runs.record_push(run.id, outcome)
         run.push = outcome
         fields = {"tenant": run.tenant, "run": run.id, "url": outcome.url, "ref": outcome.ref,
                   "commit": outcome.commit, "attempts": outcome.attempts}
@@ -141,7 +141,7 @@ class Results:
         else:
             log.warning("run.push_failed", **fields, error=outcome.error)
         if announce:
-            current = self.registry.get(run.id)
+            current = self.runs.get(run.id)
             if current is not None:
                 self.webhooks.emit("run.ended", current, push=outcome)
         return outcome

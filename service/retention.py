@@ -29,7 +29,7 @@ from .logging import get_logger
 if TYPE_CHECKING:
     from .config import ServiceConfig
     from .harvest import Harvest
-    from .registry import Registry, Run
+    from .registry import Run, RunsTable
 
 __all__ = ["folder_bytes", "remove_run_files", "MAX_ENTRIES", "Retention", "DISK_EVERY_S", "SWEEP_EVERY_S"]
 
@@ -88,10 +88,10 @@ def remove_run_files(layout: RunLayout) -> list[str]:
 
 
 class Retention:
-    def __init__(self, config: ServiceConfig, registry: Registry, harvest: Harvest, *,
+    def __init__(self, config: ServiceConfig, runs: RunsTable, harvest: Harvest, *,
                  is_live: Callable[[str], bool], clock: Callable[[], float] = time.time) -> None:
         self.config = config
-        self.registry = registry
+        self.runs = runs
         self.harvest = harvest
         self._is_live = is_live
         self.clock = clock  # wall time of retention (a test moves it on by days)
@@ -103,7 +103,7 @@ class Retention:
     async def delete(self, run: Run, *, branch: bool) -> Run:
         """Remove an ended run's folder (and its branch when asked); its row stays, marked deleted. A run that
         is not ended is never touched (ValueError)."""
-        current = self.registry.get(run.id)
+        current = self.runs.get(run.id)
         if current is None or not current.terminal or self._is_live(current.id):
             raise ValueError(f"run {run.id} has not ended: nothing of a live run is removed")
         notes = await asyncio.to_thread(remove_run_files, self.layout(current))
@@ -116,7 +116,7 @@ class Retention:
                 notes.append(f"the branch {current.branch} stayed: {one_line(e, 200)}")
         if notes:
             log.warning("run.delete_incomplete", tenant=current.tenant, run=current.id, left=notes)
-        done = self.registry.record_deleted(current.id, at=self.clock() if current.deleted is None else None,
+        done = self.runs.record_deleted(current.id, at=self.clock() if current.deleted is None else None,
                                             files_gone=files_gone, branch_dropped=dropped)
         return done or current
 
@@ -126,7 +126,7 @@ class Retention:
             return []
         cutoff = self.clock() - self.config.retain_days * 86400
         gone = []
-        for run in self.registry.list(ended_before=cutoff, deleted=False, oldest_first=True):
+        for run in self.runs.list(ended_before=cutoff, deleted=False, oldest_first=True):
             if run.terminal:
                 await self.delete(run, branch=False)
                 gone.append(run.id)
@@ -147,7 +147,7 @@ class Retention:
             return
         live.measured_at = now
         used = await asyncio.to_thread(folder_bytes, self.layout(run).dir)
-        self.registry.record_disk(run.id, used, lease=live.lease)
+        self.runs.under(live.lease).record_disk(run.id, used)
         run.disk_bytes = used
         limit = int(self.config.max_run_disk_mb * 1024 * 1024)
         if limit and used > limit and "disk" not in live.stops:

@@ -64,7 +64,7 @@ from .wire import Usage
 from .logging import get_logger
 from .mailbox import Mailbox
 from .metrics import FailureReason, Metrics
-from .registry import ACTIVE, Kept, Registry, Run, RunStatus
+from .registry import ACTIVE, HeldRun, Kept, Registry, Run, RunStatus
 from .results import Results
 from .retention import Retention, folder_bytes
 from .tenants import Tenant, TenantNotReady, Tenants
@@ -119,12 +119,12 @@ class Scheduler:
         self.gateway = gateway or Gateway(prices=config.prices)
         self.owner = config.replica or socket.gethostname()
         """This replica's name on the leases of the runs it follows."""
-        self.budgets = Budgets(registry, tenants, self.gateway, self.metrics, self._over_budget,
+        self.budgets = Budgets(registry.spend, tenants, self.gateway, self.metrics, self._over_budget,
                                owner=f"service {self.owner} {config.data_path}")
-        self.slots = StreamSlots(registry, self.owner, ttl=config.lease_s)
+        self.slots = StreamSlots(registry.streams, self.owner, ttl=config.lease_s)
         """The tenants' SSE streams, counted across replicas (renewed with the leases)."""
         self.grants = Grants(config, registry, tenants, self.gateway, self.budgets, self.metrics)
-        self.results = results or Results(registry, tenants, Webhooks(registry, tenants,
+        self.results = results or Results(registry.runs, tenants, Webhooks(registry.deliveries, tenants,
                                                                       retry_s=config.webhook_retry_s))
         """Told when a run started, asked and ended: the tenant's webhooks and the push of its branch."""
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -139,18 +139,20 @@ class Scheduler:
         self.health = Health(config.data_path, config.min_free_mb, config.backend)
         self.backoff = Backoff(base=max(0.5, 2 * config.poll_s), cap=30.0)
         self.errors = RepeatLog(log)
-        self.leases = Leases(registry, self.owner, config.lease_s, self._live, self.errors, also=self._renewed)
+        self.leases = Leases(registry.leases, registry.replicas, self.owner, config.lease_s, self._live, self.errors,
+                             also=self._renewed)
         """This replica's leases on the runs it follows, renewed by a thread of their own."""
         self.recovered = False  # re-attached to the backend's live runs (waits while the engine is down)
         self._queue_held = False
-        self.feed = EventFeed(registry, self.results, self.metrics)
-        self.harvest = Harvest(config, registry)
-        self.warm = WarmKeeper.of(backend, config.runs_root, config.warm, registry, tenants, self.metrics,
+        self.feed = EventFeed(registry.runs, self.results, self.metrics)
+        self.harvest = Harvest(config, registry.runs)
+        self.warm = WarmKeeper.of(backend, config.runs_root, config.warm, registry.runs, registry.leases,
+                                  tenants, self.metrics,
                                   self.errors, replica=self.owner if registry.dialect == "postgresql" else None,
                                   lease_s=config.lease_s)
-        self.launcher = Launcher(config, registry, backend, self.warm, self.harvest, self.grants.open)
-        self.mailbox = Mailbox(config.runs_root, registry, backend, ended=self.feed.publish_end, wake=self.wake)
-        self.retention = Retention(config, registry, self.harvest, is_live=self._live.__contains__, clock=clock)
+        self.launcher = Launcher(config, backend, self.warm, self.harvest, self.grants.open)
+        self.mailbox = Mailbox(config.runs_root, registry.runs, backend, ended=self.feed.publish_end, wake=self.wake)
+        self.retention = Retention(config, registry.runs, self.harvest, is_live=self._live.__contains__, clock=clock)
 
     # -- what the API and the tests read -----------------------------------------------------
     @property
@@ -213,7 +215,7 @@ class Scheduler:
         self.warm.bind(self._loop)
         self.grants.bind(self._loop)
         if self.grants.inside:  # this process's gateway: the calls it had in flight before a restart hold nothing
-            await asyncio.to_thread(self.registry.release_holds, self.budgets.owner)
+            await asyncio.to_thread(self.registry.spend.release_holds, self.budgets.owner)
         await self.results.start()  # before recover: a run it finishes is announced (and pushed)
         try:
             await self.recover()
@@ -283,7 +285,7 @@ class Scheduler:
         if self._queue_open():
             await self._start_queued()  # first: a submit that woke this pass does not wait behind every running run
         tenants = {t.name for t in self.tenants.all()}
-        for run in self.registry.list(statuses=["running"], oldest_first=True):
+        for run in self.registry.runs.list(statuses=["running"], oldest_first=True):
             held = self._live.get(run.id)
             if held is None or held.lease is None:
                 continue  # another replica's
@@ -319,7 +321,7 @@ class Scheduler:
             if not self._queue_held:
                 self._queue_held = True
                 log.warning("scheduler.queue_held", reason=disk.sentence(),
-                            queued=self.registry.count(statuses=["queued"]))
+                            queued=self.registry.runs.count(statuses=["queued"]))
             return False
         if self._queue_held:
             self._queue_held = False
@@ -361,7 +363,7 @@ class Scheduler:
             return
         sandboxes = await asyncio.to_thread(self.backend.live)
         for run_id in changes.orphans:
-            run = self.registry.get(run_id)
+            run = self.registry.runs.get(run_id)
             if run is None or run.status not in ACTIVE or not self.leases.hold(run_id):
                 continue
             log.info("run.taken_over", tenant=run.tenant, run=run.id, replica=self.owner)
@@ -419,7 +421,7 @@ class Scheduler:
     async def recover(self) -> None:
         live = await asyncio.to_thread(self.backend.live)
         self.recovered = True
-        for run in self.registry.list(statuses=ACTIVE, oldest_first=True):
+        for run in self.registry.runs.list(statuses=ACTIVE, oldest_first=True):
             if not self.leases.hold(run.id):
                 continue  # another replica holds it
             try:
@@ -432,7 +434,7 @@ class Scheduler:
                 self.backoff.failed(run.id)  # the passes try it again, and end it alone if it keeps failing
                 self._failed("scheduler.recover_failed", run.id, e, tenant=run.tenant, run=run.id)
         for run_id in set(live) - set(self.handles):
-            row = self.registry.get(run_id)
+            row = self.registry.runs.get(run_id)
             log.warning("run.orphan_sandbox", run=run_id, status=row.status if row else None,
                         hint="a sandbox labelled as a flower run that this registry does not follow")
 
@@ -442,11 +444,11 @@ class Scheduler:
             self._live.of(run.id).handle = live[run.id]
             await self.grants.reopen(run, self.layout(run))
             if run.status == "starting":  # its branch and base were stored before the backend started it
-                self.registry.record_running(run.id, str(live[run.id]), lease=self._live.of(run.id).lease)
+                self._held(run.id).record_running(run.id, str(live[run.id]))
             log.info("run.reattached", tenant=run.tenant, run=run.id, events=run.event_seq)
         elif run.status == "starting":  # stopped before its sandbox started: nothing ran, so it goes back in line
             await asyncio.to_thread(self.harvest.discard_workspace, run, keep_branch=False)
-            self.registry.requeue(run.id, lease=self._live.of(run.id).lease)
+            self._held(run.id).requeue(run.id)
             log.info("run.requeued", tenant=run.tenant, run=run.id, why="the service stopped while preparing this run")
         elif read_exit(self.layout(run).dir) is not None:  # a record or not: it ended while we were away
             log.info("run.ended_while_away", tenant=run.tenant, run=run.id)
@@ -464,27 +466,27 @@ class Scheduler:
         and a pass reads a few queued rows per tenant, not the whole queue."""
         if self.hold or self.refusal:
             return
-        busy = Counter(r.tenant for r in self.registry.list(statuses=ACTIVE))  # the runs executing now: a few rows
+        busy = Counter(r.tenant for r in self.registry.runs.list(statuses=ACTIVE))  # the runs executing now: a few rows
         total = sum(busy.values())
         free = self.config.max_running - total
         if free <= 0:
             return
-        for run in fair_order(self.registry.queued_heads(free), busy):
+        for run in fair_order(self.registry.runs.queued_heads(free), busy):
             if total >= self.config.max_running:
                 return
             tenant = self.tenants.get(run.tenant)
             if tenant is None:
-                self.registry.finish(run.id, "failed", frm=["queued"], ended=time.time(),
+                self.registry.runs.finish(run.id, "failed", frm=["queued"], ended=time.time(),
                                      error=f"tenant {run.tenant} no longer exists in the tenants file")
                 continue
             if busy[run.tenant] >= tenant.quota:
                 continue
             over = self.budgets.over_day(tenant)
             if over:
-                self.registry.finish(run.id, "failed", frm=["queued"], ended=time.time(), error=over)
+                self.registry.runs.finish(run.id, "failed", frm=["queued"], ended=time.time(), error=over)
                 log.warning("run.over_budget", tenant=run.tenant, run=run.id, error=over)
                 continue
-            if self.registry.begin(run.id, started=time.time()) is None:
+            if self.registry.runs.begin(run.id, started=time.time()) is None:
                 continue  # cancelled in the meantime, or begun by another replica
             if not self.leases.hold(run.id):
                 continue
@@ -499,12 +501,13 @@ class Scheduler:
         live = self._live.of(run.id)  # from here: a budget crossed by its first calls is held on it
         live.metered = Usage()  # its first calls count into the metrics (out of process: from its row)
         try:
-            started = await asyncio.to_thread(self.launcher.start, run, tenant, live.lease)
+            held = self._held(run.id)
+            started = await asyncio.to_thread(self.launcher.start, run, tenant, held)
         except Exception as e:  # noqa: BLE001 - every failure fails this run, never the scheduler
-            await self.grants.close(run.id, lease=live.lease)  # whether it waits or fails, it holds no token
+            await self.grants.close(held, run.id)  # whether it waits or fails, it holds no token
             self._live.forget(run.id)
             if is_engine_down(e) or is_disk_full(e):  # the machine's fault, not the run's: it waits its turn again
-                self.registry.requeue(run.id, lease=live.lease)
+                held.requeue(run.id)
                 self._failed("scheduler.start_failed", run.id, e, tenant=run.tenant, run=run.id)
                 return
             why = str(e) if isinstance(e, TenantNotReady) else f"{type(e).__name__}: {one_line(e)}"
@@ -514,7 +517,7 @@ class Scheduler:
         live.handle = started.handle
         live.warm, live.first_request_due = started.folder is not None, not self.grants.inside
         self.metrics.started(run.tenant, time.time() - run.created)
-        if self.registry.record_running(run.id, str(started.handle), lease=live.lease) is None:
+        if held.record_running(run.id, str(started.handle)) is None:
             log.warning("run.vanished_while_starting", tenant=run.tenant, run=run.id)
         self.results.started(run.id)
         log.info("run.started", tenant=run.tenant, run=run.id, branch=self.layout(run).branch, base=started.base,
@@ -537,7 +540,7 @@ class Scheduler:
         """Out of process, the gateway's metering reaches this process's metrics through the run's row: what it
         grew by since the last look (from the first look, for a run re-attached after a restart)."""
         live = self._live.of(run.id)
-        if live.first_request_due and (first := self.registry.first_request(run.id)) is not None:
+        if live.first_request_due and (first := self.registry.wire_audit.first_request(run.id)) is not None:
             live.first_request_due = False
             self.metrics.first_request(live.warm, first - run.created)
         now = usage_of(run)
@@ -594,7 +597,7 @@ class Scheduler:
         takes an ended run: what follows it is done once."""
         if self._taken(run.id):
             return  # another replica holds the run now: it finishes it
-        row = self.registry.get(run.id)  # read under the lease: an end written before this replica took it shows
+        row = self.registry.runs.get(run.id)  # read under the lease: an end written before this replica took it shows
         if row is None or row.terminal:
             self._let_go(run.id)
             return
@@ -653,21 +656,20 @@ class Scheduler:
         if self._taken(run.id):
             return False  # another replica holds the run now (its token too): it finishes the run
         if not self.grants.inside:  # its token dies before its row says it ended: no call is served after
-            await self.grants.close(run.id, layout, lease=live.lease)
+            await self.grants.close(self._held(run.id), run.id, layout)
         at = time.time()
         kept = Kept(commit_sha=commit, branch=branch, diffstat=stat, claimed_cost_usd=ended.claimed_cost_usd,
                     disk_bytes=used)
-        if self.registry.finish(run.id, ended.status, ended=at, error=error, kept=kept,
-                                lease=live.lease) is None:
+        if self._held(run.id).finish(run.id, ended.status, ended=at, error=error, kept=kept) is None:
             if not self._taken(run.id):
                 self._let_go(run.id)
             return False  # fenced, or ended already: whoever wrote its end does the rest, once
         self.metrics.finished(run.tenant, ended.status, at - run.started if run.started else None, ended.reason)
         grant = await self.gateway.close(run.id) if self.grants.inside else None  # its token ends with it
         wire = grant.counts if grant is not None else (
-            None if self.grants.inside else await asyncio.to_thread(self.registry.wire_counts, run.id))
+            None if self.grants.inside else await asyncio.to_thread(self.registry.wire_audit.counts, run.id))
         self.feed.compare_audits(run, live, wire)
-        row = self.registry.get(run.id)
+        row = self.registry.runs.get(run.id)
         if row is not None and not self.grants.inside:
             self._count_usage(row)  # what it spent since the last pass
         log.info("run.finished", tenant=run.tenant, run=run.id, status=ended.status,
@@ -687,13 +689,18 @@ class Scheduler:
                 log.warning("run.remove_failed", tenant=run.tenant, run=run.id, error=one_line(e))
         self._ended(run.id)
 
+    def _held(self, run_id: str) -> HeldRun:
+        """The writes of a run this replica follows, fenced by its lease (unfenced when it holds none)."""
+        live = self._live.get(run_id)
+        return self.registry.runs.under(live.lease if live is not None else None)
+
     def _let_go(self, run_id: str) -> None:
         """A run this replica holds whose row says it ended already — ended by the replica that held it before this
         one took it (read, then taken: the end came between). Its lease goes, and nothing else is done: no
         harvest, no ``run.finished``, no removal, no webhook — the replica that ended it does those."""
         live = self._live.get(run_id)
         if live is not None and live.lease is not None:
-            self.registry.release(live.lease)
+            self.registry.leases.release(live.lease)
         log.info("run.ended_elsewhere", run=run_id, replica=self.owner)
         self._live.forget(run_id)
         self.backoff.succeeded(run_id)
@@ -703,7 +710,7 @@ class Scheduler:
         """The one place a run that ended is forgotten: its record, its lease, its backoff and its error streak."""
         live = self._live.get(run_id)
         if live is not None and live.lease is not None:
-            self.registry.release(live.lease)
+            self.registry.leases.release(live.lease)
         self._live.forget(run_id)
         self.backoff.succeeded(run_id)
         self.errors.ok(run_id)
@@ -718,7 +725,7 @@ class Scheduler:
                "model gateway token")
         live = self._live.of(run.id)
         live.stops["tenant_removed"] = why
-        await self.grants.close(run.id, lease=live.lease)
+        await self.grants.close(self._held(run.id), run.id)
         log.warning("run.tenant_removed", tenant=run.tenant, run=run.id, error=why)
 
     async def _poisoned(self, run: Run, error: BaseException) -> None:
@@ -735,8 +742,7 @@ class Scheduler:
         live = self._live.get(run.id)
         handle = (live.handle if live is not None else None) or (Handle(run.handle) if run.handle else None)
         try:
-            ended = await asyncio.to_thread(self.registry.finish, run.id, "failed", ended=time.time(), error=why,
-                                            lease=live.lease if live is not None else None)
+            ended = await asyncio.to_thread(self._held(run.id).finish, run.id, "failed", ended=time.time(), error=why)
         except Exception as e:  # noqa: BLE001 - the rest is released all the same; the next pass retries the row
             log.warning("run.release_failed", tenant=run.tenant, run=run.id, step="row", error=one_line(e))
         else:
@@ -745,7 +751,7 @@ class Scheduler:
                     self._let_go(run.id)
                 return  # fenced, or ended already: whoever wrote its end releases the rest, sandbox and all
             self.metrics.finished(run.tenant, "failed", time.time() - run.started if run.started else None, reason)
-        await self.grants.close(run.id, lease=live.lease if live is not None else None)
+        await self.grants.close(self._held(run.id), run.id)
         releases: list[tuple[str, Callable[[], object]]] = [
             ("env file", lambda: self.layout(run).env_file.unlink(missing_ok=True)),
             ("checkout", lambda: self.harvest.discard_workspace(run, keep_branch=True))]
@@ -759,9 +765,8 @@ class Scheduler:
         self._ended(run.id)
 
     def _fail(self, run: Run, error: str, *, frm: Sequence[RunStatus] = ACTIVE) -> None:
-        live = self._live.get(run.id)
-        if self.registry.finish(run.id, "failed", frm=frm, ended=time.time(), error=error,
-                                lease=live.lease if live is not None else None) is None and self._taken(run.id):
+        ended = self._held(run.id).finish(run.id, "failed", frm=frm, ended=time.time(), error=error)
+        if ended is None and self._taken(run.id):
             return  # its end was fenced: another replica holds the run now
         log.warning("run.failed", tenant=run.tenant, run=run.id, error=error)
         self._ended(run.id)

@@ -15,7 +15,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 
-from .registry import Registry
+from .registry import StreamsTable
 
 __all__ = ["StreamSlots", "Slot"]
 
@@ -28,8 +28,8 @@ class Slot:
 
 
 class StreamSlots:
-    def __init__(self, registry: Registry, replica: str, *, ttl: float) -> None:
-        self.registry = registry
+    def __init__(self, streams: StreamsTable, replica: str, *, ttl: float) -> None:
+        self.streams = streams
         self.replica = replica
         self.ttl = ttl
         self._held: dict[str, Slot] = {}
@@ -38,7 +38,7 @@ class StreamSlots:
     def take(self, tenant: str, cap: int) -> Slot | None:
         """Blocking (a worker thread): a slot of ``tenant``'s, or None when it has ``cap`` streams open already."""
         holder = f"{self.replica} {secrets.token_hex(8)}"
-        number = self.registry.take_stream(tenant, holder, replica=self.replica, cap=cap, now=time.time(),
+        number = self.streams.take(tenant, holder, replica=self.replica, cap=cap, now=time.time(),
                                            ttl=self.ttl)
         if number is None:
             return None
@@ -56,17 +56,17 @@ class StreamSlots:
     def reset(self) -> None:
         """Blocking, at start: the slots this replica's last self held are let go (its streams died with it). On
         SQLite every slot: there is one replica, whatever its host's name is now."""
-        self.registry.release_streams(self.replica if self.registry.dialect == "postgresql" else None)
+        self.streams.release_all(self.replica if self.streams.shared else None)
 
     def give_back(self, slot: Slot) -> None:
         """Blocking: the stream ended, however it ended."""
         with self._lock:
             if self._held.pop(slot.holder, None) is None:
                 return
-        self.registry.give_back_stream(slot.tenant, slot.number, slot.holder)
+        self.streams.give_back(slot.tenant, slot.number, slot.holder)
 
     def renew(self) -> None:
         """Blocking (the lease renewer's thread): every slot this replica holds, kept for another ``ttl``."""
         with self._lock:
             holders = list(self._held)
-        self.registry.renew_streams(holders, now=time.time(), ttl=self.ttl)
+        self.streams.renew(holders, now=time.time(), ttl=self.ttl)

@@ -27,7 +27,7 @@ from sandbox.pool import Shape, Slot, WarmPool
 from .backoff import RepeatLog
 from .logging import get_logger
 from .metrics import Metrics
-from .registry import Lease, Registry
+from .registry import Lease, LeasesTable, RunsTable
 from .runenv import settings_of
 from .tenants import Tenants
 
@@ -43,14 +43,15 @@ YIELD_S = 1.0  # a fill that yielded to starting runs looks again this much late
 
 
 class WarmKeeper:
-    def __init__(self, pool: WarmPool | None, registry: Registry, tenants: Tenants, metrics: Metrics,
+    def __init__(self, pool: WarmPool | None, runs: RunsTable, leases: LeasesTable, tenants: Tenants, metrics: Metrics,
                  errors: RepeatLog, *, replica: str | None = None, lease_s: float = 20.0) -> None:
         self.pool = pool
         self.replica = replica
         """This replica's name on its pool's lease (None: the only replica, nothing to reap)."""
         self.lease_s = lease_s
         self._next_reap = 0.0
-        self.registry = registry
+        self.runs = runs
+        self.leases = leases
         self.tenants = tenants
         self.metrics = metrics
         self.errors = errors
@@ -62,7 +63,8 @@ class WarmKeeper:
             pool.on_error = self._failed
 
     @classmethod
-    def of(cls, backend: Backend, runs_root: Path, size: int, registry: Registry, tenants: Tenants,
+    def of(cls, backend: Backend, runs_root: Path, size: int, runs: RunsTable, leases: LeasesTable,
+           tenants: Tenants,
            metrics: Metrics, errors: RepeatLog, *, replica: str | None = None, lease_s: float = 20.0) -> WarmKeeper:
         """A keeper with a pool of ``size`` per shape when the backend can start sandboxes ahead, else none.
         ``replica``: this replica's name, when several may share the runs' folder (PostgreSQL) — its slots carry a
@@ -71,7 +73,7 @@ class WarmKeeper:
         sweeps every waiting sandbox."""
         owner = hashlib.sha256(replica.encode()).hexdigest()[:8] if replica is not None else ""
         pool = WarmPool(backend, runs_root, size, owner=owner) if size and isinstance(backend, WarmBackend) else None
-        return cls(pool, registry, tenants, metrics, errors, replica=replica, lease_s=lease_s)
+        return cls(pool, runs, leases, tenants, metrics, errors, replica=replica, lease_s=lease_s)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop fills are started on (the service's)."""
@@ -113,7 +115,7 @@ class WarmKeeper:
 
     def _sweep(self, pool: WarmPool) -> None:
         self._alive()
-        removed = pool.sweep(keep=self.registry.folders().__contains__)
+        removed = pool.sweep(keep=self.runs.folders().__contains__)
         if removed:
             log.info("warm.swept", sandboxes=removed, why="started by an earlier service")
 
@@ -125,7 +127,7 @@ class WarmKeeper:
         """Blocking: this replica's pool's lease, taken (again: another replica may have taken it over while this one
         could not renew it); the leases' renewer keeps it from then on."""
         if self.pool is not None and self.replica is not None:
-            self.registry.take(self._lease_of(self.pool.owner), self.replica, ttl=self.lease_s, now=time.time())
+            self.leases.take(self._lease_of(self.pool.owner), self.replica, ttl=self.lease_s, now=time.time())
 
     def _reap_due(self, pool: WarmPool) -> None:
         """Blocking, every ``WARM_CHECK_S``: what the pools of dead replicas left waiting goes."""
@@ -136,16 +138,16 @@ class WarmKeeper:
         taken: list[Lease] = []
 
         def alive(owner: str) -> bool:  # its lease taken here: its replica renews it no more
-            lease = self.registry.take(self._lease_of(owner), self.replica or "", ttl=self.lease_s, now=time.time())
+            lease = self.leases.take(self._lease_of(owner), self.replica or "", ttl=self.lease_s, now=time.time())
             if lease is not None:
                 taken.append(lease)
             return lease is None
 
         try:
-            removed = pool.reap(alive, keep=self.registry.folders().__contains__)
+            removed = pool.reap(alive, keep=self.runs.folders().__contains__)
         finally:
             for lease in taken:
-                self.registry.release(lease)
+                self.leases.release(lease)
         if removed:
             log.info("warm.reaped", sandboxes=removed, owners=len(taken),
                      why="waiting sandboxes of a replica that stopped renewing its pool's lease (it died)")
@@ -178,7 +180,7 @@ class WarmKeeper:
         return pool.fill(yield_to=self._runs_starting)
 
     def _runs_starting(self) -> bool:
-        starting = self.registry.booting(time.time() - BOOT_S) >= len(os.sched_getaffinity(0))
+        starting = self.runs.booting(time.time() - BOOT_S) >= len(os.sched_getaffinity(0))
         self._yielded = self._yielded or starting
         return starting
 

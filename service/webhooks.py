@@ -43,7 +43,7 @@ import httpx
 import msgspec
 
 from .logging import get_logger
-from .registry import Delivery, Push, Registry, Run
+from .registry import DeliveriesTable, Delivery, Push, Run
 from .tenants import Tenant, Tenants
 
 __all__ = ["Webhooks", "WebhookBody", "EventName", "sign", "SIGNATURE_HEADER", "TRIES", "TRY_S", "CLAIM_S"]
@@ -131,9 +131,9 @@ def _secret(tenant: Tenant, path: str) -> bytes:
 class Webhooks:
     """The delivery queue (rows in the registry) and the task that sends it."""
 
-    def __init__(self, registry: Registry, tenants: Tenants, *, retry_s: float = 15.0, slots: int = SLOTS,
+    def __init__(self, deliveries: DeliveriesTable, tenants: Tenants, *, retry_s: float = 15.0, slots: int = SLOTS,
                  tenant_slots: int = TENANT_SLOTS) -> None:
-        self.registry = registry
+        self.deliveries = deliveries
         self.tenants = tenants
         self.retry_s = retry_s
         self.slots = slots
@@ -162,7 +162,7 @@ class Webhooks:
             body.pushed = push is not None and push.state == "pushed"
             body.push = None if push is None else PushBody(state=push.state, url=push.url, ref=push.ref,
                                                            commit=push.commit, error=push.error)
-        if self.registry.add_delivery(Delivery(id=delivery_id, tenant=run.tenant, run=run.id, event=event,
+        if self.deliveries.add(Delivery(id=delivery_id, tenant=run.tenant, run=run.id, event=event,
                                                body=msgspec.json.encode(body), created=now, next_try=now)):
             self.wake()
 
@@ -211,7 +211,7 @@ class Webhooks:
         now = time.time()
         wait = 60.0
         seen: set[str] = set()
-        for d in self.registry.deliveries(state="pending", limit=10_000, oldest_first=True):
+        for d in self.deliveries.list(state="pending", limit=10_000, oldest_first=True):
             if d.run in seen:
                 continue
             seen.add(d.run)
@@ -223,7 +223,7 @@ class Webhooks:
             elif len(self._flying) < self.slots and self._tenants_flying[d.tenant] < self.tenant_slots:
                 assert self._loop is not None
                 claim = now + CLAIM_S
-                if not self.registry.claim_delivery(d, now=now, until=claim):
+                if not self.deliveries.claim(d, now=now, until=claim):
                     continue  # another replica sends it
                 task = self._loop.create_task(self._deliver(d, claim), name=f"flower-webhook-{d.id}")
                 self._flying[d.run] = task
@@ -262,7 +262,7 @@ class Webhooks:
             d.state, d.next_try, d.ended = "failed", None, now
         else:
             d.next_try = now + self.retry_s * 2 ** (d.attempts - 1)
-        if not await asyncio.to_thread(functools.partial(self.registry.delivery_tried, d, claim=claim)):
+        if not await asyncio.to_thread(functools.partial(self.deliveries.tried, d, claim=claim)):
             log.warning("webhook.claim_lost", **fields, attempts=d.attempts, status=status)  # another's try now
             return
         fields |= {"attempts": d.attempts, "status": status}

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..layout import RunLayout
+from ..layout import RunLayout, folder_of, local_handle
 from ..spec import Egress, RunSpec
 from .base import (RUN_MARK, WARM_MARK, BackendError, Handle, State, check_prepared, check_spec, claim_slot,
                    claimed_run, read_exit, run_env, stopped_exit, warm_env)
@@ -266,21 +266,10 @@ def _entrypoint_of(pid: int) -> int:
 
 
 def _parse(handle: str) -> tuple[int, int, Path]:
-    try:
-        kind, pid, start, folder = handle.split(":", 3)
-        if kind != "local":
-            raise ValueError
-        return int(pid), int(start), Path(folder)
-    except ValueError:
-        raise BackendError(f"{handle!r} is not a local backend handle") from None
-
-
-def folder_of(handle: str) -> Path | None:
-    """The run folder a local handle names; None for a handle of another backend."""
-    try:
-        return _parse(handle)[2]
-    except BackendError:
-        return None
+    parsed = local_handle(handle)
+    if parsed is None:
+        raise BackendError(f"{handle!r} is not a local backend handle")
+    return parsed
 
 
 def _marked(pid: int) -> tuple[Path, bool, int] | None:

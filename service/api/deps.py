@@ -77,17 +77,17 @@ def provide_run(registry: RegistryDep, tenant: TenantDep, run_id: FromPath[str])
     of other characters than a run id's is no run (asked of no database: PostgreSQL refuses a NUL byte)."""
     if not RUN_ID_CHARS.issuperset(run_id):
         raise NotFoundException(f"run {run_id[:100]!r} not found: a run id holds only digits, a-f and '-'")
-    run = registry.get(run_id, tenant=tenant.name)
+    run = registry.runs.get(run_id, tenant=tenant.name)
     if run is not None:
         return run
     if len(run_id) < MIN_PREFIX:
         raise NotFoundException(f"run {run_id} not found (a shortened id needs at least {MIN_PREFIX} characters)")
-    found = registry.ids_starting(run_id, tenant=tenant.name, limit=AMBIGUOUS_SHOWN + 1)
+    found = registry.runs.ids_starting(run_id, tenant=tenant.name, limit=AMBIGUOUS_SHOWN + 1)
     if len(found) > 1:
         more = ", …" if len(found) > AMBIGUOUS_SHOWN else ""
         raise Conflict(f"run id {run_id} is ambiguous: more than one of your runs starts with it "
                        f"({', '.join(found[:AMBIGUOUS_SHOWN])}{more}); give more of the id")
-    run = registry.get(found[0], tenant=tenant.name) if found else None
+    run = registry.runs.get(found[0], tenant=tenant.name) if found else None
     if run is None:
         raise NotFoundException(f"run {run_id} not found")
     return run
@@ -98,7 +98,7 @@ def dependencies(config: ServiceConfig, registry: Registry, scheduler: Scheduler
     def value(v: Any) -> Provide:
         return Provide(lambda: v, use_cache=True, sync_to_thread=False)
 
-    admission = Admission(config, registry, scheduler.health, refusal=lambda: scheduler.refusal, wake=scheduler.wake)
+    admission = Admission(config, registry.runs, scheduler.health, refusal=lambda: scheduler.refusal, wake=scheduler.wake)
     return {"config": value(config), "registry": value(registry), "scheduler": value(scheduler),
             "admission": value(admission),
             "metrics": value(metrics), "tenant": Provide(_tenant, sync_to_thread=False)}

@@ -35,7 +35,7 @@ class ResultsController(Controller):
                          limit: Annotated[int, Parameter(ge=1, le=1000)] = 100) -> DeliveryList:
         """Each delivery of the tenant's `webhook_url` (run.started, question.asked, run.ended): how many tries it
         took, the receiver's last HTTP status and error, and when it is tried next while pending."""
-        found = registry.deliveries(tenant=tenant.name, limit=limit)
+        found = registry.deliveries.list(tenant=tenant.name, limit=limit)
         return DeliveryList(deliveries=[delivery_out(d) for d in found])
 
     @post("/runs/{run_id:str}/push", status_code=200, operation_id="push_run_branch",

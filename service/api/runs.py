@@ -106,7 +106,7 @@ class RunController(Controller):
             bad = [s for s in statuses if s not in STATUSES]
             if bad:
                 raise ValidationException(f"unknown status {', '.join(bad)} (known: {', '.join(STATUSES)})")
-        runs = registry.list(tenant=tenant.name, statuses=statuses, limit=limit, deleted=None if deleted else False)
+        runs = registry.runs.list(tenant=tenant.name, statuses=statuses, limit=limit, deleted=None if deleted else False)
         return RunList(runs=[run_out(r) for r in runs])
 
     @get("/{run_id:str}", operation_id="get_run", summary="One run",
@@ -149,7 +149,7 @@ class RunController(Controller):
         log.info("run.cancel_requested", tenant=tenant.name, run=run.id)
         deadline = time.monotonic() + wait
         while True:
-            current = registry.get(run.id)
+            current = registry.runs.get(run.id)
             assert current is not None
             if current.terminal or time.monotonic() >= deadline:
                 break
@@ -241,7 +241,7 @@ async def usage(tenant: TenantDep, registry: RegistryDep,
     """Cost and tokens the model gateway measured for this tenant's runs on ``day`` (default today), and its
     ``budget_usd``."""
     when = day or time.strftime("%Y-%m-%d", time.gmtime())
-    spent = registry.spent(tenant.name, when)
+    spent = registry.spend.spent(tenant.name, when)
     return UsageOut(tenant=tenant.name, day=when, cost_usd=round(spent["cost_usd"], 6),
                     input_tokens=int(spent["input_tokens"]), output_tokens=int(spent["output_tokens"]),
                     budget_usd=Budget(run=tenant.budget_usd.run, day=tenant.budget_usd.day))

@@ -94,7 +94,7 @@ async def events(request: Request[Any, Any, Any], run: RunDep, tenant: TenantDep
     request.scope.setdefault("state", {})[_SLOT] = release
 
     def over() -> str | None:
-        current = registry.get(run.id)
+        current = registry.runs.get(run.id)
         if current is None:
             return "unknown"
         return current.status if current.terminal else None

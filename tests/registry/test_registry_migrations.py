@@ -1,4 +1,4 @@
-"""The registry's schema is versioned (Alembic, ``service/migrations``): a fresh database is migrated at open, a
+"""The registry's schema is versioned (Alembic, ``registry/migrations``): a fresh database is migrated at open, a
 SQLite file an older service wrote is upgraded in place with its rows, a newer schema is refused untouched, and
 two replicas starting on one PostgreSQL database migrate it once."""
 
@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from service.errors import RegistryLocked, RegistryNewer, RegistryUnreachable
-from service.migrate import LOCK_KEY, head
+from service.registry.migrate import LOCK_KEY, head
 from service.registry import SCHEMA, Registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,49 +119,49 @@ def test_a_fresh_sqlite_file_is_migrated_to_the_newest_revision(tmp_path: Path):
 
 def test_a_sqlite_file_at_v0001_gains_the_leases_table_and_keeps_its_rows(tmp_path: Path):
     reg = Registry(tmp_path / "registry.sqlite3")
-    reg.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    reg.runs.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
     reg.close()
     db = sqlite3.connect(tmp_path / "registry.sqlite3")  # as this morning's service left it: v0001, schema 3
     db.executescript("DROP TABLE leases; UPDATE alembic_version SET version_num = 'v0001'; PRAGMA user_version=3;")
     db.close()
     again = Registry(tmp_path / "registry.sqlite3")
     assert (again.migrated_from, again.revision) == ("v0001", head())
-    assert again.get(RUN) is not None and again.unheld(now=0.0) == ()
-    assert again.begin(RUN, started=1.0) and again.take(RUN, "me", ttl=5, now=1.0) is not None
+    assert again.runs.get(RUN) is not None and again.leases.unheld(now=0.0) == ()
+    assert again.runs.begin(RUN, started=1.0) and again.leases.take(RUN, "me", ttl=5, now=1.0) is not None
     again.close()
 
 
 def test_a_sqlite_file_at_v0003_gains_the_holds_and_streams_tables_and_keeps_its_rows(tmp_path: Path):
     reg = Registry(tmp_path / "registry.sqlite3")
-    reg.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    reg.runs.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
     reg.close()
     db = sqlite3.connect(tmp_path / "registry.sqlite3")  # as yesterday's service left it: v0003, schema 5
     db.executescript("DROP TABLE holds; DROP TABLE streams; UPDATE alembic_version SET version_num = 'v0003'; PRAGMA user_version=5;")
     db.close()
     again = Registry(tmp_path / "registry.sqlite3")
     assert (again.migrated_from, again.revision) == ("v0003", head())
-    held = again.hold("h1", run_id=RUN, tenant="acme", day="2026-01-01", amount=0.5, owner="gw", now=1.0, ttl=60,
+    held = again.spend.hold("h1", run_id=RUN, tenant="acme", day="2026-01-01", amount=0.5, owner="gw", now=1.0, ttl=60,
                       run_cap=1.0, day_cap=None)
-    assert held is not None and held.taken and again.get(RUN) is not None
-    assert again.take_stream("acme", "r1 s1", replica="r1", cap=1, now=1.0, ttl=60) == 0
-    assert again.take_stream("acme", "r1 s2", replica="r1", cap=1, now=1.0, ttl=60) is None, "the cap is the slots"
-    assert again.release_streams("r1") == 1 and again.take_stream("acme", "r1 s3", replica="r1", cap=1, now=1.0,
+    assert held is not None and held.taken and again.runs.get(RUN) is not None
+    assert again.streams.take("acme", "r1 s1", replica="r1", cap=1, now=1.0, ttl=60) == 0
+    assert again.streams.take("acme", "r1 s2", replica="r1", cap=1, now=1.0, ttl=60) is None, "the cap is the slots"
+    assert again.streams.release_all("r1") == 1 and again.streams.take("acme", "r1 s3", replica="r1", cap=1, now=1.0,
                                                                  ttl=60) == 0, "a replica started again lets go"
     again.close()
 
 
 def test_a_sqlite_file_at_v0004_gains_the_replicas_table_and_keeps_its_rows(tmp_path: Path):
     reg = Registry(tmp_path / "registry.sqlite3")
-    reg.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    reg.runs.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
     reg.close()
     db = sqlite3.connect(tmp_path / "registry.sqlite3")  # as the service before names were held left it: v0004
     db.executescript("DROP TABLE replicas; UPDATE alembic_version SET version_num = 'v0004'; PRAGMA user_version=6;")
     db.close()
     again = Registry(tmp_path / "registry.sqlite3")
     assert (again.migrated_from, again.revision) == ("v0004", head())
-    assert again.get(RUN) is not None
-    assert again.claim_name("r1", "i1", "", ttl=5, now=1.0).instance == "i1"
-    assert again.claim_name("r1", "i2", "", ttl=5, now=2.0).instance == "i1", "held: the second is refused"
+    assert again.runs.get(RUN) is not None
+    assert again.replicas.claim("r1", "i1", "", ttl=5, now=1.0).instance == "i1"
+    assert again.replicas.claim("r1", "i2", "", ttl=5, now=2.0).instance == "i1", "held: the second is refused"
     again.close()
     db = sqlite3.connect(tmp_path / "registry.sqlite3")
     assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA == 7
@@ -169,7 +169,7 @@ def test_a_sqlite_file_at_v0004_gains_the_replicas_table_and_keeps_its_rows(tmp_
 
 def test_a_postgres_database_at_v0004_gains_the_replicas_table_and_keeps_its_rows(postgres_empty_url: str):
     reg = Registry.postgres(postgres_empty_url)
-    reg.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    reg.runs.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
     reg.close()
     with psycopg.connect(postgres_empty_url) as c:  # as the service before names were held left it: v0004
         c.execute("DROP TABLE replicas")
@@ -177,7 +177,7 @@ def test_a_postgres_database_at_v0004_gains_the_replicas_table_and_keeps_its_row
     assert "replicas" not in _tables(postgres_empty_url)
     again = Registry.postgres(postgres_empty_url)
     assert (again.migrated_from, again.revision) == ("v0004", head())
-    assert again.get(RUN) is not None and again.claim_name("r1", "i1", "", ttl=5, now=1.0).instance == "i1"
+    assert again.runs.get(RUN) is not None and again.replicas.claim("r1", "i1", "", ttl=5, now=1.0).instance == "i1"
     again.close()
 
 
@@ -185,7 +185,7 @@ def test_a_fresh_postgres_database_is_migrated_to_the_newest_revision(postgres_e
     assert _tables(postgres_empty_url) == set()
     reg = Registry.postgres(postgres_empty_url)
     assert (reg.migrated_from, reg.revision) == ("none", head())
-    reg.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    reg.runs.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
     reg.close()
     assert _tables(postgres_empty_url) == {"runs", "spend", "deliveries", "leases", "wire_audit", "holds", "streams",
                                            "replicas", "alembic_version"}
@@ -196,14 +196,14 @@ def test_a_sqlite_file_an_older_service_wrote_is_upgraded_in_place_keeping_its_r
     path = _old_file(tmp_path / "registry.sqlite3", schema=schema)
     reg = Registry(path)
     assert (reg.migrated_from, reg.revision) == ("none", head())
-    run = reg.get(RUN)
+    run = reg.runs.get(RUN)
     assert run is not None and (run.tenant, run.ask, run.status, run.cost_usd, run.folder) == \
         ("acme", "旧的活", "succeeded", 0.75, None)
-    assert reg.spent("acme", "2026-01-01")["cost_usd"] == 0.75
-    reg.update(RUN, folder="warm-0a", input_tokens=5)  # the columns added since version 1 are there
+    assert reg.spend.spent("acme", "2026-01-01")["cost_usd"] == 0.75
+    reg.runs.update(RUN, folder="warm-0a", input_tokens=5)  # the columns added since version 1 are there
     reg.close()
-    reopened = Registry(path)  # and the upgraded file is still one of ours (registry.foreign)
-    assert reopened.get(RUN).input_tokens == 5  # type: ignore[union-attr]
+    reopened = Registry(path)  # and the upgraded file is still one of ours (registry.integrity.foreign)
+    assert reopened.runs.get(RUN).input_tokens == 5  # type: ignore[union-attr]
     reopened.close()
 
 

@@ -280,7 +280,7 @@ async def test_unknown_tokens_on_the_tcp_listener_share_the_gateways_registry_re
         registry = Registry(config.db_path)
         process = GatewayProcess(config, registry, Tenants(config.tenants))  # no passes: every token is unknown
         reads = [0]
-        active_grants = registry.active_grants
+        active_grants = registry.runs.active_grants
 
         def counted() -> list[Run]:
             reads[0] += 1
@@ -290,10 +290,10 @@ async def test_unknown_tokens_on_the_tcp_listener_share_the_gateways_registry_re
         try:
             port = await process.gateway.listen_tcp("127.0.0.1", 0)
             run_id = f"20261204-000000-{uuid.uuid4().hex}"
-            registry.create(id=run_id, tenant="acme", ask="x", options={}, repo=str(dep.repos["acme"]))
+            registry.runs.create(id=run_id, tenant="acme", ask="x", options={}, repo=str(dep.repos["acme"]))
             token, digest = new_token()
-            assert registry.begin(run_id, started=time.time()) and registry.record_running(run_id, "k8s:x")
-            assert registry.update(run_id, token_sha256=digest)
+            assert registry.runs.begin(run_id, started=time.time()) and registry.runs.record_running(run_id, "k8s:x")
+            assert registry.runs.update(run_id, token_sha256=digest)
 
             async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
                                          limits=httpx.Limits(max_connections=60)) as c:

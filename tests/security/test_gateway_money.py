@@ -294,10 +294,10 @@ class Wall:
     def run(self, tenant: str) -> tuple[str, str]:
         """A live run of ``tenant``: its id and its gateway token."""
         run_id = f"20261204-000000-{uuid.uuid4().hex}"
-        self.registry.create(id=run_id, tenant=tenant, ask="spend", options={}, repo=str(self.dep.repos[tenant]))
+        self.registry.runs.create(id=run_id, tenant=tenant, ask="spend", options={}, repo=str(self.dep.repos[tenant]))
         token, digest = new_token()
-        assert self.registry.begin(run_id, started=time.time()) and self.registry.record_running(run_id, "k8s:x")
-        assert self.registry.update(run_id, token_sha256=digest)
+        assert self.registry.runs.begin(run_id, started=time.time()) and self.registry.runs.record_running(run_id, "k8s:x")
+        assert self.registry.runs.update(run_id, token_sha256=digest)
         return run_id, token
 
     def lines(self) -> list[dict[str, object]]:
@@ -359,9 +359,9 @@ def test_forty_calls_at_once_from_one_run_and_from_two_runs_of_one_tenant_never_
                     t.start()
                 for t in threads:
                     t.join(300)
-            acme = wall.registry.get(runs[0][0])
-            day = wall.registry.spent("beta", day_of())["cost_usd"]
-            left = [wall.registry.get(r) for r, _ in runs]
+            acme = wall.registry.runs.get(runs[0][0])
+            day = wall.registry.spend.spent("beta", day_of())["cost_usd"]
+            left = [wall.registry.runs.get(r) for r, _ in runs]
         finally:
             wall.close()
     assert acme is not None and all(r is not None for r in left)
@@ -435,7 +435,7 @@ def test_pictures_are_held_at_what_their_pixels_cost_not_their_bytes_and_a_budge
                 t.start()
             for t in threads:
                 t.join(120)
-            row = wall.registry.get(run_id)
+            row = wall.registry.runs.get(run_id)
         finally:
             wall.close()
     assert row is not None

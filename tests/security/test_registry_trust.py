@@ -36,8 +36,8 @@ def _registry(path: Path, deployment: Deployment, *rows: tuple[str, str, str]) -
     """A registry as this service writes it, with ``rows`` of (id, tenant, status); the tenant's repo on each."""
     registry = Registry(path)
     for run_id, tenant, status in rows:
-        registry.create(id=run_id, tenant=tenant, ask=f"{tenant} 的活", options={}, repo=str(deployment.repos[tenant]))
-        registry.update(run_id, status=status, started=time.time(), branch=f"flower/{run_id}")
+        registry.runs.create(id=run_id, tenant=tenant, ask=f"{tenant} 的活", options={}, repo=str(deployment.repos[tenant]))
+        registry.runs.update(run_id, status=status, started=time.time(), branch=f"flower/{run_id}")
     registry.close()
     return path
 

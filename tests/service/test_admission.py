@@ -33,7 +33,7 @@ def admission(tmp_path: Path, git_repo: Callable[..., Path], *, refusal: str | N
     woken: list[int] = []
     tenant = Tenants(cfg.tenants).get("acme")
     assert tenant is not None
-    return (Admission(cfg, registry, Health(cfg.data_path, cfg.min_free_mb, cfg.backend),
+    return (Admission(cfg, registry.runs, Health(cfg.data_path, cfg.min_free_mb, cfg.backend),
                       refusal=lambda: refusal, wake=lambda: woken.append(1)), tenant, registry, woken)
 
 
@@ -41,7 +41,7 @@ async def test_an_admitted_ask_is_one_queued_row_and_wakes_the_scheduler(
         tmp_path: Path, git_repo: Callable[..., Path]) -> None:
     a, tenant, registry, woken = admission(tmp_path, git_repo)
     admitted = await a.submit(tenant, "  做一个 hello  ", {"rounds": 2})
-    row = registry.get(admitted.run.id)
+    row = registry.runs.get(admitted.run.id)
     assert row is not None and (row.status, row.ask, row.options) == ("queued", "做一个 hello", {"rounds": 2})
     assert admitted.branch == f"flower/{row.id}" and woken == [1]
 
@@ -57,14 +57,14 @@ async def test_a_bad_ask_or_option_queues_nothing(tmp_path: Path, git_repo: Call
     a, tenant, registry, woken = admission(tmp_path, git_repo)
     with pytest.raises(error, match=says.replace("(", r"\(").replace(")", r"\)")):
         await a.submit(tenant, ask, options)
-    assert registry.list() == [] and woken == []
+    assert registry.runs.list() == [] and woken == []
 
 
 async def test_a_refusing_service_queues_nothing(tmp_path: Path, git_repo: Callable[..., Path]) -> None:
     a, tenant, registry, _ = admission(tmp_path, git_repo, refusal="the Bash guard let `rm -rf /` through")
     with pytest.raises(NotTakingRuns, match="Bash guard"):
         await a.submit(tenant, "do it", {})
-    assert registry.list() == []
+    assert registry.runs.list() == []
 
 
 async def test_a_tenant_whose_repository_is_not_ready_queues_nothing(tmp_path: Path,
@@ -74,14 +74,14 @@ async def test_a_tenant_whose_repository_is_not_ready_queues_nothing(tmp_path: P
     a, tenant, registry, _ = admission(tmp_path, git_repo, repo=empty)
     with pytest.raises(TenantNotReady):
         await a.submit(tenant, "do it", {})
-    assert registry.list() == []
+    assert registry.runs.list() == []
 
 
 async def test_a_disk_below_its_floor_queues_nothing(tmp_path: Path, git_repo: Callable[..., Path]) -> None:
     a, tenant, registry, _ = admission(tmp_path, git_repo, min_free_mb=1e12)  # more than any disk has free
     with pytest.raises(DiskLow, match="low on disk space"):
         await a.submit(tenant, "do it", {})
-    assert registry.list() == []
+    assert registry.runs.list() == []
 
 
 @pytest.mark.parametrize("tenant_extra, max_queued", [("", 3), ("max_queued = 3\n", 100)],
@@ -93,6 +93,6 @@ async def test_a_tenant_at_its_cap_of_queued_runs_queues_nothing_more(
         await a.submit(tenant, f"ask {i}", {})
     with pytest.raises(QueueFull, match="tenant acme already has 3 runs waiting to start"):
         await a.submit(tenant, "one more", {})
-    assert len(registry.list()) == 3 and woken == [1, 1, 1]
-    registry.begin(registry.list(oldest_first=True)[0].id, started=1.0)  # one started: room for one more
+    assert len(registry.runs.list()) == 3 and woken == [1, 1, 1]
+    registry.runs.begin(registry.runs.list(oldest_first=True)[0].id, started=1.0)  # one started: room for one more
     await a.submit(tenant, "one more", {})

@@ -53,9 +53,9 @@ async def test_a_poked_gateway_opens_a_starting_runs_socket_and_closes_an_ending
     try:
         await asyncio.sleep(0.5)  # its first pass has found nothing to serve; the next is a minute away
         run_id = f"20261204-000000-{secrets.token_hex(16)}"
-        registry.create(id=run_id, tenant="acme", ask="做一个 hello", options={}, repo=str(repo))
-        assert registry.transition(run_id, "running", frm=["queued"])
-        row = registry.record_token(run_id, new_token()[1])
+        registry.runs.create(id=run_id, tenant="acme", ask="做一个 hello", options={}, repo=str(repo))
+        assert registry.runs.transition(run_id, "running", frm=["queued"])
+        row = registry.runs.record_token(run_id, new_token()[1])
         assert row is not None
         layout = layout_of(config.runs_root, row).ensure()
         layout.gateway.mkdir(exist_ok=True)
@@ -64,7 +64,7 @@ async def test_a_poked_gateway_opens_a_starting_runs_socket_and_closes_an_ending
         poke(config.data_path)
         assert await _until(lambda: serving(layout.gateway)), "the poke did not bring a pass"
 
-        registry.record_token(run_id, None)
+        registry.runs.record_token(run_id, None)
         poke(config.data_path)
         assert await _until(lambda: not serving(layout.gateway)), "the ended run's socket is still served"
     finally:

@@ -23,13 +23,13 @@ RUN = "20261205-000000-" + "a" * 32
 
 
 def _leases(registry: Registry, name: str = "r1", ttl: float = 1.0, live: LiveRuns | None = None) -> Leases:
-    return Leases(registry, name, ttl, live if live is not None else LiveRuns(), RepeatLog(get_logger("flower.test")))
+    return Leases(registry.leases, registry.replicas, name, ttl, live if live is not None else LiveRuns(), RepeatLog(get_logger("flower.test")))
 
 
 def _holding(registry: Registry) -> tuple[LiveRuns, Leases]:
     """A running run RUN and started leases of replica r1 that hold it."""
-    registry.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
-    registry.begin(RUN, started=1.0)
+    registry.runs.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    registry.runs.begin(RUN, started=1.0)
     live = LiveRuns()
     leases = _leases(registry, live=live)
     leases.start()
@@ -70,7 +70,7 @@ def test_a_name_held_by_a_live_process_is_refused_with_the_setting_named_and_fre
 def test_a_holder_on_this_host_whose_process_is_gone_is_taken_over_at_once(registry: Registry):
     holder = subprocess.Popen(["sleep", "60"])
     mark = process_mark(holder.pid)
-    registry.claim_name("r1", "old", mark, ttl=600, now=time.time())
+    registry.replicas.claim("r1", "old", mark, ttl=600, now=time.time())
     try:
         with pytest.raises(ReplicaNameTaken):
             _leases(registry).claim()  # alive, however long its heartbeat holds
@@ -79,7 +79,7 @@ def test_a_holder_on_this_host_whose_process_is_gone_is_taken_over_at_once(regis
         holder.wait()
     leases = _leases(registry)
     leases.claim()  # a kill -9 on this host: known at once, not 600 s later
-    assert registry.claim_name("r1", "other", "", ttl=1, now=time.time()).instance == leases.instance
+    assert registry.replicas.claim("r1", "other", "", ttl=1, now=time.time()).instance == leases.instance
 
 
 def test_gone_is_said_only_of_a_process_of_this_host_and_pid_namespace_that_ended():
@@ -104,7 +104,7 @@ def test_a_lease_taken_again_under_this_name_by_another_process_is_lost_not_adop
     try:
         mine = live.of(RUN).lease
         assert mine is not None and not leases.taken(RUN)
-        other = registry.take(RUN, "r1", ttl=1.0, now=time.time())  # a second process under the name took it
+        other = registry.leases.take(RUN, "r1", ttl=1.0, now=time.time())  # a second process under the name took it
         assert other is not None and other.generation == mine.generation + 1
         assert leases.taken(RUN), "its token is not this process's"
         _until("a renewal round after the take", lambda: leases._held[0] > time.time() - 0.1 and
@@ -120,7 +120,7 @@ def test_a_holder_that_wakes_to_find_its_name_taken_follows_no_run_and_frees_not
     _, paused = _holding(registry)
     # it is paused past its heartbeat: another process claims the name once it ran out
     later = time.time() + 2 * paused.ttl
-    assert registry.claim_name("r1", "new", "", ttl=60, now=later).instance == "new"
+    assert registry.replicas.claim("r1", "new", "", ttl=60, now=later).instance == "new"
     _until("the woken one to find its name taken", lambda: paused.name_lost is not None)
     assert "follows no run any more" in str(paused.name_lost) and "`replica` setting" in str(paused.name_lost)
     assert paused.taken(RUN) and not paused.hold("20261205-000000-" + "b" * 32)
@@ -128,4 +128,4 @@ def test_a_holder_that_wakes_to_find_its_name_taken_follows_no_run_and_frees_not
     changes = paused.changes()
     assert changes is not None and changes.lost == (RUN,) and changes.orphans == ()
     paused.release()  # its graceful stop lets nothing go: the name is the new process's
-    assert registry.claim_name("r1", "third", "", ttl=1, now=later).instance == "new"
+    assert registry.replicas.claim("r1", "third", "", ttl=1, now=later).instance == "new"

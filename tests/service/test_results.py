@@ -27,8 +27,8 @@ from _hello import hello_rules
 from _service_helpers import Deployment, Service, git, serve, wait_for, wait_question, wait_status
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ACHIEVED, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
-from service.errors import TenantError
-from service.registry import Registry, RegistryDamaged
+from service.errors import RegistryDamaged, TenantError
+from service.registry import Registry
 from service.tenants import Tenants
 from service.webhooks import Webhooks
 
@@ -329,10 +329,10 @@ def test_the_registry_keeps_deliveries_and_refuses_one_naming_another_tenants_ru
     path = tmp_path / "registry.sqlite3"
     registry = Registry(path)
     run_id = "20260101-000000-" + "a" * 32
-    registry.create(id=run_id, tenant="acme", ask="活", options={}, repo="/r")
+    registry.runs.create(id=run_id, tenant="acme", ask="活", options={}, repo="/r")
     d = Delivery(id=f"{run_id}.run.started", tenant="acme", run=run_id, event="run.started", body=b"{}", created=1.0)
-    assert registry.add_delivery(d) and not registry.add_delivery(d)  # one event is queued once
-    assert [x.id for x in registry.deliveries(tenant="acme")] == [d.id] and registry.deliveries(tenant="beta") == []
+    assert registry.deliveries.add(d) and not registry.deliveries.add(d)  # one event is queued once
+    assert [x.id for x in registry.deliveries.list(tenant="acme")] == [d.id] and registry.deliveries.list(tenant="beta") == []
     registry.close()
     Registry(path).close()  # ours: it opens again
     db = sqlite3.connect(path)
@@ -345,7 +345,7 @@ def test_the_registry_keeps_deliveries_and_refuses_one_naming_another_tenants_ru
 
 async def _send_with_two_replicas(registry_a: Registry, registry_b: Registry, tenants: Tenants,
                                   receiver: Receiver, runs: list[str]) -> None:
-    senders = [Webhooks(r, tenants, retry_s=0.05) for r in (registry_a, registry_b)]
+    senders = [Webhooks(r.deliveries, tenants, retry_s=0.05) for r in (registry_a, registry_b)]
     for s in senders:
         await s.start()
     try:

@@ -43,11 +43,11 @@ class World:
 
     def submit(self, ask: str = "做一个 hello", tenant: str = "acme") -> str:
         run_id = f"20261202-000000-{secrets.token_hex(16)}"
-        self.registry.create(id=run_id, tenant=tenant, ask=ask, options={}, repo=str(self.repo))
+        self.registry.runs.create(id=run_id, tenant=tenant, ask=ask, options={}, repo=str(self.repo))
         return run_id
 
     def row(self, run_id: str) -> Run:
-        row = self.registry.get(run_id)
+        row = self.registry.runs.get(run_id)
         assert row is not None
         return row
 
@@ -253,7 +253,7 @@ async def test_a_replica_that_stops_renewing_loses_its_run_to_another_and_writes
     assert done is not None and done.status == "succeeded" and done.claimed_cost_usd == 0.25
     assert b_backend.calls.count("remove") == 1
     await w.scheduler.tick()  # a's next pass: nothing of the run is its own any more
-    assert w.row(run_id) == done and w.registry.unheld(now=time.time()) == ()
+    assert w.row(run_id) == done and w.registry.leases.unheld(now=time.time()) == ()
     await b.stop()
 
 
@@ -276,7 +276,7 @@ async def test_a_replica_that_takes_over_a_run_its_last_holder_ended_meanwhile_l
     await b._recover_one(read, await asyncio.to_thread(b_backend.live))
     assert w.row(run_id) == done, "one end: a's"
     assert "remove" not in b_backend.calls and run_id not in b.handles
-    assert w.registry.renew("b", ttl=1.0, now=time.time()) == {}, "b let its lease go"
+    assert w.registry.leases.renew("b", ttl=1.0, now=time.time()) == {}, "b let its lease go"
     await b.stop()
 
 
@@ -288,7 +288,7 @@ async def test_on_postgres_a_run_queued_by_another_replica_wakes_the_scheduler_a
     run_id = f"20261202-000000-{secrets.token_hex(16)}"
     try:
         await asyncio.sleep(0.5)  # the loop's first pass is over: it waits a minute, or for a wake-up
-        other.create(id=run_id, tenant="acme", ask="做一个 hello", options={}, repo=str(w.repo))
+        other.runs.create(id=run_id, tenant="acme", ask="做一个 hello", options={}, repo=str(w.repo))
         for _ in range(100):
             if w.row(run_id).status == "running":
                 break
@@ -380,7 +380,7 @@ async def test_a_run_forging_ask_events_gets_a_bounded_number_of_question_webhoo
     run_id = w.submit()
     await w.until(run_id, "running")
     await w.scheduler.tick()
-    asked = [d for d in w.registry.deliveries(limit=10_000) if d.event == "question.asked"]
+    asked = [d for d in w.registry.deliveries.list(limit=10_000) if d.event == "question.asked"]
     assert len(asked) == ASKED_PER_RUN, len(asked)
     assert len({d.id for d in asked}) == ASKED_PER_RUN
 

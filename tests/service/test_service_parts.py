@@ -219,23 +219,23 @@ def test_check_ready_names_what_is_missing(tmp_path: Path, git_repo):
 def test_registry_is_a_wal_sqlite_file_that_survives_reopening(tmp_path: Path):
     db = tmp_path / "data" / "registry.sqlite3"
     reg = Registry(db)
-    run = reg.create(id="r1", tenant="acme", ask="做一个 hello", options={"rounds": 2}, repo="/r")
+    run = reg.runs.create(id="r1", tenant="acme", ask="做一个 hello", options={"rounds": 2}, repo="/r")
     assert run.status == "queued" and run.options == {"rounds": 2}
-    assert reg.transition("r1", "starting", frm=["queued"])
-    assert not reg.transition("r1", "starting", frm=["queued"]), "a guarded transition wins once"
-    assert reg.transition("r1", "running", frm=["starting"], handle="pid:1", branch="flower/r1", base="abc")
-    reg.update("r1", event_offset=120, event_seq=3, cost_usd=0.25, diffstat={"files": []})
+    assert reg.runs.transition("r1", "starting", frm=["queued"])
+    assert not reg.runs.transition("r1", "starting", frm=["queued"]), "a guarded transition wins once"
+    assert reg.runs.transition("r1", "running", frm=["starting"], handle="pid:1", branch="flower/r1", base="abc")
+    reg.runs.update("r1", event_offset=120, event_seq=3, cost_usd=0.25, diffstat={"files": []})
     reg.close()
 
     reg = Registry(db)
-    run = reg.get("r1")
+    run = reg.runs.get("r1")
     assert (run.status, run.event_offset, run.event_seq, run.cost_usd, run.branch) == \
         ("running", 120, 3, 0.25, "flower/r1")
-    assert reg.get("r1", tenant="beta") is None and reg.list(tenant="beta") == []
-    assert reg.count(statuses=["running"], tenant="acme") == 1
+    assert reg.runs.get("r1", tenant="beta") is None and reg.runs.list(tenant="beta") == []
+    assert reg.runs.count(statuses=["running"], tenant="acme") == 1
     assert sqlite3.connect(db).execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     with pytest.raises(ValueError):
-        reg.transition("r1", "exploded", frm=["running"])
+        reg.runs.transition("r1", "exploded", frm=["running"])
 
 
 # -- events ----------------------------------------------------------------------------------------

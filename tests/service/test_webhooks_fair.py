@@ -111,25 +111,25 @@ def test_a_trickling_receiver_holds_up_no_other_tenants_run_ended_and_its_tries_
     acme = [f"20260101-0000{i:02d}-" + f"{i:032x}" for i in range(20)]
     beta = "20260101-000100-" + "b" * 32
     for run_id in acme:
-        registry.create(id=run_id, tenant="acme", ask="活", options={}, repo="/r")
-    registry.create(id=beta, tenant="beta", ask="活", options={}, repo="/r")
+        registry.runs.create(id=run_id, tenant="acme", ask="活", options={}, repo="/r")
+    registry.runs.create(id=beta, tenant="beta", ask="活", options={}, repo="/r")
 
     async def scenario() -> None:
-        hooks = Webhooks(registry, Tenants(deployment.root / "tenants.toml"), retry_s=60.0)
+        hooks = Webhooks(registry.deliveries, Tenants(deployment.root / "tenants.toml"), retry_s=60.0)
         await hooks.start()
         try:
             for run_id in acme:  # twenty of acme's runs started: their receiver holds every try it gets
-                hooks.emit("run.started", registry.get(run_id))  # type: ignore[arg-type]
+                hooks.emit("run.started", registry.runs.get(run_id))  # type: ignore[arg-type]
             await _until(lambda: trickler.open >= 2, 30, "acme's receiver to hold several tries at once")
             await asyncio.sleep(1)  # acme has taken every slot it may take
-            hooks.emit("run.ended", registry.get(beta))  # type: ignore[arg-type]
+            hooks.emit("run.ended", registry.runs.get(beta))  # type: ignore[arg-type]
             await _until(lambda: [g["delivery"] for g in receiver.got] == [f"{beta}.run.ended"], ARRIVES_S,
                          "beta's run.ended while acme's receiver holds its tries")
-            assert not [d.id for d in registry.deliveries(tenant="acme") if d.attempts], \
+            assert not [d.id for d in registry.deliveries.list(tenant="acme") if d.attempts], \
                 "beta's slot was its own: it did not wait for one of acme's tries to end"
-            held = [d.id for d in registry.deliveries(tenant="acme", state="pending") if d.attempts == 0
+            held = [d.id for d in registry.deliveries.list(tenant="acme", state="pending") if d.attempts == 0
                     and trickler.tries[d.id]]
-            tried = lambda: [d for d in registry.deliveries(tenant="acme") if d.id in held and d.attempts]  # noqa: E731
+            tried = lambda: [d for d in registry.deliveries.list(tenant="acme") if d.id in held and d.attempts]  # noqa: E731
             await _until(lambda: len(tried()) == len(held), 30, "acme's held tries to end at their deadline")
         finally:
             await hooks.stop()

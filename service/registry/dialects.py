@@ -11,7 +11,7 @@
                            trusted_schema=OFF              never the password
 
 The SQLite DDL is written here from the same ``Table``s (``sqlite_ddl``) in the very words a schema-3 file holds
-(``id TEXT PRIMARY KEY``, ``NOT NULL DEFAULT 0``): ``registry.foreign`` compares a file's schema with a fresh
+(``id TEXT PRIMARY KEY``, ``NOT NULL DEFAULT 0``): ``registry.integrity.foreign`` compares a file's schema with a fresh
 one, so the files older services wrote stay ours.
 """
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from alembic import op
 from sqlalchemy import MetaData
 
-from service.dialects import sqlite_ddl
-from service.tables import leases
+from service.registry.dialects import sqlite_ddl
+from service.registry.tables import leases
 
 revision = "v0002"
 down_revision: str | None = "v0001"

@@ -7,8 +7,8 @@ from __future__ import annotations
 from alembic import op
 from sqlalchemy import MetaData
 
-from service.dialects import sqlite_ddl, sqlite_indexes
-from service.tables import holds, streams
+from service.registry.dialects import sqlite_ddl, sqlite_indexes
+from service.registry.tables import holds, streams
 
 revision = "v0004"
 down_revision: str | None = "v0003"

@@ -4,7 +4,7 @@ A truncated or corrupt ``registry.sqlite3`` must stop the service with a sentenc
 back, not half-work (a registry that answers some queries and loses rows). ``python -m service backup FILE``
 copies a consistent snapshot while the service runs (the backup API copies page by page under SQLite's own
 locking, WAL included); ``python -m service restore FILE`` checks the snapshot — sound, and holding nothing a
-registry of ours does not (``registry.foreign``: a trigger, a view, a table or column not ours, a row naming
+registry of ours does not (``registry.integrity.foreign``: a trigger, a view, a table or column not ours, a row naming
 another run's folder) — moves the damaged registry aside (``registry.sqlite3.damaged-<time>``, never deleted)
 and puts the snapshot in its place.
 """
@@ -15,7 +15,8 @@ import os
 import sqlite3
 import time
 from pathlib import Path
-from .errors import RegistryDamaged
+from ..errors import RegistryDamaged
+from .integrity import foreign
 
 __all__ = ["RegistryDamaged", "check_registry", "backup", "restore"]
 
@@ -93,8 +94,6 @@ def restore(db_path: Path, source: Path) -> Path | None:
 
 def _foreign(path: Path) -> str | None:
     """What the file at ``path`` holds that a registry of ours does not (read-only, its schema not trusted)."""
-    from .registry import foreign  # the registry opens through check_registry: imported here, not at the top
-
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)
     try:
         db.execute("PRAGMA trusted_schema=OFF")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import Connection
 
-from service.tables import metadata
+from service.registry.tables import metadata
 
 
 def _run() -> None:

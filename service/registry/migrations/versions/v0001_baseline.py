@@ -10,8 +10,8 @@ from __future__ import annotations
 from alembic import op
 from sqlalchemy import Connection
 
-from service.dialects import sqlite_column, sqlite_ddl, sqlite_indexes
-from service.tables import metadata, runs
+from service.registry.dialects import sqlite_column, sqlite_ddl, sqlite_indexes
+from service.registry.tables import metadata, runs
 
 revision = "v0001"
 down_revision: str | None = None

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from alembic import op
 
-from service.dialects import sqlite_ddl
-from service.tables import metadata, wire_audit
+from service.registry.dialects import sqlite_ddl
+from service.registry.tables import metadata, wire_audit
 
 revision = "v0003"
 down_revision: str | None = "v0002"

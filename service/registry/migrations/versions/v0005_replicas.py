@@ -6,8 +6,8 @@ from __future__ import annotations
 from alembic import op
 from sqlalchemy import MetaData
 
-from service.dialects import sqlite_ddl
-from service.tables import replicas
+from service.registry.dialects import sqlite_ddl
+from service.registry.tables import replicas
 
 revision = "v0005"
 down_revision: str | None = "v0004"

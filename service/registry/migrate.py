@@ -1,4 +1,4 @@
-"""Bringing a registry's schema to this service's: Alembic's revisions (``service/migrations``), run at every open
+"""Bringing a registry's schema to this service's: Alembic's revisions (``registry/migrations``), run at every open
 and by ``python -m service migrate``.
 
 On PostgreSQL several replicas may start at once: the migration runs inside one transaction that first takes a
@@ -22,7 +22,7 @@ from alembic.util.exc import CommandError
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.exc import OperationalError
 
-from .errors import RegistryLocked, RegistryNewer
+from ..errors import RegistryLocked, RegistryNewer
 
 __all__ = ["migrate", "head", "current", "LOCK_KEY"]
 
@@ -42,7 +42,7 @@ def _config(connection: Connection | None = None) -> Config:
 def head() -> str:
     """The newest revision this code has."""
     found = ScriptDirectory.from_config(_config()).get_current_head()
-    assert found is not None, "service/migrations has no revision"
+    assert found is not None, "service/registry/migrations has no revision"
     return found
 
 
