@@ -257,7 +257,7 @@ def main(argv: Sequence[str]) -> None:
                     raise UsageError(f"the bench failed in {names[side]} (exit {run.code}, its output above): "
                                      "fix it there or pick another --base.")
                 outputs[side].append(run.stdout)
-    print(f"\n── summary: medians over {rounds} round(s); base = {names['base']}, this = {names['this']} ──")
+    print(f"\n── summary: medians over {rounds} round(s) of {names['base']} and {names['this']} ──")
     print(table(compare(outputs["base"], outputs["this"])))
 
 
