@@ -9,11 +9,12 @@ end (Ctrl-C, SIGTERM and errors included). The bench module then runs as a subpr
 (``sys.executable``), alternately from the base tree and from this tree (its working files, uncommitted changes
 included): base, this, base, this … for ``--rounds`` rounds, so that a drift of the machine's load hits both. Each
 run's cwd and ``PYTHONPATH`` are its own tree, so each imports its own ``service``, ``sandbox``, ``flower`` and
-``bench`` (checked before the first round). Every run's output is printed, labelled; then a summary: each line both
-trees print with the same text once its numbers are taken out (``gateway  p50 # p99 # …``) is a figure line, and
-for each of its numbers (by position) the base's median over the rounds, this tree's median and their ratio.
-Numbers equal in every run on both sides (settings such as ``2 cores``) are left in the line's text, not listed.
-A ratio is given only for a positive base and a non-negative figure. Prints, never asserts.
+``bench`` (checked before the first round). Every run's output is printed, labelled, and a run that fails stops
+it. Then the summary. A figure line is one that both trees print with the same text once its numbers are taken out
+(``gateway # # #``, ``transitions on SQLite # writes/s …``); it is shown with ``[k]`` for its k-th compared number,
+and for each the base's median over the rounds, this tree's median and this / base (only for a positive base and a
+non-negative figure). A number that is the same in every run on both sides (a setting such as ``2 cores``) stays in
+the line's text as printed. Prints, never asserts; ``--rounds`` defaults to 3.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from types import FrameType
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("service", "sandbox", "flower", "bench")
 # a number standing alone (not the 50 of p50, nor a part of 1.2.3): optional sign, thousands by commas, decimals
-NUMBER = re.compile(r"(?<![\w.,])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\d.]*\d)")
+NUMBER = re.compile(r"(?<![\w.,])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\d.]*\d)")
 SLOT = "\0"  # where a number was, in a line's key: a character no bench prints, and not a blank to str.split
 STOP_WAIT = 30.0  # seconds a bench is given to clean up (stop its servers) after SIGINT, before SIGKILL
 
@@ -46,12 +47,12 @@ class UsageError(Exception):
 
 
 # -- parsing and the summary (pure) ------------------------------------------------------------------------------
-def figures(output: str) -> dict[str, tuple[float, ...]]:
-    """A bench's printed numbers by line: the line with its numbers as ``#`` and blanks collapsed → its numbers.
+def figures(output: str) -> dict[str, tuple[str, ...]]:
+    """A bench's numbers by line, as printed: the line with each number as SLOT and blanks collapsed → its numbers.
     A line printed twice keeps both, the second as ``… (2)``."""
-    out: dict[str, tuple[float, ...]] = {}
+    out: dict[str, tuple[str, ...]] = {}
     for line in output.splitlines():
-        numbers = tuple(float(m.group().replace(",", "")) for m in NUMBER.finditer(line))
+        numbers = tuple(m.group() for m in NUMBER.finditer(line))
         if not numbers:
             continue
         key = " ".join(NUMBER.sub(SLOT, line).split())
@@ -89,16 +90,15 @@ def compare(base: Sequence[str], this: Sequence[str]) -> list[Line]:
     keys = list(dict.fromkeys(k for f in parsed[0] for k in f))
     lines = []
     for key in keys:
-        side_runs = [[f[key] for f in side if key in f] for side in parsed]
+        side_runs = [[tuple(float(n.replace(",", "")) for n in f[key]) for f in side if key in f] for side in parsed]
         if not all(side_runs):
             continue
         runs = side_runs[0] + side_runs[1]
         parts = key.split(SLOT)
         text, compared = parts[0], []
         for i, part in enumerate(parts[1:]):
-            values = {r[i] for r in runs}
-            if len(values) == 1:  # a setting, not a measure: shown in the text
-                text += _number(values.pop()) + part
+            if len({r[i] for r in runs}) == 1:  # the same in every run (a setting, mostly): shown as printed
+                text += next(f[key] for f in parsed[0] if key in f)[i] + part
                 continue
             compared.append(Figure(statistics.median(r[i] for r in side_runs[0]),
                                    statistics.median(r[i] for r in side_runs[1])))
