@@ -350,12 +350,12 @@ async def _send_with_two_replicas(registry_a: Registry, registry_b: Registry, te
         await s.start()
     try:
         for i, run_id in enumerate(runs):  # each event queued by one replica or the other, as the scheduler would
-            run = registry_a.get(run_id)
+            run = registry_a.runs.get(run_id)
             assert run is not None
             for event in ("run.started", "run.ended"):
                 senders[i % 2].emit(event, run)  # type: ignore[arg-type]
                 senders[(i + 1) % 2].wake()
-        await asyncio.wait_for(_until(lambda: len(registry_a.deliveries(state="delivered")) == 2 * len(runs)), 60)
+        await asyncio.wait_for(_until(lambda: len(registry_a.deliveries.list(state="delivered")) == 2 * len(runs)), 60)
         await asyncio.sleep(0.5)  # a second copy of any of them would have arrived by now
     finally:
         for s in senders:
@@ -375,7 +375,7 @@ def test_two_replicas_on_one_registry_send_each_webhook_once_and_in_order(tmp_pa
     a, b = Registry.postgres(postgres_url), Registry.postgres(postgres_url)
     runs = [f"20260101-00000{i % 10}-" + f"{i:032x}" for i in range(20)]
     for run_id in runs:
-        a.create(id=run_id, tenant="acme", ask="活", options={}, repo="/r")
+        a.runs.create(id=run_id, tenant="acme", ask="活", options={}, repo="/r")
     try:
         asyncio.run(_send_with_two_replicas(a, b, tenants, receiver, runs))
     finally:
