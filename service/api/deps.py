@@ -1,5 +1,7 @@
-"""What handlers are given rather than fetch: the caller's tenant (from its bearer token), the registry,
-the scheduler, the submit rules (``service.admission``), the config, and the run a path names — already checked to be the caller's own."""
+"""What handlers are given rather than fetch: the caller's tenant (from its bearer token), the registry, the
+parts of the service they use (``service.wiring`` built them: the gate, health, the mailbox, run control, the
+stream slots, results, the clock — never the scheduler), the submit rules (``service.admission``), the config, and
+the run a path names — already checked to be the caller's own."""
 
 from __future__ import annotations
 
@@ -14,23 +16,34 @@ from litestar.exceptions import NotAuthorizedException, NotFoundException
 from litestar.handlers import BaseRouteHandler
 
 from ..admission import Admission
+from ..clock import Clock
 from ..config import ServiceConfig
+from ..gate import Gate
+from ..health import Health
+from ..mailbox import Mailbox
 from ..metrics import Metrics
 from ..registry import Registry, Run
-from ..scheduler import Scheduler
+from ..streams import StreamSlots
 from ..tenants import Tenant, Tenants
+from ..wiring import RunControl, Service
 from .errors import Conflict, TooManyRequests
 from .limits import RateLimits
 from .scrape import ScrapeToken
 
-__all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ConfigDep", "RegistryDep", "SchedulerDep",
-           "MetricsDep", "ScrapeDep", "TenantDep", "RunDep", "MIN_PREFIX", "RUN_ID_CHARS"]
+__all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ClockDep", "ConfigDep", "ControlDep",
+           "GateDep", "HealthDep", "MailboxDep", "RegistryDep", "SlotsDep", "MetricsDep", "ScrapeDep", "TenantDep",
+           "RunDep", "MIN_PREFIX", "RUN_ID_CHARS"]
 
 # what a handler declares to be given (by name: ``registry: RegistryDep``)
 AdmissionDep = NamedDependency[Admission]
 ConfigDep = NamedDependency[ServiceConfig]
 RegistryDep = NamedDependency[Registry]
-SchedulerDep = NamedDependency[Scheduler]
+ClockDep = NamedDependency[Clock]
+ControlDep = NamedDependency[RunControl]
+GateDep = NamedDependency[Gate]
+HealthDep = NamedDependency[Health]
+MailboxDep = NamedDependency[Mailbox]
+SlotsDep = NamedDependency[StreamSlots]
 MetricsDep = NamedDependency[Metrics]
 ScrapeDep = NamedDependency[ScrapeToken]
 TenantDep = NamedDependency[Tenant]
@@ -93,12 +106,16 @@ def provide_run(registry: RegistryDep, tenant: TenantDep, run_id: FromPath[str])
     return run
 
 
-def dependencies(config: ServiceConfig, registry: Registry, scheduler: Scheduler, metrics: Metrics
-                 ) -> dict[str, Provide]:
+def dependencies(service: Service) -> dict[str, Provide]:
+    """Each handler's parameter by name, from the parts ``service.wiring.build`` made."""
     def value(v: Any) -> Provide:
         return Provide(lambda: v, use_cache=True, sync_to_thread=False)
 
-    admission = Admission(config, registry, scheduler.health, refusal=lambda: scheduler.refusal, wake=scheduler.wake)
-    return {"config": value(config), "registry": value(registry), "scheduler": value(scheduler),
-            "admission": value(admission),
-            "metrics": value(metrics), "tenant": Provide(_tenant, sync_to_thread=False)}
+    gate = service.gate
+    admission = Admission(service.config, service.registry, service.health, refusal=lambda: gate.refused,
+                          wake=service.hooks.wake)
+    return {"config": value(service.config), "registry": value(service.registry), "admission": value(admission),
+            "metrics": value(service.metrics), "clock": value(service.clock), "gate": value(gate),
+            "health": value(service.health), "mailbox": value(service.mailbox), "control": value(service.runs),
+            "slots": value(service.slots), "results": value(service.results),
+            "tenant": Provide(_tenant, sync_to_thread=False)}
