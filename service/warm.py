@@ -139,7 +139,8 @@ class WarmKeeper:
         taken: list[Lease] = []
 
         def alive(owner: str) -> bool:  # its lease taken here: its replica renews it no more
-            lease = self.registry.take(self._lease_of(owner), self.replica or "", ttl=self.lease_s, now=self.clock.now())
+            lease = self.registry.take(self._lease_of(owner), self.replica or "", ttl=self.lease_s,
+                                       now=self.clock.now())
             if lease is not None:
                 taken.append(lease)
             return lease is None

@@ -13,9 +13,11 @@
 5. the ``Scheduler``, given all of the above (it binds the hooks), and ``RunControl``: what the API may ask of
    the runs (cancel, delete, a run's folder, its event feed).
 
-Who receives what: the scheduler everything; the API (``service.api.deps.dependencies``) the gate, health,
-mailbox, run control, stream slots, results and metrics — never the scheduler; the gateway process
-(``python -m service gateway``) builds its own meter in ``service.gatewayd`` (its own process, its own parts).
+Who receives what: the scheduler everything above; the API (``service.api.deps.dependencies``) the config, the
+registry, the clock, the gate, health, the mailbox, run control, the stream slots, results and metrics — never the
+scheduler; the app (``service.app``) starts and stops the scheduler and runs the canary against the gate. The
+gateway's own process (``python -m service gateway``, ``service.gatewayd``) makes its meter itself: it shares no
+object with this one, only the registry's tables.
 """
 
 from __future__ import annotations
@@ -140,6 +142,6 @@ def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: 
                           grants=grants, results=results, leases=leases, feed=feed, harvest=harvest, warm=warm,
                           launcher=launcher, mailbox=mailbox, retention=retention)
     return Service(config=config, registry=registry, tenants=tenants, backend=backend, clock=clock, gate=gate,
-                   hooks=hooks, metrics=metrics, gateway=gateway, health=health, budgets=budgets, slots=slots, grants=grants,
-                   results=results, leases=leases, feed=feed, mailbox=mailbox, retention=retention,
+                   hooks=hooks, metrics=metrics, gateway=gateway, health=health, budgets=budgets, slots=slots,
+                   grants=grants, results=results, leases=leases, feed=feed, mailbox=mailbox, retention=retention,
                    scheduler=scheduler, runs=RunControl(config, mailbox, retention, feed))
