@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         app = create_app(config)
         os.umask(0o077)  # after the image build (its context must stay readable): what the service creates is its own
         # its name before it serves or starts anything: a live process holding it refuses this one (service.leases)
-        app.state.scheduler.leases.claim()
+        app.state.service.leases.claim()
     except (TenantError, ValueError, RuntimeError, OSError) as e:
         get_logger("flower.service").error("service.cannot_start", error=str(e))
         print(f"flower-service: {e}", file=sys.stderr)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -37,15 +37,13 @@ from .api.runs import RunController, new_run_id, usage
 from .api.schemas import AnswerIn, SubmitIn, TextIn
 from .api.stream import events
 from .config import ServiceConfig
-from .gateway import Gateway
+from .canary import check
+from .clock import SYSTEM, Clock
 from .gatewaykeeper import GatewayKeeper
 from .logging import get_logger
-from .metrics import Metrics
 from .registry import open_registry
-from .results import Results
-from .scheduler import Scheduler
 from .tenants import Tenants
-from .webhooks import Webhooks
+from .wiring import build
 
 __all__ = ["create_app", "make_backend", "new_run_id", "SubmitIn", "AnswerIn", "TextIn"]
 
@@ -97,23 +95,10 @@ def make_backend(config: ServiceConfig, tenants: int = 1) -> Backend:
                          pids_limit=config.run_pids or None, tmp_size=config.run_tmp_size)
 
 
-async def _canary(scheduler: Scheduler, config: ServiceConfig) -> None:
-    """The guards proven for this CLI before any run starts (``service.canary``); a failure refuses runs."""
-    from .canary import prove_guards
-
-    why = await prove_guards(cli_path=config.guard_canary_cli)
-    scheduler.refusal, scheduler.hold = why, None
-    if why:
-        get_logger("flower.service").error("service.refusing_runs", reason=why)
-    else:
-        get_logger("flower.service").info("canary.passed")
-    scheduler.wake()
-
-
-def create_app(config: ServiceConfig, *, backend: Backend | None = None,
-               clock: Callable[[], float] | None = None, gateway_command: Sequence[str] | None = None) -> Litestar:
+def create_app(config: ServiceConfig, *, backend: Backend | None = None, clock: Clock = SYSTEM,
+               gateway_command: Sequence[str] | None = None) -> Litestar:
     """The app; the scheduler starts with it and stops with it (runs themselves keep running).
-    ``clock``: the wall time retention reads (a test moves it on by days). ``gateway_command``: how the gateway's
+    ``clock``: the time every part reads (a test moves it on by days). ``gateway_command``: how the gateway's
     process is started when ``gateway_process`` is "beside" (default ``python -m service gateway``)."""
     state_log = get_logger("flower.service")
     tenants = Tenants(config.tenants, on_reload_error=lambda why: state_log.error("tenants.reload_failed",
@@ -126,16 +111,12 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
                        revision=registry.revision)
     if backend is None:
         backend = make_backend(config, tenants=len(tenants.all()))
-    metrics = Metrics()
     scrape = ScrapeToken(config.metrics_token_file)  # an unreadable token file stops the start, with a sentence
-    gateway = Gateway(prices=config.prices)
-    results = Results(registry.runs, tenants, Webhooks(registry.deliveries, tenants, retry_s=config.webhook_retry_s,
-                                                   slots=config.webhook_slots,
-                                                   tenant_slots=config.webhook_tenant_slots))
-    scheduler = Scheduler(config, registry, tenants, backend, gateway, metrics=metrics, results=results,
-                          **({"clock": clock} if clock is not None else {}))
+    service = build(config, registry, tenants, backend, clock=clock)
+    scheduler, gateway, metrics, gate = service.scheduler, service.gateway, service.metrics, service.gate
+
     def streams() -> dict[str, int]:  # every tenant, 0 included: a gauge that drops a series reads as no data
-        open_now = scheduler.streams
+        open_now = service.slots.open
         return {t.name: open_now[t.name] for t in tenants.all()}
 
     metrics.watch(registry.runs.counts, streams)
@@ -145,8 +126,9 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         canary = None
         if config.guard_canary:
-            scheduler.hold = "the guard canary is proving the guards for this CLI; queued runs start when it passes"
-            canary = asyncio.get_running_loop().create_task(_canary(scheduler, config), name="flower-canary")
+            gate.hold("the guard canary is proving the guards for this CLI; queued runs start when it passes")
+            canary = asyncio.get_running_loop().create_task(check(gate, service.hooks.wake, config.guard_canary_cli),
+                                                            name="flower-canary")
         if config.gateway_process == "inside" and config.gateway_port is not None:
             port = await gateway.listen_tcp(config.gateway_host, config.gateway_port)
             state_log.info("gateway.listening", host=config.gateway_host, port=port)
@@ -168,18 +150,17 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None,
             state_log.info("service.stopped")
 
     v1 = Router(path="/v1", route_handlers=[RunController, MailboxController, ResultsController, events, usage],
-                guards=[bearer_guard(tenants, RateLimits(config))], security=[{"bearer": []}])
+                guards=[bearer_guard(tenants, RateLimits(config, clock))], security=[{"bearer": []}])
     app = Litestar(
         route_handlers=[v1, healthz, metrics_handler, docs_redirect, docs_assets(),
                         # the web page: static files, no build step (service/web/)
                         create_static_files_router("/", [Path(__file__).parent / "web"], html_mode=True,
                                                    include_in_schema=False)],
-        dependencies={**dependencies(config, registry, scheduler, metrics),
-                      "results": Provide(lambda: results, use_cache=True, sync_to_thread=False),
+        dependencies={**dependencies(service),
                       "scrape": Provide(lambda: scrape, use_cache=True, sync_to_thread=False)},
         lifespan=[lifespan],
-        state=State({"config": config, "registry": registry, "scheduler": scheduler, "tenants": tenants,
-                     "metrics": metrics}),
+        state=State({"config": config, "registry": registry, "tenants": tenants, "metrics": metrics,
+                     "service": service}),
         exception_handlers=EXCEPTION_HANDLERS,
         before_send=[security_headers],
         request_max_body_size=MAX_BODY,

@@ -9,37 +9,35 @@ and once more when it stops ("recovered", with the count and how long it lasted)
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .clock import SYSTEM, Clock
+
 __all__ = ["Backoff", "RepeatLog"]
-
-Clock = Callable[[], float]
-
 
 class Backoff:
     """Per key: after the n-th failure in a row, ``ready`` is False for ``min(cap, base · 2^(n-1))`` seconds."""
 
-    def __init__(self, base: float = 0.5, cap: float = 30.0, *, clock: Clock = time.monotonic) -> None:
+    def __init__(self, base: float = 0.5, cap: float = 30.0, *, clock: Clock = SYSTEM) -> None:
         self.base, self.cap, self._clock = base, cap, clock
         self._fails: dict[Hashable, int] = {}
         self._until: dict[Hashable, float] = {}
 
     def ready(self, key: Hashable) -> bool:
-        return self._clock() >= self._until.get(key, 0.0)
+        return self._clock.monotonic() >= self._until.get(key, 0.0)
 
     def delay(self, key: Hashable) -> float:
         """Seconds until ``key`` may be tried again (0 when it may now)."""
-        return max(0.0, self._until.get(key, 0.0) - self._clock())
+        return max(0.0, self._until.get(key, 0.0) - self._clock.monotonic())
 
     def failed(self, key: Hashable) -> float:
         """Record one more failure; the wait before the next try."""
         n = self._fails.get(key, 0) + 1
         self._fails[key] = n
         wait = float(min(self.cap, self.base * 2 ** min(n - 1, 30)))
-        self._until[key] = self._clock() + wait
+        self._until[key] = self._clock.monotonic() + wait
         return wait
 
     def succeeded(self, key: Hashable) -> int:
@@ -74,14 +72,14 @@ class RepeatLog:
     its recovery (a failure that flaps: a pass that wrote nothing succeeded in between) resumes counting without a
     second traceback."""
 
-    def __init__(self, logger: Any, *, summary_s: float = 60.0, clock: Clock = time.monotonic) -> None:
+    def __init__(self, logger: Any, *, summary_s: float = 60.0, clock: Clock = SYSTEM) -> None:
         self.log, self.summary_s, self._clock = logger, summary_s, clock
         self._streaks: dict[str, _Streak] = {}  # event → current streak
         self._key_event: dict[Hashable, str] = {}
         self._recovered: dict[str, tuple[str, float]] = {}  # event → (signature, when) of its last recovery
 
     def error(self, event: str, key: Hashable, error: BaseException, **fields: Any) -> None:
-        now = self._clock()
+        now = self._clock.monotonic()
         signature = f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
         streak = self._streaks.get(event)
         if streak is None or streak.signature != signature:
@@ -113,9 +111,9 @@ class RepeatLog:
         streak.keys.discard(key)
         if not streak.keys:
             del self._streaks[event]
-            self._recovered[event] = (streak.signature, self._clock())
+            self._recovered[event] = (streak.signature, self._clock.monotonic())
             self.log.info(f"{event}.recovered", error=streak.signature, repeated=streak.count,
-                          lasted_s=round(self._clock() - streak.first, 1))
+                          lasted_s=round(self._clock.monotonic() - streak.first, 1))
 
     def failing(self) -> dict[str, int]:
         """event → how many times its current error happened."""

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 import msgspec
 
+from .clock import SYSTEM, Clock
 from .gateway import Gateway, Grant, Held, Refused
 from .live import one_line
 from .logging import get_logger
@@ -44,9 +45,9 @@ HELD_BACK_S = 0.25  # a call refused for now: the run's next ones are refused wi
 SETTLE_TRIES = 5  # an answer's cost written to a registry that failed a moment: tried this many times, a second apart
 
 
-def day_of(t: float | None = None) -> str:
+def day_of(t: float) -> str:
     """The UTC day a spend is counted on (YYYY-MM-DD): the day its call was let through."""
-    return time.strftime("%Y-%m-%d", time.gmtime(time.time() if t is None else t))
+    return time.strftime("%Y-%m-%d", time.gmtime(t))
 
 
 class Budgets:
@@ -55,30 +56,31 @@ class Budgets:
     holds the other side of this class) the scheduler asks ``over`` of each running run's row every pass."""
 
     def __init__(self, spend: SpendTable, tenants: Tenants, gateway: Gateway | None, metrics: Metrics,
-                 stop: Callable[[str, str], None], *, owner: str) -> None:
+                 stop: Callable[[str, str], None], *, owner: str, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.spend = spend
         self.tenants = tenants
         self.gateway = gateway or Gateway()
         self.metrics = metrics
         self.owner = owner
         self._stop = stop
-        self._renewed = time.monotonic()
+        self._renewed = self.clock.monotonic()
         self.gateway.meter = self
 
     # -- the gateway's meter -----------------------------------------------------------------
     async def admit(self, grant: Grant, most: float) -> Held | Refused:
         """Let a call through holding ``most`` USD, or say why not (``Refused.final``: spent at a cap)."""
         tenant = self.tenants.get(grant.tenant)
-        day = day_of()
+        day = day_of(self.clock.now())
         if tenant is None or (tenant.budget_usd.run is None and tenant.budget_usd.day is None):
             return Held(id=None, day=day)  # no cap to hold against
-        if grant.held_back is not None and time.monotonic() < grant.held_back[0]:
+        if grant.held_back is not None and self.clock.monotonic() < grant.held_back[0]:
             return Refused(grant.held_back[1], final=False)
         hold = secrets.token_hex(12)
         try:
             standing = await asyncio.to_thread(
                 self.spend.hold, hold, run_id=grant.run_id, tenant=tenant.name, day=day, amount=most,
-                owner=self.owner, now=time.time(), ttl=HOLD_S, run_cap=tenant.budget_usd.run,
+                owner=self.owner, now=self.clock.now(), ttl=HOLD_S, run_cap=tenant.budget_usd.run,
                 day_cap=tenant.budget_usd.day)
         except Exception as e:  # noqa: BLE001 - the registry away: nothing is let through that cannot be held
             log.warning("gateway.hold_failed", tenant=grant.tenant, run=grant.run_id,
@@ -94,7 +96,7 @@ class Budgets:
             return Held(id=hold, day=day)
         refused = self._refused(grant, tenant, standing, most)
         if not refused.final:
-            grant.held_back = (time.monotonic() + HELD_BACK_S, refused.why)
+            grant.held_back = (self.clock.monotonic() + HELD_BACK_S, refused.why)
         return refused
 
     async def settle(self, grant: Grant, held: Held, usage: Usage | None) -> None:
@@ -134,18 +136,18 @@ class Budgets:
     def renew_due(self) -> None:
         """Blocking, from a periodic pass: every ``RENEW_HOLDS_S``, this gateway's holds kept for another ``HOLD_S``
         (a call may stream for longer than a hold lasts)."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - self._renewed < RENEW_HOLDS_S:
             return
         self._renewed = now
-        self.spend.renew_holds(self.owner, now=time.time(), ttl=HOLD_S)
+        self.spend.renew_holds(self.owner, now=self.clock.now(), ttl=HOLD_S)
 
     # -- what a cap says ---------------------------------------------------------------------
     def over_day(self, tenant: Tenant) -> str | None:
         """Why ``tenant`` may spend nothing more today, or None."""
         if tenant.budget_usd.day is None:
             return None
-        return self._over_day(self.spend.spent(tenant.name, day_of())["cost_usd"], tenant)
+        return self._over_day(self.spend.spent(tenant.name, day_of(self.clock.now()))["cost_usd"], tenant)
 
     @staticmethod
     def _over_day(spent: float, tenant: Tenant) -> str | None:
@@ -173,7 +175,7 @@ class Budgets:
     def check(self, grant: Grant, tenant: Tenant) -> None:
         """A grant (re)opened: a run already spent at a cap is refused from the start."""
         self._check(grant, tenant, Spent(run=grant.usage.cost_usd, day=self.spend.spent(
-            tenant.name, day_of())["cost_usd"] if tenant.budget_usd.day is not None else 0.0))
+            tenant.name, day_of(self.clock.now()))["cost_usd"] if tenant.budget_usd.day is not None else 0.0))
 
     def _check(self, grant: Grant, tenant: Tenant, spent: Spent) -> None:
         """Spent at a cap: the run is stopped (for the day's cap, every run of the tenant this gateway serves)."""

@@ -10,10 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable
 
+from .gate import Gate
 from .logging import get_logger
 
-__all__ = ["prove_guards"]
+__all__ = ["check", "prove_guards"]
 
 log = get_logger("flower.service.canary")
 
@@ -42,3 +44,15 @@ async def prove_guards(*, cli_path: str = "", timeout_s: float = 300) -> str | N
     return ("the guards did not hold for this Claude Code CLI, so the service takes no runs: "
             + "; ".join(f"{c['name']}: no ({c['detail']})" for c in failed)
             + " — see `flower check --guards`")
+
+
+async def check(gate: Gate, wake: Callable[[], None], cli_path: str = "") -> None:
+    """Prove the guards, then open ``gate`` or refuse with the sentence; ``wake``: queued runs are looked at now."""
+    why = await prove_guards(cli_path=cli_path)
+    if why:
+        gate.refuse(why)
+        get_logger("flower.service").error("service.refusing_runs", reason=why)
+    else:
+        gate.open()
+        get_logger("flower.service").info("canary.passed")
+    wake()

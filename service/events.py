@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,8 @@ from typing import Any
 
 from sandbox.records import Event, decode_event, unparsed
 from sandbox.runfiles import open_file
+
+from .clock import SYSTEM, Clock
 
 __all__ = ["read_new", "replay", "Numbered", "KeepAlive", "Ended", "END", "MAX_CHUNK", "MAX_LINE",
            "MAX_FILE", "EVENTS"]
@@ -90,7 +91,8 @@ class Ended:
 
 
 async def replay(folder: Path, after: int, queue: asyncio.Queue[Any], over: Callable[[], str | None],
-                 *, keepalive_s: float = 15.0, poll_s: float = 0.5) -> AsyncIterator[Numbered | KeepAlive | Ended]:
+                 *, keepalive_s: float = 15.0, poll_s: float = 0.5,
+                 clock: Clock = SYSTEM) -> AsyncIterator[Numbered | KeepAlive | Ended]:
     """Everything in ``<folder>``'s events.jsonl past ``after``, then what arrives on ``queue`` (subscribed
     before this starts, so nothing falls between the two), then ``Ended``.
 
@@ -100,7 +102,7 @@ async def replay(folder: Path, after: int, queue: asyncio.Queue[Any], over: Call
     publishes nothing on this one's queue, and its stream is the file's."""
     sent = after
     offset, read = 0, 0  # how far this stream has read the file: bytes, events
-    quiet_since = time.monotonic()
+    quiet_since = clock.monotonic()
 
     async def from_file() -> AsyncIterator[Numbered]:
         """A chunk (``MAX_CHUNK``) at a time: a run that wrote 256 MB of events costs a stream 1 MB, not all."""
@@ -117,7 +119,7 @@ async def replay(folder: Path, after: int, queue: asyncio.Queue[Any], over: Call
     while True:
         async for item in from_file():
             yield item
-            sent, quiet_since = item.seq, time.monotonic()
+            sent, quiet_since = item.seq, clock.monotonic()
         if over() is not None:
             break
         got: Any = None
@@ -125,9 +127,9 @@ async def replay(folder: Path, after: int, queue: asyncio.Queue[Any], over: Call
             try:
                 got = await asyncio.wait_for(queue.get(), poll_s)
             except TimeoutError:
-                if time.monotonic() - quiet_since >= keepalive_s:
+                if clock.monotonic() - quiet_since >= keepalive_s:
                     yield KeepAlive()
-                    quiet_since = time.monotonic()
+                    quiet_since = clock.monotonic()
                 break  # the file again
             if got is END:
                 break
@@ -137,7 +139,7 @@ async def replay(folder: Path, after: int, queue: asyncio.Queue[Any], over: Call
             if seq > sent + 1:
                 break
             yield Numbered(seq, ev)
-            sent, quiet_since = seq, time.monotonic()
+            sent, quiet_since = seq, clock.monotonic()
         if got is END:  # the run ended, or the service is stopping: the rest is in the file
             break
     async for item in from_file():

@@ -20,6 +20,7 @@ from typing import TypeVar
 from sandbox.layout import RunLayout
 
 from .budgets import Budgets
+from .clock import SYSTEM, Clock
 from .config import ServiceConfig
 from .errors import GatewayNotServing, LeaseLost
 from .gateway import SOCKET_NAME, Gateway, Grant, new_token, upstream_of
@@ -83,7 +84,8 @@ def server_tools(tenant: Tenant) -> frozenset[str]:
 
 class Grants:
     def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, gateway: Gateway,
-                 budgets: Budgets, metrics: Metrics) -> None:
+                 budgets: Budgets, metrics: Metrics, *, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.config = config
         self.registry = registry
         self.tenants = tenants
@@ -130,15 +132,15 @@ class Grants:
     def _first_request(self, run_id: str, warm: bool, created: float) -> None:
         """The gateway in this process saw the run's first model request: the start histogram, and the registry
         (what the gateway's own process writes: a warm pool's refill waits for starting runs by it)."""
-        now = time.time()
+        now = self.clock.now()
         self.metrics.first_request(warm, now - created)
         self.registry.wire_audit.record_first_request(run_id, now)
 
     def _wait_served(self, run: Run, layout: RunLayout) -> None:
-        deadline = time.monotonic() + SERVED_WITHIN_S
+        deadline = self.clock.monotonic() + SERVED_WITHIN_S
         poke(self.config.data_path)
         while not serving(layout.gateway):
-            if time.monotonic() > deadline:
+            if self.clock.monotonic() > deadline:
                 raise GatewayNotServing(
                     f"the model gateway process is not serving (run {run.id}'s socket was not served within "
                     f"{SERVED_WITHIN_S:g} s); see its log (the gateway.* lines) and that `python -m service gateway` "
@@ -155,9 +157,9 @@ class Grants:
         if layout is not None and self.config.backend == "kubernetes":
             await asyncio.sleep(2 * SYNC_S)
         elif layout is not None:
-            deadline = time.monotonic() + CLOSED_WITHIN_S
+            deadline = self.clock.monotonic() + CLOSED_WITHIN_S
             poke(self.config.data_path)
-            while await asyncio.to_thread(serving, layout.gateway) and time.monotonic() < deadline:
+            while await asyncio.to_thread(serving, layout.gateway) and self.clock.monotonic() < deadline:
                 await asyncio.sleep(_LOOK_S)
         return None
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import errno
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from sandbox.errors import BackendUnavailable
+
+from .clock import SYSTEM, Clock
 
 __all__ = ["Health", "DiskState", "is_disk_full", "is_engine_down", "disk_full_reason"]
 
@@ -73,7 +74,9 @@ def disk_full_reason(disk: DiskState, branch: str | None, detail: str | None = N
 class Health:
     """Disk and backend state, read by the scheduler, ``/healthz`` and ``/metrics``."""
 
-    def __init__(self, data_dir: Path, floor_mb: float, backend: str, *, every_s: float = 1.0) -> None:
+    def __init__(self, data_dir: Path, floor_mb: float, backend: str, *, every_s: float = 1.0,
+                 clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.data_dir, self.floor_bytes, self.backend = data_dir, int(floor_mb * 1024 * 1024), backend
         self.every_s = every_s
         self._disk: DiskState | None = None
@@ -83,16 +86,18 @@ class Health:
         self.last_low: float | None = None  # when free space was last seen below the floor
         self.backend_down_since: float | None = None
         self.backend_error: str | None = None
+        self.scheduling = False
+        """The scheduler's loop is running (started, and neither crashed nor stopped)."""
 
     # -- the disk ---------------------------------------------------------------------------
     def disk(self, *, fresh: bool = False) -> DiskState:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if fresh or self._disk is None or now - self._disk_at >= self.every_s:
             st = os.statvfs(self.data_dir)
             self._disk = DiskState(str(self.data_dir), st.f_bavail * st.f_frsize, self.floor_bytes)
             self._disk_at = now
             if self._disk.low:
-                self.last_low = time.time()
+                self.last_low = self.clock.now()
                 if self.disk_low_since is None:
                     self.disk_low_since = self.last_low
             elif not self._disk.low:
@@ -100,7 +105,7 @@ class Health:
         return self._disk
 
     def disk_full_seen(self) -> None:
-        self.last_disk_full = time.time()
+        self.last_disk_full = self.clock.now()
         self.disk(fresh=True)
 
     def disk_was_full(self, since: float) -> bool:
@@ -114,7 +119,7 @@ class Health:
         """Record an engine that does not answer; True when it just went down."""
         self.backend_error = " ".join(str(error).split())[:300]
         if self.backend_down_since is None:
-            self.backend_down_since = time.time()
+            self.backend_down_since = self.clock.now()
             return True
         return False
 
@@ -122,7 +127,7 @@ class Health:
         """The engine answers; how long it was down, when it was."""
         if self.backend_down_since is None:
             return None
-        lasted = time.time() - self.backend_down_since
+        lasted = self.clock.now() - self.backend_down_since
         self.backend_down_since, self.backend_error = None, None
         return lasted
 

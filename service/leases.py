@@ -23,12 +23,12 @@ from __future__ import annotations
 import os
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .backoff import RepeatLog
+from .clock import SYSTEM, Clock
 from .config import ENV_PREFIX
 from .errors import ReplicaNameTaken
 from .live import LiveRuns
@@ -85,11 +85,12 @@ def gone(mark: str) -> bool:
 
 class Leases:
     def __init__(self, leases: LeasesTable, replicas: ReplicasTable, owner: str, ttl: float, live: LiveRuns, errors: RepeatLog, *,
-                 also: Callable[[], None] = lambda: None) -> None:
+                 also: Callable[[], None] = lambda: None, clock: Clock = SYSTEM) -> None:
         self.leases = leases
         self.replicas = replicas
         self.owner = owner
         self.ttl = ttl
+        self.clock = clock
         self.instance = secrets.token_hex(8)
         """This process's hold on the name ``owner`` (``claim``): random at each start."""
         self.name_lost: str | None = None
@@ -104,7 +105,7 @@ class Leases:
     def claim(self) -> None:
         """Hold this replica's name before anything is done under it (again: a no-op while it is this process's).
         ``ReplicaNameTaken`` when another live process holds it."""
-        now = time.time()
+        now = self.clock.now()
         row = self.replicas.claim(self.owner, self.instance, process_mark(), ttl=self.ttl, now=now)
         if row.instance != self.instance and gone(row.process):  # its holder on this host died (kill -9, a crash)
             log.info("replica.name_reclaimed", replica=self.owner, why="the process that held this name on this host "
@@ -145,7 +146,7 @@ class Leases:
         """Take ``run_id``'s lease for this replica (it follows the run from now on); False when another holds it."""
         if self.name_lost is not None:
             return False
-        lease = self.leases.take(run_id, self.owner, ttl=self.ttl, now=time.time())
+        lease = self.leases.take(run_id, self.owner, ttl=self.ttl, now=self.clock.now())
         if lease is None:
             return False
         self._live.of(run_id).lease = lease
@@ -159,12 +160,12 @@ class Leases:
             return False
         if self.name_lost is not None:
             return True
-        held = self.leases.renew(self.owner, ttl=self.ttl, now=time.time()).get(run_id)
+        held = self.leases.renew(self.owner, ttl=self.ttl, now=self.clock.now()).get(run_id)
         return held is None or held.generation != live.lease.generation
 
     def changes(self) -> Changes | None:
         """Every quarter of ``ttl`` (None between): what the renewals found, the renewed leases put on the runs."""
-        now = time.time()
+        now = self.clock.now()
         if now - self._looked < self.ttl / 4:
             return None
         self._looked = now
@@ -187,7 +188,7 @@ class Leases:
 
     def _renew(self) -> None:
         while not self._stopping.wait(self.ttl / 4):
-            now = time.time()
+            now = self.clock.now()
             try:
                 if not self.replicas.beat(self.owner, self.instance, ttl=self.ttl, now=now):
                     if not self._stopping.is_set():

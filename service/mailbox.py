@@ -8,13 +8,13 @@ one. A cancel ends a queued run at once; a starting or running one is stopped by
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from sandbox.backends.base import Backend
 from sandbox.records import QUESTION_ID, Question, decode_question
 
+from .clock import SYSTEM, Clock
 from .live import layout_of
 from .registry import Run, RunsTable
 
@@ -25,7 +25,8 @@ QUESTION_BYTES = 64 * 1024
 
 class Mailbox:
     def __init__(self, runs_root: Path, runs: RunsTable, backend: Backend, *,
-                 ended: Callable[[str], None], wake: Callable[[], None]) -> None:
+                 ended: Callable[[str], None], wake: Callable[[], None], clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.runs_root = runs_root
         self.runs = runs
         self.backend = backend
@@ -58,7 +59,7 @@ class Mailbox:
 
     def request_cancel(self, run_id: str) -> None:
         """Queued runs end at once; starting/running ones are stopped on the next pass."""
-        row = self.runs.cancel(run_id, at=time.time())
+        row = self.runs.cancel(run_id, at=self.clock.now())
         if row is not None and row.status == "cancelled":
             self._ended(run_id)
         self._wake()

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from sandbox.worktree import GIT_ENV, SAFE_CONFIG
 
+from .clock import SYSTEM, Clock
 from .errors import PushFailed
 from .registry import Push, Run
 from .tenants import PushTarget, Tenant, operator_file
@@ -68,7 +68,7 @@ def push_branch(repo: str, commit: str, ref: str, url: str, username: str, token
         raise PushFailed(f"git push to {url} failed: {said[-400:] or f'exit code {done.returncode}'}{hint}")
 
 
-def push_run(run: Run, tenant: Tenant, attempts: int = 0) -> Push:
+def push_run(run: Run, tenant: Tenant, attempts: int = 0, clock: Clock = SYSTEM) -> Push:
     """Blocking: push the run's branch to its tenant's push_url; the outcome as the run's row keeps it."""
     assert tenant.push is not None and run.branch and run.commit_sha
     ref = f"refs/heads/{run.branch}"
@@ -78,5 +78,5 @@ def push_run(run: Run, tenant: Tenant, attempts: int = 0) -> Push:
         push_branch(run.repo, run.commit_sha, ref, tenant.push.url, username, token)
     except PushFailed as e:
         outcome.state, outcome.error = "failed", str(e)
-    outcome.at = time.time()
+    outcome.at = clock.now()
     return outcome

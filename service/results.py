@@ -131,7 +131,7 @@ class Results:
     async def _push(self, run: Run, tenant: Tenant, *, announce: bool = False) -> Push:
         async with self._slots:
             before = run.push.attempts if run.push is not None else 0
-            outcome = await asyncio.to_thread(push_run, run, tenant, before)
+            outcome = await asyncio.to_thread(push_run, run, tenant, before, self.webhooks.clock)
         self.runs.record_push(run.id, outcome)
         run.push = outcome
         fields = {"tenant": run.tenant, "run": run.id, "url": outcome.url, "ref": outcome.ref,

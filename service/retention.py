@@ -16,13 +16,13 @@ import asyncio
 import os
 import shutil
 import stat
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandbox.layout import RunLayout
 
+from .clock import SYSTEM, Clock
 from .live import LiveRun, layout_of, one_line
 from .logging import get_logger
 
@@ -89,7 +89,7 @@ def remove_run_files(layout: RunLayout) -> list[str]:
 
 class Retention:
     def __init__(self, config: ServiceConfig, runs: RunsTable, harvest: Harvest, *,
-                 is_live: Callable[[str], bool], clock: Callable[[], float] = time.time) -> None:
+                 is_live: Callable[[str], bool], clock: Clock = SYSTEM) -> None:
         self.config = config
         self.runs = runs
         self.harvest = harvest
@@ -116,7 +116,7 @@ class Retention:
                 notes.append(f"the branch {current.branch} stayed: {one_line(e, 200)}")
         if notes:
             log.warning("run.delete_incomplete", tenant=current.tenant, run=current.id, left=notes)
-        done = self.runs.record_deleted(current.id, at=self.clock() if current.deleted is None else None,
+        done = self.runs.record_deleted(current.id, at=self.clock.now() if current.deleted is None else None,
                                             files_gone=files_gone, branch_dropped=dropped)
         return done or current
 
@@ -124,7 +124,7 @@ class Retention:
         """Delete the files of runs that ended more than ``retain_days`` ago (their branches stay)."""
         if not self.config.retain_days:
             return []
-        cutoff = self.clock() - self.config.retain_days * 86400
+        cutoff = self.clock.now() - self.config.retain_days * 86400
         gone = []
         for run in self.runs.list(ended_before=cutoff, deleted=False, oldest_first=True):
             if run.terminal:
@@ -136,13 +136,13 @@ class Retention:
 
     async def sweep_due(self) -> None:
         """A pass's share: a sweep every ``SWEEP_EVERY_S`` when ``retain_days`` is set."""
-        if self.config.retain_days and self.clock() >= self._next_sweep:
-            self._next_sweep = self.clock() + SWEEP_EVERY_S
+        if self.config.retain_days and self.clock.now() >= self._next_sweep:
+            self._next_sweep = self.clock.now() + SWEEP_EVERY_S
             await self.sweep()
 
     async def check_disk(self, run: Run, live: LiveRun) -> None:
         """Every ``DISK_EVERY_S``: measure the run's folder, store it, and stop a run past ``max_run_disk_mb``."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - live.measured_at < DISK_EVERY_S:
             return
         live.measured_at = now

@@ -35,8 +35,6 @@ if it wrote one, else marked failed with a sentence saying so.
 from __future__ import annotations
 
 import asyncio
-import socket
-import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -44,20 +42,23 @@ from typing import Any
 from sandbox.backends.base import Backend, Handle, read_exit
 from sandbox.layout import RunLayout
 from sandbox.pool import WarmPool
-from sandbox.records import Question, RecordError, read_exit_record
+from sandbox.records import RecordError, read_exit_record
 
 from .backoff import Backoff, RepeatLog
+from .clock import Clock
 from .config import ServiceConfig
 from .ending import Drained, Ended, decide
 from .events import END
-from .feed import EventFeed, Item
+from .feed import EventFeed
 from .budgets import Budgets
 from .leases import Leases
 from .streams import StreamSlots
 from .gateway import Gateway
+from .gate import Gate
 from .grants import Grants
 from .harvest import Harvest, diffstat
 from .health import Health, disk_full_reason, is_disk_full, is_engine_down
+from .hooks import Hooks
 from .launcher import Launcher
 from .live import LiveRun, LiveRuns, layout_of, one_line, usage_of
 from .wire import Usage
@@ -69,7 +70,6 @@ from .results import Results
 from .retention import Retention, folder_bytes
 from .tenants import Tenant, TenantNotReady, Tenants
 from .warm import WarmKeeper
-from .webhooks import Webhooks
 
 __all__ = ["Scheduler", "END", "diffstat", "POISON_AFTER", "fair_order"]
 
@@ -108,51 +108,50 @@ class Scheduler:
     ``warm``, ``feed``, ``harvest``, ``mailbox``, ``retention``, ``budgets``, ``grants``, ``leases``, ``slots``),
     none of which knows the scheduler."""
 
-    def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Backend,
-                 gateway: Gateway | None = None, *, metrics: Metrics | None = None,
-                 results: Results | None = None, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Backend, *,
+                 clock: Clock, gate: Gate, hooks: Hooks, metrics: Metrics, gateway: Gateway, health: Health,
+                 live: LiveRuns, errors: RepeatLog, budgets: Budgets, slots: StreamSlots, grants: Grants,
+                 results: Results, leases: Leases, feed: EventFeed, harvest: Harvest, warm: WarmKeeper,
+                 launcher: Launcher, mailbox: Mailbox, retention: Retention) -> None:
+        """Built by ``service.wiring``, which makes the collaborators; the scheduler binds its ``hooks``."""
         self.config = config
-        self.metrics = metrics or Metrics()
         self.registry = registry
         self.tenants = tenants
         self.backend = backend
-        self.gateway = gateway or Gateway(prices=config.prices)
-        self.owner = config.replica or socket.gethostname()
-        """This replica's name on the leases of the runs it follows."""
-        self.budgets = Budgets(registry.spend, tenants, self.gateway, self.metrics, self._over_budget,
-                               owner=f"service {self.owner} {config.data_path}")
-        self.slots = StreamSlots(registry.streams, self.owner, ttl=config.lease_s)
+        self.clock = clock
+        self.gate = gate
+        """Whether queued runs may start (the guard canary's word)."""
+        self.metrics = metrics
+        self.gateway = gateway
+        self.health = health
+        self._live = live
+        self.errors = errors
+        self.budgets = budgets
+        self.slots = slots
         """The tenants' SSE streams, counted across replicas (renewed with the leases)."""
-        self.grants = Grants(config, registry, tenants, self.gateway, self.budgets, self.metrics)
-        self.results = results or Results(registry.runs, tenants, Webhooks(registry.deliveries, tenants,
-                                                                      retry_s=config.webhook_retry_s))
+        self.grants = grants
+        self.results = results
         """Told when a run started, asked and ended: the tenant's webhooks and the push of its branch."""
+        self.leases = leases
+        """This replica's leases on the runs it follows, renewed by a thread of their own."""
+        self.owner = leases.owner
+        """This replica's name on the leases of the runs it follows."""
+        self.feed = feed
+        self.harvest = harvest
+        self.warm = warm
+        self.launcher = launcher
+        self.mailbox = mailbox
+        self.retention = retention
+        # per-loop state
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.hold: str | None = None
-        """Why queued runs wait (the guard canary has not passed yet); ``refusal`` when it failed."""
-        self.refusal: str | None = None
-        self._live = LiveRuns()
         self._unlisten: Callable[[], None] = lambda: None
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self.ticks = 0
-        self.health = Health(config.data_path, config.min_free_mb, config.backend)
-        self.backoff = Backoff(base=max(0.5, 2 * config.poll_s), cap=30.0)
-        self.errors = RepeatLog(log)
-        self.leases = Leases(registry.leases, registry.replicas, self.owner, config.lease_s, self._live, self.errors,
-                             also=self._renewed)
-        """This replica's leases on the runs it follows, renewed by a thread of their own."""
+        self.backoff = Backoff(base=max(0.5, 2 * config.poll_s), cap=30.0, clock=clock)
         self.recovered = False  # re-attached to the backend's live runs (waits while the engine is down)
         self._queue_held = False
-        self.feed = EventFeed(registry.runs, self.results, self.metrics)
-        self.harvest = Harvest(config, registry.runs)
-        self.warm = WarmKeeper.of(backend, config.runs_root, config.warm, registry.runs, registry.leases,
-                                  tenants, self.metrics,
-                                  self.errors, replica=self.owner if registry.dialect == "postgresql" else None,
-                                  lease_s=config.lease_s)
-        self.launcher = Launcher(config, backend, self.warm, self.harvest, self.grants.open)
-        self.mailbox = Mailbox(config.runs_root, registry.runs, backend, ended=self.feed.publish_end, wake=self.wake)
-        self.retention = Retention(config, registry.runs, self.harvest, is_live=self._live.__contains__, clock=clock)
+        hooks.bind(wake=self.wake, over_budget=self._over_budget, renewed=self._renewed)
 
     # -- what the API and the tests read -----------------------------------------------------
     @property
@@ -165,38 +164,12 @@ class Scheduler:
         return self._live
 
     @property
-    def streams(self) -> Counter[str]:
-        """This replica's open SSE streams per tenant."""
-        return self.slots.open
-
-    @property
     def pool(self) -> WarmPool | None:
         """Sandboxes started ahead (``warm`` > 0 and a backend that can): a run claims one."""
         return self.warm.pool
 
     def layout(self, run: Run) -> RunLayout:
         return layout_of(self.config.runs_root, run)
-
-    def subscribe(self, run_id: str) -> asyncio.Queue[Item]:
-        return self.feed.subscribe(run_id)
-
-    def unsubscribe(self, run_id: str, q: asyncio.Queue[Item]) -> None:
-        self.feed.unsubscribe(run_id, q)
-
-    def questions(self, run: Run) -> list[Question]:
-        return self.mailbox.questions(run)
-
-    def mail(self, run: Run, rel: str, doc: dict[str, str]) -> None:
-        self.mailbox.mail(run, rel, doc)
-
-    def request_cancel(self, run_id: str) -> None:
-        self.mailbox.request_cancel(run_id)
-
-    async def delete(self, run: Run, *, branch: bool) -> Run:
-        return await self.retention.delete(run, branch=branch)
-
-    async def sweep(self) -> list[str]:
-        return await self.retention.sweep()
 
     # -- lifecycle ---------------------------------------------------------------------------
     async def start(self, *, run_loop: bool = True) -> None:
@@ -231,6 +204,8 @@ class Scheduler:
             self.warm.refill()
         if run_loop:
             self._task = self._loop.create_task(self._run_loop(), name="flower-scheduler")
+            self.health.scheduling = True
+            self._task.add_done_callback(self._loop_ended)
 
     async def stop(self) -> None:
         """Stop following; the runs themselves keep running (a restarted service re-attaches)."""
@@ -249,10 +224,8 @@ class Scheduler:
             self.feed.publish_end(run_id)
         await asyncio.to_thread(self.leases.release)  # last: nothing is done under the name after it is free
 
-    @property
-    def healthy(self) -> bool:
-        """The scheduler's loop is running (started and neither crashed nor stopped)."""
-        return self._task is not None and not self._task.done()
+    def _loop_ended(self, _: asyncio.Task[None]) -> None:
+        self.health.scheduling = False  # ``/healthz`` answers 503 from now on
 
     def wake(self) -> None:
         if self._wake is not None:
@@ -464,7 +437,7 @@ class Scheduler:
         """Start what fits, shared between tenants: the next free slot goes to the tenant with the fewest runs
         executing (its oldest queued run), then the next — one tenant's long queue never delays another's start,
         and a pass reads a few queued rows per tenant, not the whole queue."""
-        if self.hold or self.refusal:
+        if not self.gate.is_open:
             return
         busy = Counter(r.tenant for r in self.registry.runs.list(statuses=ACTIVE))  # the runs executing now: a few rows
         total = sum(busy.values())
@@ -476,17 +449,17 @@ class Scheduler:
                 return
             tenant = self.tenants.get(run.tenant)
             if tenant is None:
-                self.registry.runs.finish(run.id, "failed", frm=["queued"], ended=time.time(),
+                self.registry.runs.finish(run.id, "failed", frm=["queued"], ended=self.clock.now(),
                                      error=f"tenant {run.tenant} no longer exists in the tenants file")
                 continue
             if busy[run.tenant] >= tenant.quota:
                 continue
             over = self.budgets.over_day(tenant)
             if over:
-                self.registry.runs.finish(run.id, "failed", frm=["queued"], ended=time.time(), error=over)
+                self.registry.runs.finish(run.id, "failed", frm=["queued"], ended=self.clock.now(), error=over)
                 log.warning("run.over_budget", tenant=run.tenant, run=run.id, error=over)
                 continue
-            if self.registry.runs.begin(run.id, started=time.time()) is None:
+            if self.registry.runs.begin(run.id, started=self.clock.now()) is None:
                 continue  # cancelled in the meantime, or begun by another replica
             if not self.leases.hold(run.id):
                 continue
@@ -516,7 +489,7 @@ class Scheduler:
             return
         live.handle = started.handle
         live.warm, live.first_request_due = started.folder is not None, not self.grants.inside
-        self.metrics.started(run.tenant, time.time() - run.created)
+        self.metrics.started(run.tenant, self.clock.now() - run.created)
         if held.record_running(run.id, str(started.handle)) is None:
             log.warning("run.vanished_while_starting", tenant=run.tenant, run=run.id)
         self.results.started(run.id)
@@ -581,10 +554,10 @@ class Scheduler:
     async def _stop(self, run: Run, handle: Handle) -> None:
         """In the background: a stop waits for the run to end, and other runs must not wait with it."""
         log.info("run.cancelling", tenant=run.tenant, run=run.id)
-        t0 = time.monotonic()
+        t0 = self.clock.monotonic()
         try:
             await asyncio.to_thread(self.backend.stop, handle)
-            log.info("run.stopped", tenant=run.tenant, run=run.id, took_s=round(time.monotonic() - t0, 3))
+            log.info("run.stopped", tenant=run.tenant, run=run.id, took_s=round(self.clock.monotonic() - t0, 3))
         except Exception as e:  # noqa: BLE001 - the next pass sees the state either way
             log.warning("run.stop_failed", tenant=run.tenant, run=run.id, error=one_line(e))
         self.wake()
@@ -657,7 +630,7 @@ class Scheduler:
             return False  # another replica holds the run now (its token too): it finishes the run
         if not self.grants.inside:  # its token dies before its row says it ended: no call is served after
             await self.grants.close(self._held(run.id), run.id, layout)
-        at = time.time()
+        at = self.clock.now()
         kept = Kept(commit_sha=commit, branch=branch, diffstat=stat, claimed_cost_usd=ended.claimed_cost_usd,
                     disk_bytes=used)
         if self._held(run.id).finish(run.id, ended.status, ended=at, error=error, kept=kept) is None:
@@ -742,7 +715,8 @@ class Scheduler:
         live = self._live.get(run.id)
         handle = (live.handle if live is not None else None) or (Handle(run.handle) if run.handle else None)
         try:
-            ended = await asyncio.to_thread(self._held(run.id).finish, run.id, "failed", ended=time.time(), error=why)
+            ended = await asyncio.to_thread(self._held(run.id).finish, run.id, "failed", ended=self.clock.now(),
+                                            error=why)
         except Exception as e:  # noqa: BLE001 - the rest is released all the same; the next pass retries the row
             log.warning("run.release_failed", tenant=run.tenant, run=run.id, step="row", error=one_line(e))
         else:
@@ -750,7 +724,7 @@ class Scheduler:
                 if not self._taken(run.id):
                     self._let_go(run.id)
                 return  # fenced, or ended already: whoever wrote its end releases the rest, sandbox and all
-            self.metrics.finished(run.tenant, "failed", time.time() - run.started if run.started else None, reason)
+            self.metrics.finished(run.tenant, "failed", self.clock.now() - run.started if run.started else None, reason)
         await self.grants.close(self._held(run.id), run.id)
         releases: list[tuple[str, Callable[[], object]]] = [
             ("env file", lambda: self.layout(run).env_file.unlink(missing_ok=True)),
@@ -765,7 +739,7 @@ class Scheduler:
         self._ended(run.id)
 
     def _fail(self, run: Run, error: str, *, frm: Sequence[RunStatus] = ACTIVE) -> None:
-        ended = self._held(run.id).finish(run.id, "failed", frm=frm, ended=time.time(), error=error)
+        ended = self._held(run.id).finish(run.id, "failed", frm=frm, ended=self.clock.now(), error=error)
         if ended is None and self._taken(run.id):
             return  # its end was fenced: another replica holds the run now
         log.warning("run.failed", tenant=run.tenant, run=run.id, error=error)

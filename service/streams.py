@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import secrets
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass
 
+from .clock import SYSTEM, Clock
 from .registry import StreamsTable
 
 __all__ = ["StreamSlots", "Slot"]
@@ -28,7 +28,8 @@ class Slot:
 
 
 class StreamSlots:
-    def __init__(self, streams: StreamsTable, replica: str, *, ttl: float) -> None:
+    def __init__(self, streams: StreamsTable, replica: str, *, ttl: float, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.streams = streams
         self.replica = replica
         self.ttl = ttl
@@ -38,7 +39,7 @@ class StreamSlots:
     def take(self, tenant: str, cap: int) -> Slot | None:
         """Blocking (a worker thread): a slot of ``tenant``'s, or None when it has ``cap`` streams open already."""
         holder = f"{self.replica} {secrets.token_hex(8)}"
-        number = self.streams.take(tenant, holder, replica=self.replica, cap=cap, now=time.time(),
+        number = self.streams.take(tenant, holder, replica=self.replica, cap=cap, now=self.clock.now(),
                                            ttl=self.ttl)
         if number is None:
             return None
@@ -69,4 +70,4 @@ class StreamSlots:
         """Blocking (the lease renewer's thread): every slot this replica holds, kept for another ``ttl``."""
         with self._lock:
             holders = list(self._held)
-        self.streams.renew(holders, now=time.time(), ttl=self.ttl)
+        self.streams.renew(holders, now=self.clock.now(), ttl=self.ttl)

@@ -18,13 +18,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-import time
 from pathlib import Path
 
 from sandbox.backends.base import Backend, WarmBackend
 from sandbox.pool import Shape, Slot, WarmPool
 
 from .backoff import RepeatLog
+from .clock import SYSTEM, Clock
 from .logging import get_logger
 from .metrics import Metrics
 from .registry import Lease, LeasesTable, RunsTable
@@ -44,7 +44,9 @@ YIELD_S = 1.0  # a fill that yielded to starting runs looks again this much late
 
 class WarmKeeper:
     def __init__(self, pool: WarmPool | None, runs: RunsTable, leases: LeasesTable, tenants: Tenants, metrics: Metrics,
-                 errors: RepeatLog, *, replica: str | None = None, lease_s: float = 20.0) -> None:
+                 errors: RepeatLog, *, replica: str | None = None, lease_s: float = 20.0,
+                 clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.pool = pool
         self.replica = replica
         """This replica's name on its pool's lease (None: the only replica, nothing to reap)."""
@@ -65,7 +67,8 @@ class WarmKeeper:
     @classmethod
     def of(cls, backend: Backend, runs_root: Path, size: int, runs: RunsTable, leases: LeasesTable,
            tenants: Tenants,
-           metrics: Metrics, errors: RepeatLog, *, replica: str | None = None, lease_s: float = 20.0) -> WarmKeeper:
+           metrics: Metrics, errors: RepeatLog, *, replica: str | None = None, lease_s: float = 20.0,
+           clock: Clock = SYSTEM) -> WarmKeeper:
         """A keeper with a pool of ``size`` per shape when the backend can start sandboxes ahead, else none.
         ``replica``: this replica's name, when several may share the runs' folder (PostgreSQL) — its slots carry a
         hash of it, so a replica starting sweeps only what it left itself, and reaps what a dead one left once its
@@ -73,7 +76,7 @@ class WarmKeeper:
         sweeps every waiting sandbox."""
         owner = hashlib.sha256(replica.encode()).hexdigest()[:8] if replica is not None else ""
         pool = WarmPool(backend, runs_root, size, owner=owner) if size and isinstance(backend, WarmBackend) else None
-        return cls(pool, runs, leases, tenants, metrics, errors, replica=replica, lease_s=lease_s)
+        return cls(pool, runs, leases, tenants, metrics, errors, replica=replica, lease_s=lease_s, clock=clock)
 
     def bind(self, loop: asyncio.AbstractEventLoop) -> None:
         """The loop fills are started on (the service's)."""
@@ -109,8 +112,8 @@ class WarmKeeper:
 
     def check_due(self) -> None:
         """A pass's share: every ``WARM_CHECK_S`` a waiting sandbox that died is replaced, a failed start retried."""
-        if self.pool is not None and time.monotonic() >= self._next_check:
-            self._next_check = time.monotonic() + WARM_CHECK_S
+        if self.pool is not None and self.clock.monotonic() >= self._next_check:
+            self._next_check = self.clock.monotonic() + WARM_CHECK_S
             self.refill()
 
     def _sweep(self, pool: WarmPool) -> None:
@@ -127,18 +130,19 @@ class WarmKeeper:
         """Blocking: this replica's pool's lease, taken (again: another replica may have taken it over while this one
         could not renew it); the leases' renewer keeps it from then on."""
         if self.pool is not None and self.replica is not None:
-            self.leases.take(self._lease_of(self.pool.owner), self.replica, ttl=self.lease_s, now=time.time())
+            self.leases.take(self._lease_of(self.pool.owner), self.replica, ttl=self.lease_s, now=self.clock.now())
 
     def _reap_due(self, pool: WarmPool) -> None:
         """Blocking, every ``WARM_CHECK_S``: what the pools of dead replicas left waiting goes."""
-        if self.replica is None or time.monotonic() < self._next_reap:
+        if self.replica is None or self.clock.monotonic() < self._next_reap:
             return
-        self._next_reap = time.monotonic() + WARM_CHECK_S
+        self._next_reap = self.clock.monotonic() + WARM_CHECK_S
         self._alive()
         taken: list[Lease] = []
 
         def alive(owner: str) -> bool:  # its lease taken here: its replica renews it no more
-            lease = self.leases.take(self._lease_of(owner), self.replica or "", ttl=self.lease_s, now=time.time())
+            lease = self.leases.take(self._lease_of(owner), self.replica or "", ttl=self.lease_s,
+                                       now=self.clock.now())
             if lease is not None:
                 taken.append(lease)
             return lease is None
@@ -180,7 +184,7 @@ class WarmKeeper:
         return pool.fill(yield_to=self._runs_starting)
 
     def _runs_starting(self) -> bool:
-        starting = self.runs.booting(time.time() - BOOT_S) >= len(os.sched_getaffinity(0))
+        starting = self.runs.booting(self.clock.now() - BOOT_S) >= len(os.sched_getaffinity(0))
         self._yielded = self._yielded or starting
         return starting
 

@@ -42,6 +42,7 @@ from typing import Literal
 import httpx
 import msgspec
 
+from .clock import SYSTEM, Clock
 from .logging import get_logger
 from .registry import DeliveriesTable, Delivery, Push, Run
 from .tenants import Tenant, Tenants
@@ -132,7 +133,8 @@ class Webhooks:
     """The delivery queue (rows in the registry) and the task that sends it."""
 
     def __init__(self, deliveries: DeliveriesTable, tenants: Tenants, *, retry_s: float = 15.0, slots: int = SLOTS,
-                 tenant_slots: int = TENANT_SLOTS) -> None:
+                 tenant_slots: int = TENANT_SLOTS, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.deliveries = deliveries
         self.tenants = tenants
         self.retry_s = retry_s
@@ -153,7 +155,7 @@ class Webhooks:
         tenant = self.tenants.get(run.tenant)
         if tenant is None or tenant.webhook is None:
             return
-        now = time.time()
+        now = self.clock.now()
         delivery_id = f"{run.id}.{event}" + (f".{key}" if key else "")
         body = WebhookBody(id=delivery_id, event=event, run=run.id, tenant=run.tenant, status=run.status,
                            branch=run.branch, commit=run.commit_sha, error=run.error, created=iso(run.created),
@@ -208,7 +210,7 @@ class Webhooks:
     def _send_due(self) -> float:
         """Start the deliveries that are due (each run's oldest pending one), as many as the slots leave room for —
         the tenant's and all tenants' together; seconds until the next is due."""
-        now = time.time()
+        now = self.clock.now()
         wait = 60.0
         seen: set[str] = set()
         for d in self.deliveries.list(state="pending", limit=10_000, oldest_first=True):
@@ -243,7 +245,7 @@ class Webhooks:
         """One try of ``d`` within its deadline, and its outcome stored while ``claim`` is still its: delivered,
         given up, or when to try again."""
         fields: dict[str, object] = {"tenant": d.tenant, "run": d.run, "delivery": d.id, "webhook_event": d.event}
-        left = claim - MARGIN_S - time.time()  # the try ends MARGIN_S before its claim does
+        left = claim - MARGIN_S - self.clock.now()  # the try ends MARGIN_S before its claim does
         if left <= 0:  # this sender was paused since it claimed: the claim lapses untried, and it is due again then
             log.warning("webhook.claim_too_late", **fields)
             return
@@ -255,7 +257,7 @@ class Webhooks:
                                          "line and headers)", True
         d.attempts += 1
         d.last_status, d.last_error = status, error
-        now = time.time()
+        now = self.clock.now()
         if error is None:
             d.state, d.next_try, d.ended = "delivered", None, now
         elif not retry or d.attempts >= TRIES:

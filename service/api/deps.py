@@ -1,5 +1,7 @@
-"""What handlers are given rather than fetch: the caller's tenant (from its bearer token), the registry,
-the scheduler, the submit rules (``service.admission``), the config, and the run a path names — already checked to be the caller's own."""
+"""What handlers are given rather than fetch: the caller's tenant (from its bearer token), the registry, the
+parts of the service they use (``service.wiring`` built them: the gate, health, the mailbox, run control, the
+stream slots, results, the clock — never the scheduler), the submit rules (``service.admission``), the config, and
+the run a path names — already checked to be the caller's own."""
 
 from __future__ import annotations
 
@@ -14,23 +16,36 @@ from litestar.exceptions import NotAuthorizedException, NotFoundException
 from litestar.handlers import BaseRouteHandler
 
 from ..admission import Admission
+from ..clock import Clock
 from ..config import ServiceConfig
+from ..gate import Gate
+from ..health import Health
+from ..mailbox import Mailbox
 from ..metrics import Metrics
-from ..registry import Registry, Run
-from ..scheduler import Scheduler
+from ..registry import DeliveriesTable, Run, RunsTable, SpendTable
+from ..streams import StreamSlots
 from ..tenants import Tenant, Tenants
+from ..wiring import RunControl, Service
 from .errors import Conflict, TooManyRequests
 from .limits import RateLimits
 from .scrape import ScrapeToken
 
-__all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ConfigDep", "RegistryDep", "SchedulerDep",
-           "MetricsDep", "ScrapeDep", "TenantDep", "RunDep", "MIN_PREFIX", "RUN_ID_CHARS"]
+__all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ClockDep", "ConfigDep", "ControlDep",
+           "GateDep", "HealthDep", "MailboxDep", "RunsDep", "SpendDep", "DeliveriesDep", "SlotsDep", "MetricsDep", "ScrapeDep", "TenantDep",
+           "RunDep", "MIN_PREFIX", "RUN_ID_CHARS"]
 
-# what a handler declares to be given (by name: ``registry: RegistryDep``)
+# what a handler declares to be given (by name: ``runs: RunsDep``) — the tables it reads, never the registry whole
 AdmissionDep = NamedDependency[Admission]
 ConfigDep = NamedDependency[ServiceConfig]
-RegistryDep = NamedDependency[Registry]
-SchedulerDep = NamedDependency[Scheduler]
+RunsDep = NamedDependency[RunsTable]
+SpendDep = NamedDependency[SpendTable]
+DeliveriesDep = NamedDependency[DeliveriesTable]
+ClockDep = NamedDependency[Clock]
+ControlDep = NamedDependency[RunControl]
+GateDep = NamedDependency[Gate]
+HealthDep = NamedDependency[Health]
+MailboxDep = NamedDependency[Mailbox]
+SlotsDep = NamedDependency[StreamSlots]
 MetricsDep = NamedDependency[Metrics]
 ScrapeDep = NamedDependency[ScrapeToken]
 TenantDep = NamedDependency[Tenant]
@@ -71,34 +86,39 @@ def _tenant(request: Request[Any, Any, Any]) -> Tenant:
     return tenant
 
 
-def provide_run(registry: RegistryDep, tenant: TenantDep, run_id: FromPath[str]) -> Run:
+def provide_run(runs: RunsDep, tenant: TenantDep, run_id: FromPath[str]) -> Run:
     """The run ``run_id`` of the caller's tenant, or the one of its runs whose id starts with ``run_id`` (at least
     ``MIN_PREFIX`` characters); 404 when it has none, 409 naming the candidates when several start so. An id
     of other characters than a run id's is no run (asked of no database: PostgreSQL refuses a NUL byte)."""
     if not RUN_ID_CHARS.issuperset(run_id):
         raise NotFoundException(f"run {run_id[:100]!r} not found: a run id holds only digits, a-f and '-'")
-    run = registry.runs.get(run_id, tenant=tenant.name)
+    run = runs.get(run_id, tenant=tenant.name)
     if run is not None:
         return run
     if len(run_id) < MIN_PREFIX:
         raise NotFoundException(f"run {run_id} not found (a shortened id needs at least {MIN_PREFIX} characters)")
-    found = registry.runs.ids_starting(run_id, tenant=tenant.name, limit=AMBIGUOUS_SHOWN + 1)
+    found = runs.ids_starting(run_id, tenant=tenant.name, limit=AMBIGUOUS_SHOWN + 1)
     if len(found) > 1:
         more = ", …" if len(found) > AMBIGUOUS_SHOWN else ""
         raise Conflict(f"run id {run_id} is ambiguous: more than one of your runs starts with it "
                        f"({', '.join(found[:AMBIGUOUS_SHOWN])}{more}); give more of the id")
-    run = registry.runs.get(found[0], tenant=tenant.name) if found else None
+    run = runs.get(found[0], tenant=tenant.name) if found else None
     if run is None:
         raise NotFoundException(f"run {run_id} not found")
     return run
 
 
-def dependencies(config: ServiceConfig, registry: Registry, scheduler: Scheduler, metrics: Metrics
-                 ) -> dict[str, Provide]:
+def dependencies(service: Service) -> dict[str, Provide]:
+    """Each handler's parameter by name, from the parts ``service.wiring.build`` made."""
     def value(v: Any) -> Provide:
         return Provide(lambda: v, use_cache=True, sync_to_thread=False)
 
-    admission = Admission(config, registry.runs, scheduler.health, refusal=lambda: scheduler.refusal, wake=scheduler.wake)
-    return {"config": value(config), "registry": value(registry), "scheduler": value(scheduler),
-            "admission": value(admission),
-            "metrics": value(metrics), "tenant": Provide(_tenant, sync_to_thread=False)}
+    gate = service.gate
+    admission = Admission(service.config, service.registry.runs, service.health, refusal=lambda: gate.refused,
+                          wake=service.hooks.wake)
+    return {"config": value(service.config), "runs": value(service.registry.runs), "spend": value(service.registry.spend),
+            "deliveries": value(service.registry.deliveries), "admission": value(admission),
+            "metrics": value(service.metrics), "clock": value(service.clock), "gate": value(gate),
+            "health": value(service.health), "mailbox": value(service.mailbox), "control": value(service.runs),
+            "slots": value(service.slots), "results": value(service.results),
+            "tenant": Provide(_tenant, sync_to_thread=False)}

@@ -121,7 +121,7 @@ def _crash(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorOut
     from ..health import is_disk_full
 
     if is_disk_full(exc):  # an answer, a message, a cancel that cannot be written: the disk, not the service
-        request.app.state.scheduler.health.disk_full_seen()
+        request.app.state.service.health.disk_full_seen()
         log.warning("api.disk_full", path=request.url.path, method=request.method, error=str(exc)[:300])
         response = _body(507, "the service's disk is full, so this was not saved; try again once the operator "
                               "has freed space")

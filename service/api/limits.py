@@ -17,10 +17,9 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..clock import SYSTEM, Clock
 from ..config import ServiceConfig
 from ..tenants import Tenant
 
@@ -52,7 +51,7 @@ class Paced:
 class RateLimits:
     """The per-tenant buckets: ``requests_per_s`` and ``request_burst`` from the tenant, else from the config."""
 
-    def __init__(self, config: ServiceConfig, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, config: ServiceConfig, clock: Clock = SYSTEM) -> None:
         self.config = config
         self._clock = clock
         self._lock = threading.Lock()
@@ -75,7 +74,7 @@ class RateLimits:
         """One request of ``tenant``: None when it may go on, else why not and for how long."""
         rate = tenant.requests_per_s or self.config.requests_per_s
         burst = tenant.request_burst or self.config.request_burst
-        now = self._clock()
+        now = self._clock.monotonic()
         with self._lock:
             bucket = self._buckets.get(tenant.name)
             if bucket is None:

@@ -13,9 +13,8 @@ from litestar.exceptions import NotFoundException
 
 from ..logging import get_logger
 from ..registry import ACTIVE, Run
-from ..scheduler import Scheduler
 from ..tenants import Tenant
-from .deps import RunDep, SchedulerDep, TenantDep, provide_run
+from .deps import MailboxDep, RunDep, TenantDep, provide_run
 from .errors import Conflict, errors
 from .examples import ACCEPTED, ANSWERED, QUESTIONS, SENT, AnswerBody, InterruptBody, MessageBody, ok
 from .schemas import AcceptedOut, AnswerOut, MessageOut, QuestionList, QuestionOut
@@ -42,24 +41,24 @@ class MailboxController(Controller):
 
     @get("/questions", operation_id="list_questions", summary="The run's open questions, oldest first",
          responses={**ok(200, QUESTIONS, "the open questions (none once the run ended)"), **errors(404)})
-    async def questions(self, run: RunDep, scheduler: SchedulerDep) -> QuestionList:
+    async def questions(self, run: RunDep, mailbox: MailboxDep) -> QuestionList:
         """What the run is waiting on a person for; answer one with POST …/answers and its `id`."""
         if run.status not in ACTIVE:
             return QuestionList(questions=[])
-        found = await asyncio.to_thread(scheduler.questions, run)
+        found = await asyncio.to_thread(mailbox.questions, run)
         return QuestionList(questions=[QuestionOut(**msgspec.structs.asdict(q)) for q in found])
 
     @post("/answers", status_code=200, operation_id="answer_question",
           summary="Answer an open question (its id from GET …/questions or the `ask` event)",
           responses={**ok(200, ANSWERED, "the answer is in the run's mailbox"), **errors(400, 404, 409, 413)})
-    async def answer(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep,
+    async def answer(self, run: RunDep, tenant: TenantDep, mailbox: MailboxDep,
                      data: AnswerBody) -> AnswerOut:
         """The run reads it at once and goes on; a question already answered or timed out is a 404."""
         _need_active(run, "answers")
-        if not any(q.id == data.question_id for q in await asyncio.to_thread(scheduler.questions, run)):
+        if not any(q.id == data.question_id for q in await asyncio.to_thread(mailbox.questions, run)):
             raise NotFoundException(f"question {data.question_id} is not open on run {run.id} "
                                     "(answered, timed out or never asked); GET its questions to see the open ones")
-        await asyncio.to_thread(scheduler.mail, run, f"answers/{data.question_id}.json",
+        await asyncio.to_thread(mailbox.mail, run, f"answers/{data.question_id}.json",
                                 {"text": data.text, "answered_at": _now()})
         log.info("run.answered", tenant=tenant.name, run=run.id, question=data.question_id)
         return AnswerOut(question_id=data.question_id, accepted=True)
@@ -67,22 +66,22 @@ class MailboxController(Controller):
     @post("/messages", status_code=202, operation_id="send_message",
           summary="Tell a running run something without being asked",
           responses={**ok(202, SENT, "in the run's inbox"), **errors(400, 404, 409, 413)})
-    async def message(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep,
+    async def message(self, run: RunDep, tenant: TenantDep, mailbox: MailboxDep,
                       data: MessageBody) -> MessageOut:
         """The run reads its inbox between tool calls; the step in flight is not stopped (see …/interrupt)."""
         _need_active(run, "messages")
         mid = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(8)}"
-        await asyncio.to_thread(scheduler.mail, run, f"inbox/{mid}.json", {"text": data.text, "sent_at": _now()})
+        await asyncio.to_thread(mailbox.mail, run, f"inbox/{mid}.json", {"text": data.text, "sent_at": _now()})
         log.info("run.message", tenant=tenant.name, run=run.id, chars=len(data.text))
         return MessageOut(id=mid, accepted=True)
 
     @post("/interrupt", status_code=202, operation_id="interrupt_run",
           summary="Interrupt the step in flight; it continues with these words",
           responses={**ok(202, ACCEPTED, "the interrupt is in the run's mailbox"), **errors(400, 404, 409, 413)})
-    async def interrupt(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep,
+    async def interrupt(self, run: RunDep, tenant: TenantDep, mailbox: MailboxDep,
                         data: InterruptBody) -> AcceptedOut:
         """The model's turn is cut where it is and the step goes on from these words (the run is not ended)."""
         _need_active(run, "interrupts")
-        await asyncio.to_thread(scheduler.mail, run, "interrupt.json", {"words": data.text, "at": _now()})
+        await asyncio.to_thread(mailbox.mail, run, "interrupt.json", {"words": data.text, "at": _now()})
         log.info("run.interrupt", tenant=tenant.name, run=run.id, chars=len(data.text))
         return AcceptedOut(accepted=True)

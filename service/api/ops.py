@@ -16,7 +16,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.types import Message, Scope
 
 from ..metrics import CONTENT_TYPE
-from .deps import ConfigDep, MetricsDep, SchedulerDep, ScrapeDep
+from .deps import ConfigDep, GateDep, HealthDep, MetricsDep, ScrapeDep
 from .errors import example_error
 from .examples import HEALTHY, METRICS, REFUSING, ok
 from .schemas import ErrorOut, HealthOut
@@ -49,15 +49,15 @@ async def security_headers(message: Message, scope: Scope) -> None:
 @get("/healthz", tags=["ops"], operation_id="get_health", summary="Is the service taking runs (503 when not)",
      responses={**ok(200, HEALTHY, "taking runs (`degraded` with `reasons` still answers 200)"),
                 **ok(503, REFUSING, "the scheduler is not running, or the guard canary failed")})
-async def healthz(scheduler: SchedulerDep, config: ConfigDep) -> Response[HealthOut]:
+async def healthz(health: HealthDep, gate: GateDep, config: ConfigDep) -> Response[HealthOut]:
     """For probes, without a token. A full disk or an engine away is `degraded` (200: restarting would not
     help); a failed guard canary or a stopped scheduler is a 503."""
-    ok = scheduler.healthy
-    reasons = scheduler.health.reasons()  # degraded still answers 200: a full disk is no reason to restart
+    ok = health.scheduling
+    reasons = health.reasons()  # degraded still answers 200: a full disk is no reason to restart
     out = HealthOut(status=("degraded" if reasons else "ok") if ok else "scheduler stopped", backend=config.backend,
-                    reasons=reasons or None, guards=scheduler.hold)
-    if scheduler.refusal:
-        ok, out.status, out.reason = False, "refusing runs", scheduler.refusal
+                    reasons=reasons or None, guards=gate.held)
+    if gate.refused:
+        ok, out.status, out.reason = False, "refusing runs", gate.refused
     return Response(out, status_code=200 if ok else 503)
 
 
@@ -68,13 +68,13 @@ async def healthz(scheduler: SchedulerDep, config: ConfigDep) -> Response[Health
                 401: ResponseSpec(data_container=ErrorOut, generate_examples=False,
                                   description="a bearer token that is not the service's scrape token",
                                   examples=[example_error(401, _NOT_THE_TOKEN)])})
-async def metrics(request: Request[Any, Any, Any], metrics: MetricsDep, scheduler: SchedulerDep,
+async def metrics(request: Request[Any, Any, Any], metrics: MetricsDep, health: HealthDep, gate: GateDep,
                   scrape: ScrapeDep) -> Response[bytes]:
     """Runs, queue wait, durations, failures by reason, guard denials, model tokens and cost per tenant, and
     the disk, backend and canary gauges; helm/files/ holds a Grafana dashboard and alert rules over them. Per
     tenant only with `Authorization: Bearer <scrape token>`; without it, summed over tenants (no tenant's name)."""
     per_tenant = scrape.per_tenant(request.headers.get("authorization", ""))
-    health = scheduler.health.prometheus().encode()  # disk and backend gauges (service/health.py)
+    gauges = health.prometheus().encode()  # disk and backend gauges (service/health.py)
     refusing = ("# HELP flower_refusing_runs 1 while the guard canary refuses runs for this CLI (GET /healthz says "
-                f"why).\n# TYPE flower_refusing_runs gauge\nflower_refusing_runs {int(bool(scheduler.refusal))}\n")
-    return Response(metrics.render(per_tenant=per_tenant) + health + refusing.encode(), media_type=CONTENT_TYPE)
+                f"why).\n# TYPE flower_refusing_runs gauge\nflower_refusing_runs {int(bool(gate.refused))}\n")
+    return Response(metrics.render(per_tenant=per_tenant) + gauges + refusing.encode(), media_type=CONTENT_TYPE)

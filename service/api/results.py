@@ -13,7 +13,7 @@ from litestar.params import Parameter
 from ..logging import get_logger
 from ..push import push_due
 from ..results import Results
-from .deps import RegistryDep, RunDep, TenantDep, provide_run
+from .deps import DeliveriesDep, RunDep, TenantDep, provide_run
 from .errors import Conflict, Unprocessable, errors, example_error
 from .examples import DELIVERIES, PUSHED, ok
 from .schemas import DeliveryList, ErrorOut, PushOut, delivery_out, push_out
@@ -31,11 +31,11 @@ class ResultsController(Controller):
     @get("/webhooks/deliveries", operation_id="list_webhook_deliveries",
          responses={**ok(200, DELIVERIES, "the tenant's deliveries, newest first"), **errors(400)},
          summary="The tenant's webhook deliveries, newest first")
-    async def deliveries(self, tenant: TenantDep, registry: RegistryDep,
+    async def deliveries(self, tenant: TenantDep, deliveries: DeliveriesDep,
                          limit: Annotated[int, Parameter(ge=1, le=1000)] = 100) -> DeliveryList:
         """Each delivery of the tenant's `webhook_url` (run.started, question.asked, run.ended): how many tries it
         took, the receiver's last HTTP status and error, and when it is tried next while pending."""
-        found = registry.deliveries.list(tenant=tenant.name, limit=limit)
+        found = deliveries.list(tenant=tenant.name, limit=limit)
         return DeliveryList(deliveries=[delivery_out(d) for d in found])
 
     @post("/runs/{run_id:str}/push", status_code=200, operation_id="push_run_branch",

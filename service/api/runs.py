@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -14,13 +13,14 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import Stream
 
+from ..budgets import day_of
 from ..admission import BadSubmit, DiskLow, NotTakingRuns, QueueFull, new_run_id
 from ..config import ServiceConfig
 from ..logging import get_logger
-from ..registry import STATUSES, Registry, Run
-from ..scheduler import Scheduler
+from ..registry import STATUSES, Run
+from ..wiring import RunControl
 from ..tenants import Tenant, TenantNotReady
-from .deps import AdmissionDep, ConfigDep, RegistryDep, RunDep, SchedulerDep, TenantDep, provide_run
+from .deps import AdmissionDep, ClockDep, ConfigDep, ControlDep, RunDep, RunsDep, SpendDep, TenantDep, provide_run
 from .errors import Conflict, Gone, InsufficientStorage, TooManyRequests, Unprocessable, errors, example_error
 from .examples import DIFF, FILES, MANIFEST, RUN, RUNS, SUBMITTED, USAGE, SubmitBody, ok
 from .schemas import (Budget, DiffFile, DiffFilesOut, ErrorOut, ManifestOut, RunList, RunOut, SubmitOut, UsageOut,
@@ -39,14 +39,14 @@ def _gone(run: RunDep, what: str) -> None:
         raise Gone(f"run {run.id} was deleted, and its {what} with it")
 
 
-async def _changes(run: Run, tenant: Tenant, scheduler: Scheduler) -> tuple[str, Changes]:
+async def _changes(run: Run, tenant: Tenant, control: RunControl) -> tuple[str, Changes]:
     """The run's branch and what it changed (``git diff --numstat``): 409 before it started, 404 (410 once
     deleted) when its branch or base is gone."""
     from sandbox.worktree import diff_files
 
     if not run.base:
         raise Conflict(f"run {run.id} never started ({run.status}), so it has no diff")
-    branch = scheduler.layout(run).branch
+    branch = control.layout(run).branch
     try:
         return branch, await asyncio.to_thread(diff_files, run.repo, branch, base=run.base)
     except Exception as e:  # noqa: BLE001
@@ -92,7 +92,7 @@ class RunController(Controller):
 
     @get("/", operation_id="list_runs", summary="The tenant's runs, newest first",
          responses={**ok(200, RUNS, "the runs, newest first"), **errors(400)})
-    async def list_runs(self, tenant: TenantDep, registry: RegistryDep,
+    async def list_runs(self, tenant: TenantDep, runs: RunsDep,
                         status: Annotated[str | None, Parameter(
                             description="comma-separated statuses to keep, e.g. `running,queued`")] = None,
                         limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
@@ -106,8 +106,8 @@ class RunController(Controller):
             bad = [s for s in statuses if s not in STATUSES]
             if bad:
                 raise ValidationException(f"unknown status {', '.join(bad)} (known: {', '.join(STATUSES)})")
-        runs = registry.runs.list(tenant=tenant.name, statuses=statuses, limit=limit, deleted=None if deleted else False)
-        return RunList(runs=[run_out(r) for r in runs])
+        found = runs.list(tenant=tenant.name, statuses=statuses, limit=limit, deleted=None if deleted else False)
+        return RunList(runs=[run_out(r) for r in found])
 
     @get("/{run_id:str}", operation_id="get_run", summary="One run",
          responses={**ok(200, RUN, "the run as it is now"), **errors(404)})
@@ -119,7 +119,7 @@ class RunController(Controller):
     @delete("/{run_id:str}", status_code=200, operation_id="delete_run",
             summary="Delete an ended run's files (and, with branch=true, its branch); the row stays as a tombstone",
             responses={**ok(200, RUN, "the run's tombstone: `deleted` says when"), **errors(400, 404, 409)})
-    async def delete_run(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep,
+    async def delete_run(self, run: RunDep, tenant: TenantDep, control: ControlDep,
                          branch: Annotated[bool, Parameter(
                              description="also delete the branch flower/<run> from the tenant's repository")] = False,
                          ) -> RunOut:
@@ -127,7 +127,7 @@ class RunController(Controller):
         stays in the tenant's repository unless `branch=true`."""
         if not run.terminal:
             raise Conflict(f"run {run.id} is {run.status}: only an ended run can be deleted (cancel it first)")
-        done = await scheduler.delete(run, branch=branch)
+        done = await control.delete(run, branch=branch)
         log.info("run.deleted", tenant=tenant.name, run=run.id, branch=branch)
         return run_out(done)
 
@@ -137,21 +137,21 @@ class RunController(Controller):
                      **ok(202, msgspec.structs.replace(RUN, status="running", cancel_requested=True),
                           "asked to stop; not ended within `wait`"),
                      **errors(400, 404, 409)})
-    async def cancel(self, run: RunDep, tenant: TenantDep, registry: RegistryDep, scheduler: SchedulerDep,
-                     config: ConfigDep,
+    async def cancel(self, run: RunDep, tenant: TenantDep, runs: RunsDep, control: ControlDep,
+                     config: ConfigDep, clock: ClockDep,
                      wait: Annotated[float, Parameter(ge=0, le=120,
                                                       description="seconds to wait for the run to end")] = 30.0,
                      ) -> Response[RunOut]:
         """Queued: cancelled at once. Running: stopped; waits up to ``wait`` seconds for it to end (else 202)."""
         if run.terminal:
             raise Conflict(f"run {run.id} has already ended ({run.status})")
-        scheduler.request_cancel(run.id)
+        control.request_cancel(run.id)
         log.info("run.cancel_requested", tenant=tenant.name, run=run.id)
-        deadline = time.monotonic() + wait
+        deadline = clock.monotonic() + wait
         while True:
-            current = registry.runs.get(run.id)
+            current = runs.get(run.id)
             assert current is not None
-            if current.terminal or time.monotonic() >= deadline:
+            if current.terminal or clock.monotonic() >= deadline:
                 break
             await asyncio.sleep(min(0.05, config.poll_s))
         return Response(run_out(current), status_code=200 if current.terminal else 202)
@@ -162,7 +162,7 @@ class RunController(Controller):
                     **errors(404, 409, 410), 422: ResponseSpec(ErrorOut, generate_examples=False, description=(
              "the diff (or the one file's) is larger than the service's `max_diff_mb`: nothing of it was sent; "
              "the error says how to fetch the branch instead"), examples=[example_error(422, _TOO_LARGE)])})
-    async def diff(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep, config: ConfigDep,
+    async def diff(self, run: RunDep, tenant: TenantDep, control: ControlDep, config: ConfigDep,
                    path: Annotated[str | None, Parameter(
                        max_length=4096, description="only this file's diff: a `path` as GET …/diff/files lists it"
                    )] = None) -> Stream:
@@ -177,7 +177,7 @@ class RunController(Controller):
         if path is not None and path.startswith("-"):
             raise ValidationException(f"path {path[:100]!r} starts with '-': give a path as GET /v1/runs/{run.id}"
                                       "/diff/files lists it")
-        branch, changes = await _changes(run, tenant, scheduler)
+        branch, changes = await _changes(run, tenant, control)
         name = None
         if path is not None:
             found = changes.find(path)
@@ -207,10 +207,10 @@ class RunController(Controller):
     @get("/{run_id:str}/diff/files", operation_id="list_run_files",
          summary="The files the run changed, with lines added and deleted (git diff --numstat)",
          responses={**ok(200, FILES, "the changed files, as of `commit`"), **errors(404, 409, 410)})
-    async def diff_files(self, run: RunDep, tenant: TenantDep, scheduler: SchedulerDep) -> DiffFilesOut:
+    async def diff_files(self, run: RunDep, tenant: TenantDep, control: ControlDep) -> DiffFilesOut:
         """Cheap however large the diff: git counts, the service reads only the counts. The first
         10,000 files are listed (`truncated` if there were more)."""
-        branch, changes = await _changes(run, tenant, scheduler)
+        branch, changes = await _changes(run, tenant, control)
         files = [DiffFile(path=f.path, insertions=f.insertions, deletions=f.deletions, binary=f.binary)
                  for f in changes.files]
         return DiffFilesOut(branch=branch, base=run.base or "", commit=changes.commit, files=files,
@@ -220,14 +220,14 @@ class RunController(Controller):
     @get("/{run_id:str}/manifest", operation_id="get_run_manifest",
          summary="The run's steps and exit, as it wrote them",
          responses={**ok(200, MANIFEST, "the run's manifest rows and its exit.json"), **errors(404, 410)})
-    async def manifest(self, run: RunDep, scheduler: SchedulerDep) -> ManifestOut:
+    async def manifest(self, run: RunDep, control: ControlDep) -> ManifestOut:
         """What the run itself wrote (claims, not the service's measurements: those are on GET /v1/runs/{id});
         `exit` is null until it ended."""
         from sandbox.backends.base import read_exit
         from sandbox.runfiles import read_json
 
         _gone(run, "manifest")
-        folder = scheduler.layout(run).dir
+        folder = control.layout(run).dir
         steps = await asyncio.to_thread(read_json, folder, "run/manifest.json", limit=8 * 1024 * 1024)
         exit_data = await asyncio.to_thread(read_exit, folder)
         rows: list[dict[str, Any]] = [s for s in steps if isinstance(s, dict)] if isinstance(steps, list) else []
@@ -236,12 +236,12 @@ class RunController(Controller):
 
 @get("/usage", tags=["runs"], operation_id="get_usage", summary="The tenant's spend on one UTC day (the gateway's)",
      responses={**ok(200, USAGE, "the day's spend and the tenant's budgets"), **errors(400)})
-async def usage(tenant: TenantDep, registry: RegistryDep,
+async def usage(tenant: TenantDep, spend: SpendDep, clock: ClockDep,
                 day: Annotated[str | None, Parameter(pattern=r"^\d{4}-\d{2}-\d{2}$")] = None) -> UsageOut:
     """Cost and tokens the model gateway measured for this tenant's runs on ``day`` (default today), and its
     ``budget_usd``."""
-    when = day or time.strftime("%Y-%m-%d", time.gmtime())
-    spent = registry.spend.spent(tenant.name, when)
+    when = day or day_of(clock.now())
+    spent = spend.spent(tenant.name, when)
     return UsageOut(tenant=tenant.name, day=when, cost_usd=round(spent["cost_usd"], 6),
                     input_tokens=int(spent["input_tokens"]), output_tokens=int(spent["output_tokens"]),
                     budget_usd=Budget(run=tenant.budget_usd.run, day=tenant.budget_usd.day))

@@ -23,10 +23,9 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from ..events import Ended, KeepAlive, Numbered, replay
-from ..registry import Registry, Run
-from ..scheduler import Scheduler
+from ..registry import Run
 from ..tenants import Tenant
-from .deps import RegistryDep, RunDep, SchedulerDep, TenantDep, provide_run
+from .deps import ClockDep, ConfigDep, ControlDep, RunDep, RunsDep, SlotsDep, TenantDep, provide_run
 from .errors import Gone, TooManyRequests, errors
 from .examples import EVENTS, ok
 
@@ -66,8 +65,9 @@ def _message(item: Numbered | KeepAlive | Ended) -> ServerSentEventMessage:
                      "JSON ({seq, kind, text, payload, …}); an `ask` event's payload.id is the question id",
                      media_type="text/event-stream"),
                 **errors(400, 404, 410, 429)})
-async def events(request: Request[Any, Any, Any], run: RunDep, tenant: TenantDep, registry: RegistryDep,
-                 scheduler: SchedulerDep, after: Annotated[int | None, Parameter(ge=0)] = None,
+async def events(request: Request[Any, Any, Any], run: RunDep, tenant: TenantDep, runs: RunsDep,
+                 control: ControlDep, slots: SlotsDep, config: ConfigDep, clock: ClockDep,
+                 after: Annotated[int | None, Parameter(ge=0)] = None,
                  last_event_id: Annotated[str | None, HeaderParameter(name="Last-Event-ID", required=False)] = None,
                  ) -> ServerSentEvent:
     """Server-sent events: what the run wrote so far, then each new event as it comes, then an `end` event
@@ -79,28 +79,28 @@ async def events(request: Request[Any, Any, Any], run: RunDep, tenant: TenantDep
         after = int(last) if last else 0
     if run.deleted is not None:
         raise Gone(f"run {run.id} was deleted, and its events with it")
-    folder = scheduler.layout(run).dir
-    cap = scheduler.config.max_streams_per_tenant
-    slot = await asyncio.to_thread(scheduler.slots.take, tenant.name, cap)
+    folder = control.layout(run).dir
+    cap = config.max_streams_per_tenant
+    slot = await asyncio.to_thread(slots.take, tenant.name, cap)
     if slot is None:
         raise TooManyRequests(f"tenant {tenant.name} already has {cap} event streams open (at most {cap}, "
                               "counted across the service's replicas); close one first", headers={"Retry-After": "5"})
-    queue = scheduler.subscribe(run.id)  # before the replay: nothing falls between the two
+    queue = control.subscribe(run.id)  # before the replay: nothing falls between the two
 
     async def release() -> None:  # once: the middleware takes it out of the scope
-        scheduler.unsubscribe(run.id, queue)
-        await asyncio.to_thread(scheduler.slots.give_back, slot)
+        control.unsubscribe(run.id, queue)
+        await asyncio.to_thread(slots.give_back, slot)
 
     request.scope.setdefault("state", {})[_SLOT] = release
 
     def over() -> str | None:
-        current = registry.runs.get(run.id)
+        current = runs.get(run.id)
         if current is None:
             return "unknown"
         return current.status if current.terminal else None
 
     async def stream() -> AsyncIterator[ServerSentEventMessage]:
-        async for item in replay(folder, after, queue, over, keepalive_s=KEEPALIVE_S):
+        async for item in replay(folder, after, queue, over, keepalive_s=KEEPALIVE_S, clock=clock):
             yield _message(item)
 
     return ServerSentEvent(stream(), headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

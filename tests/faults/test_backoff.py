@@ -7,15 +7,8 @@ import errno
 from typing import Any
 
 from service.backoff import Backoff, RepeatLog
+from service.clock import ManualClock
 from service.health import is_disk_full
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class Lines:
@@ -27,12 +20,12 @@ class Lines:
 
 
 def test_the_backoff_doubles_up_to_its_cap_and_a_success_resets_it():
-    clock = Clock()
+    clock = ManualClock()
     b = Backoff(base=0.5, cap=30, clock=clock)
     waits = [b.failed("run") for _ in range(10)]
     assert waits == [0.5, 1, 2, 4, 8, 16, 30, 30, 30, 30]
     assert not b.ready("run") and b.ready("other")
-    clock.t += 30
+    clock.advance(30)
     assert b.ready("run")
     assert b.succeeded("run") == 10 and b.failed("run") == 0.5
     b.reset()
@@ -40,7 +33,7 @@ def test_the_backoff_doubles_up_to_its_cap_and_a_success_resets_it():
 
 
 def test_an_error_repeating_for_ten_minutes_is_a_handful_of_lines():
-    clock, out = Clock(), Lines()
+    clock, out = ManualClock(), Lines()
     errors = RepeatLog(out, summary_s=60, clock=clock)
     full = OSError(errno.ENOSPC, "No space left on device")
     passes = 0
@@ -48,7 +41,7 @@ def test_an_error_repeating_for_ten_minutes_is_a_handful_of_lines():
         for run in range(20):
             errors.error("scheduler.follow_failed", f"run-{run}", full, run=f"run-{run}")
             passes += 1
-        clock.t += 0.25
+        clock.advance(0.25)
     for run in range(20):
         errors.ok(f"run-{run}")
     events = [e for _, e, _ in out.lines]
@@ -61,7 +54,7 @@ def test_an_error_repeating_for_ten_minutes_is_a_handful_of_lines():
 
 
 def test_a_different_error_starts_a_new_streak():
-    clock, out = Clock(), Lines()
+    clock, out = ManualClock(), Lines()
     errors = RepeatLog(out, clock=clock)
     errors.error("scheduler.tick_failed", "tick", RuntimeError("one"))
     errors.error("scheduler.tick_failed", "tick", RuntimeError("one"))
@@ -73,16 +66,16 @@ def test_a_different_error_starts_a_new_streak():
 def test_an_error_that_flaps_is_one_traceback_until_it_stays_away():
     """A pass that wrote nothing succeeds between two that fail on the full disk: the same streak, one traceback;
     back after a quiet minute, it is a new one."""
-    clock, out = Clock(), Lines()
+    clock, out = ManualClock(), Lines()
     errors = RepeatLog(out, summary_s=60, clock=clock)
     full = OSError(errno.ENOSPC, "No space left on device")
     for _ in range(5):
         errors.error("scheduler.follow_failed", "run-1", full)
-        clock.t += 0.25
+        clock.advance(0.25)
         errors.ok("run-1")
-        clock.t += 0.25
+        clock.advance(0.25)
     tracebacks = [kw for _, e, kw in out.lines if e == "scheduler.follow_failed" and "exc_info" in kw]
     assert len(tracebacks) == 1, out.lines
-    clock.t += 61
+    clock.advance(61)
     errors.error("scheduler.follow_failed", "run-1", full)
     assert len([kw for _, e, kw in out.lines if e == "scheduler.follow_failed" and "exc_info" in kw]) == 2

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from service.backoff import RepeatLog
+from service.clock import ManualClock
 from service.errors import ReplicaNameTaken
 from service.leases import Leases, gone, process_mark
 from service.live import LiveRuns
@@ -129,3 +130,29 @@ def test_a_holder_that_wakes_to_find_its_name_taken_follows_no_run_and_frees_not
     assert changes is not None and changes.lost == (RUN,) and changes.orphans == ()
     paused.release()  # its graceful stop lets nothing go: the name is the new process's
     assert registry.replicas.claim("r1", "third", "", ttl=1, now=later).instance == "new"
+
+
+T2031 = 1925078399.0  # 2031-01-01 23:59:59 UTC: a wall time no test runs at, so a part reading time.time() shows
+
+
+def test_a_lease_runs_out_on_the_clock_it_is_handed_and_only_then_another_replica_takes_the_run(
+        registry: Registry):
+    """r1 holds the run and stops renewing; on a ``ManualClock`` the lease holds for its whole ttl (10 minutes: no
+    test waits for it) and not a moment longer — then r2 sees it unheld and takes it, and r1 learns it was taken."""
+    clock = ManualClock(T2031)
+    registry.runs.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    registry.runs.begin(RUN, started=T2031)
+    r1_live, r2_live = LiveRuns(), LiveRuns()
+    r1 = Leases(registry.leases, registry.replicas, "r1", 600.0, r1_live, RepeatLog(get_logger("flower.test")), clock=clock)
+    r2 = Leases(registry.leases, registry.replicas, "r2", 600.0, r2_live, RepeatLog(get_logger("flower.test")), clock=clock)
+    r1.claim()
+    r2.claim()
+    assert r1.hold(RUN)
+    held = r1_live.of(RUN).lease
+    assert held is not None and held.expires == T2031 + 600
+    clock.advance(599)
+    assert not r2.hold(RUN), "r1's lease holds for its whole ttl"
+    clock.advance(2)
+    changes = r2.changes()
+    assert changes is not None and changes.orphans == (RUN,), "run out: no replica holds it"
+    assert r2.hold(RUN) and r1.taken(RUN)

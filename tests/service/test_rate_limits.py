@@ -10,6 +10,7 @@ import pytest
 
 from service.api import limits
 from service.api.limits import RateLimits
+from service.clock import ManualClock
 from service.config import ServiceConfig
 from service.tenants import Tenant
 
@@ -19,15 +20,8 @@ def tenant(name: str, **over: object) -> Tenant:
                   allowed_options=frozenset(), **over)  # type: ignore[arg-type]
 
 
-class Clock:
-    now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_a_tenant_gets_its_burst_then_its_rate_and_never_another_tenants(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock()
     cfg = ServiceConfig(data_dir=str(tmp_path), tenants="t.toml", requests_per_s=2.0, request_burst=5)
     rl = RateLimits(cfg, clock=clock)
     acme, beta = tenant("acme"), tenant("beta")
@@ -35,12 +29,12 @@ def test_a_tenant_gets_its_burst_then_its_rate_and_never_another_tenants(tmp_pat
     refused = rl.take(acme)
     assert refused is not None and refused.retry_after_s == 1 and "tenant acme" in refused.sentence("acme")
     assert rl.take(beta) is None, "beta's bucket is its own"
-    clock.now += 0.5  # one more token at 2 a second
+    clock.advance(0.5)  # one more token at 2 a second
     assert rl.take(acme) is None and rl.take(acme) is not None
 
 
 def test_the_tenants_file_overrides_the_services_rate_and_burst(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ManualClock()
     cfg = ServiceConfig(data_dir=str(tmp_path), tenants="t.toml", requests_per_s=100.0, request_burst=100)
     rl = RateLimits(cfg, clock=clock)
     slow = tenant("slow", requests_per_s=0.1, request_burst=1)

@@ -27,8 +27,9 @@ from _hello import hello_rules
 from _service_helpers import Deployment, Service, git, serve, wait_for, wait_question, wait_status
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ACHIEVED, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
-from service.errors import RegistryDamaged, TenantError
-from service.registry import Registry
+from service.clock import ManualClock
+from service.errors import TenantError
+from service.registry import Delivery, Registry, RegistryDamaged
 from service.tenants import Tenants
 from service.webhooks import Webhooks
 
@@ -324,8 +325,6 @@ def test_webhook_and_push_settings_resolve_beside_the_tenants_file(tmp_path: Pat
 
 
 def test_the_registry_keeps_deliveries_and_refuses_one_naming_another_tenants_run(tmp_path: Path):
-    from service.registry import Delivery
-
     path = tmp_path / "registry.sqlite3"
     registry = Registry(path)
     run_id = "20260101-000000-" + "a" * 32
@@ -390,3 +389,53 @@ def test_two_replicas_on_one_registry_send_each_webhook_once_and_in_order(tmp_pa
     for run_id in runs:  # a run's deliveries in order, whichever replica sent each: started (each try) then ended
         events = [g["event"] for g in receiver.of(run_id)]
         assert events[-1] == "run.ended" and set(events[:-1]) == {"run.started"}, events
+
+
+T2031 = 1925078399.0  # 2031-01-01 23:59:59 UTC: a wall time no test runs at, so a sender reading time.time() shows
+
+
+async def test_a_failed_webhook_is_tried_again_on_the_services_clock_after_retry_s_then_twice_that(tmp_path: Path):
+    """The retry schedule is read on the clock the sender is handed: with a ``ManualClock`` the second try is due
+    exactly ``retry_s`` after the first failed and the third ``2 · retry_s`` after the second — and nothing is tried
+    before it is due, however long the test takes (no sleeping for the schedule)."""
+    receiver = Receiver()
+    receiver.answers["run.ended"] = [503, 503]  # two failures, then 200
+    (tmp_path / "acme.hook").write_text(SECRET + "\n")
+    tenants = _tenants(tmp_path, webhook_url=receiver.url, webhook_secret_file="acme.hook")
+    registry = Registry(tmp_path / "registry.sqlite3")
+    run_id = "20310101-235959-" + "b" * 32
+    registry.runs.create(id=run_id, tenant="acme", ask="活", options={}, repo="/r")
+    run = registry.runs.get(run_id)
+    assert run is not None
+    clock = ManualClock(T2031)
+    hooks = Webhooks(registry.deliveries, tenants, retry_s=60.0, clock=clock)
+
+    def tried(n: int) -> Delivery:
+        return next(d for d in registry.deliveries.list(tenant="acme") if d.attempts == n)
+
+    async def tries(n: int) -> Delivery:
+        await asyncio.wait_for(_until(lambda: any(d.attempts == n for d in registry.deliveries.list(tenant="acme"))), 30)
+        return tried(n)
+
+    await hooks.start()
+    try:
+        hooks.emit("run.ended", run)
+        first = await tries(1)
+        assert first.created == T2031 and first.last_status == 503 and first.next_try == T2031 + 60
+        clock.advance(59.9)
+        hooks.wake()
+        await asyncio.sleep(0.2)  # a pass of the sender: nothing is due yet
+        assert receiver.arrived == ["run.ended"] and tried(1).state == "pending"
+        clock.advance(0.1)
+        hooks.wake()
+        second = await tries(2)
+        assert second.next_try == T2031 + 60 + 120, "then twice retry_s"
+        clock.advance(120)
+        hooks.wake()
+        third = await tries(3)
+        assert third.state == "delivered" and third.ended == T2031 + 180 and receiver.arrived == ["run.ended"] * 3
+    finally:
+        await hooks.stop()
+        receiver.server.shutdown()
+        receiver.server.server_close()
+        registry.close()

@@ -26,6 +26,7 @@ from service.config import ServiceConfig
 from service.gateway import Held
 from service.registry import Registry, Run
 from service.scheduler import POISON_AFTER, Scheduler
+from service.wiring import build
 from service.tenants import Tenants
 from service.wire import Usage
 
@@ -66,7 +67,7 @@ class World:
         """The service again, over the same registry and the same engine (its runs still there)."""
         await self.scheduler.stop()
         backend = MemoryBackend(self.backend.handler, runs=self.backend.runs)
-        scheduler = Scheduler(self.config, self.registry, Tenants(self.config.tenants), backend)
+        scheduler = build(self.config, self.registry, Tenants(self.config.tenants), backend).scheduler
         await scheduler.start(run_loop=False)
         return World(self.root, self.repo, self.config, self.registry, backend, scheduler)
 
@@ -97,7 +98,7 @@ def make_world(tmp_path: Path, git_repo: Callable[..., Path]) -> Callable[..., A
         cfg.runs_root.mkdir(parents=True, exist_ok=True)
         registry = Registry.postgres(postgres) if postgres else Registry(cfg.db_path)
         seam = backend(cfg) if backend is not None else MemoryBackend(handler)
-        scheduler = Scheduler(cfg, registry, Tenants(cfg.tenants), seam)
+        scheduler = build(cfg, registry, Tenants(cfg.tenants), seam).scheduler
         await scheduler.start(run_loop=run_loop)
         return World(tmp_path, repo, cfg, registry, seam, scheduler)  # type: ignore[arg-type]
 
@@ -119,7 +120,7 @@ async def test_a_run_is_started_followed_and_finished_from_its_exit(make_world: 
 
     w = await make_world(plays)
     run_id = w.submit()
-    queue = w.scheduler.subscribe(run_id)
+    queue = w.scheduler.feed.subscribe(run_id)
     row = await w.until(run_id, "succeeded")
     assert row.step == "工作" and row.claimed_cost_usd == 0.5 and row.error is None
     assert row.branch == f"flower/{run_id}" and row.base and row.token_sha256 is None
@@ -133,7 +134,7 @@ async def test_cancel_stops_a_running_run(make_world: Callable[..., World]) -> N
     w = await make_world(waits)
     run_id = w.submit()
     await w.until(run_id, "running")
-    w.scheduler.request_cancel(run_id)
+    w.scheduler.mailbox.request_cancel(run_id)
     row = await w.until(run_id, "cancelled")
     assert row.error == "cancelled on request" and "stop" in w.backend.calls
 
@@ -232,7 +233,7 @@ async def test_a_replica_that_stops_renewing_loses_its_run_to_another_and_writes
     await w.until(run_id, "running")
     a_run = w.row(run_id)
     b_backend = MemoryBackend(w.backend.handler, runs=w.backend.runs)
-    b = Scheduler(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants), b_backend)
+    b = build(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants), b_backend).scheduler
     await b.start(run_loop=False)
     await b.tick()
     assert run_id not in b.handles, "a holds it: b leaves it alone"
@@ -267,7 +268,7 @@ async def test_a_replica_that_takes_over_a_run_its_last_holder_ended_meanwhile_l
     await w.until(run_id, "running")
     read = w.row(run_id)  # b's read of the live runs, a moment before a ends this one
     b_backend = MemoryBackend(w.backend.handler, runs=w.backend.runs)
-    b = Scheduler(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants), b_backend)
+    b = build(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants), b_backend).scheduler
     await b.start(run_loop=False)
     assert run_id not in b.handles, "a holds it"
     w.backend.advance(w.scheduler.handles[run_id])
@@ -420,7 +421,7 @@ async def test_nothing_of_an_ended_run_is_kept_whichever_way_it_ended(make_world
     done, cancelled = w.submit("hand back"), w.submit("wait, then be cancelled")
     await w.until(done, "succeeded")
     await w.until(cancelled, "running")
-    w.scheduler.request_cancel(cancelled)
+    w.scheduler.mailbox.request_cancel(cancelled)
     await w.until(cancelled, "cancelled")
     w.backend.fail_next(RuntimeError("the engine refused this one"))
     unstarted = w.submit("never starts")

@@ -25,21 +25,21 @@ from _service_helpers import (SCRAPE, TOKENS, Deployment, end_leftover_runs, git
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ASK, BRIEF, CLARIFIER
 from service.app import create_app
+from service.clock import SystemClock
 from service.config import load_config
 
 pytestmark = pytest.mark.cli
 DAY = 86400.0
 
 
-class Clock:
+class Clock(SystemClock):
+    """The machine's clock, its wall time moved on by ``offset`` (every part of the service reads it)."""
+
     def __init__(self) -> None:
-        import time
-
         self.offset = 0.0
-        self._time = time.time
 
-    def __call__(self) -> float:
-        return self._time() + self.offset
+    def now(self) -> float:
+        return super().now() + self.offset
 
 
 class InProcess:

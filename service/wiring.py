@@ -1,0 +1,148 @@
+"""The one place the service's parts are made and handed to each other (``build``), in this order:
+
+1. the shared ones: the ``Clock`` (wall and monotonic time: every part below reads it, none reads ``time``), the
+   ``Gate`` (the guard canary's word: held, refused or open), the ``Hooks`` (the scheduler's callbacks, bound
+   when it is built last), ``Metrics``, the in-process ``Gateway``, ``Health`` (disk and engine), the
+   ``LiveRuns`` records and the ``RepeatLog`` of failing paths;
+2. money and access: ``Budgets`` (the gateway's meter; a budget crossed → ``hooks.over_budget``),
+   ``StreamSlots`` (SSE streams per tenant), ``Grants`` (each run's gateway token, under its budget);
+3. results: ``Webhooks`` inside ``Results`` (told when a run started, asked, ended);
+4. following runs: ``Leases`` (this replica's runs; each renewal round → ``hooks.renewed``), ``EventFeed``,
+   ``Harvest``, ``WarmKeeper``, ``Launcher`` (warm + harvest + grants), ``Mailbox`` (→ ``hooks.wake``),
+   ``Retention`` (harvest, and the live runs it must not touch);
+5. the ``Scheduler``, given all of the above (it binds the hooks), and ``RunControl``: what the API may ask of
+   the runs (cancel, delete, a run's folder, its event feed).
+
+Who receives what: the scheduler everything above; the API (``service.api.deps.dependencies``) the config, the
+registry, the clock, the gate, health, the mailbox, run control, the stream slots, results and metrics — never the
+scheduler; the app (``service.app``) starts and stops the scheduler and runs the canary against the gate. The
+gateway's own process (``python -m service gateway``, ``service.gatewayd``) makes its meter itself: it shares no
+object with this one, only the registry's tables.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from dataclasses import dataclass
+
+from sandbox.backends.base import Backend
+from sandbox.layout import RunLayout
+
+from .backoff import RepeatLog
+from .budgets import Budgets
+from .clock import SYSTEM, Clock
+from .config import ServiceConfig
+from .feed import EventFeed, Item
+from .gate import Gate
+from .gateway import Gateway
+from .grants import Grants
+from .harvest import Harvest
+from .health import Health
+from .hooks import Hooks
+from .launcher import Launcher
+from .leases import Leases
+from .live import LiveRuns, layout_of
+from .logging import get_logger
+from .mailbox import Mailbox
+from .metrics import Metrics
+from .registry import Registry, Run
+from .results import Results
+from .retention import Retention
+from .scheduler import Scheduler
+from .streams import StreamSlots
+from .tenants import Tenants
+from .warm import WarmKeeper
+from .webhooks import Webhooks
+
+__all__ = ["Service", "RunControl", "build"]
+
+
+class RunControl:
+    """What the API may do to a run: cancel it, delete it and its files, find its folder, follow its events."""
+
+    def __init__(self, config: ServiceConfig, mailbox: Mailbox, retention: Retention, feed: EventFeed) -> None:
+        self._runs_root = config.runs_root
+        self._mailbox, self._retention, self._feed = mailbox, retention, feed
+
+    def layout(self, run: Run) -> RunLayout:
+        return layout_of(self._runs_root, run)
+
+    def request_cancel(self, run_id: str) -> None:
+        self._mailbox.request_cancel(run_id)
+
+    async def delete(self, run: Run, *, branch: bool) -> Run:
+        return await self._retention.delete(run, branch=branch)
+
+    def subscribe(self, run_id: str) -> asyncio.Queue[Item]:
+        return self._feed.subscribe(run_id)
+
+    def unsubscribe(self, run_id: str, queue: asyncio.Queue[Item]) -> None:
+        self._feed.unsubscribe(run_id, queue)
+
+
+@dataclass(frozen=True)
+class Service:
+    """The parts ``build`` made, for the app (``service.app``), the API's dependencies and the tests."""
+
+    config: ServiceConfig
+    registry: Registry
+    tenants: Tenants
+    backend: Backend
+    clock: Clock
+    gate: Gate
+    hooks: Hooks
+    metrics: Metrics
+    gateway: Gateway
+    health: Health
+    budgets: Budgets
+    slots: StreamSlots
+    grants: Grants
+    results: Results
+    leases: Leases
+    feed: EventFeed
+    mailbox: Mailbox
+    retention: Retention
+    scheduler: Scheduler
+    runs: RunControl
+
+
+def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Backend, *,
+          clock: Clock = SYSTEM, gateway: Gateway | None = None, metrics: Metrics | None = None) -> Service:
+    """Every part of the service's control plane, made once, in dependency order (the module's docstring)."""
+    gate, hooks = Gate(), Hooks()
+    metrics = metrics or Metrics()
+    gateway = gateway or Gateway(prices=config.prices)
+    health = Health(config.data_path, config.min_free_mb, config.backend, clock=clock)
+    live = LiveRuns()
+    errors = RepeatLog(get_logger("flower.service.scheduler"), clock=clock)
+    owner = config.replica or socket.gethostname()
+
+    budgets = Budgets(registry.spend, tenants, gateway, metrics, hooks.over_budget,
+                      owner=f"service {owner} {config.data_path}", clock=clock)
+    slots = StreamSlots(registry.streams, owner, ttl=config.lease_s, clock=clock)
+    grants = Grants(config, registry, tenants, gateway, budgets, metrics, clock=clock)
+
+    results = Results(registry.runs, tenants, Webhooks(registry.deliveries, tenants, retry_s=config.webhook_retry_s,
+                                                  slots=config.webhook_slots, tenant_slots=config.webhook_tenant_slots,
+                                                  clock=clock))
+
+    leases = Leases(registry.leases, registry.replicas, owner, config.lease_s, live, errors, also=hooks.renewed, clock=clock)
+    feed = EventFeed(registry.runs, results, metrics)
+    harvest = Harvest(config, registry.runs)
+    warm = WarmKeeper.of(backend, config.runs_root, config.warm, registry.runs, registry.leases, tenants, metrics,
+                         errors,
+                         replica=owner if registry.dialect == "postgresql" else None, lease_s=config.lease_s,
+                         clock=clock)
+    launcher = Launcher(config, backend, warm, harvest, grants.open)
+    mailbox = Mailbox(config.runs_root, registry.runs, backend, ended=feed.publish_end, wake=hooks.wake, clock=clock)
+    retention = Retention(config, registry.runs, harvest, is_live=live.__contains__, clock=clock)
+
+    scheduler = Scheduler(config, registry, tenants, backend, clock=clock, gate=gate, hooks=hooks, metrics=metrics,
+                          gateway=gateway, health=health, live=live, errors=errors, budgets=budgets, slots=slots,
+                          grants=grants, results=results, leases=leases, feed=feed, harvest=harvest, warm=warm,
+                          launcher=launcher, mailbox=mailbox, retention=retention)
+    return Service(config=config, registry=registry, tenants=tenants, backend=backend, clock=clock, gate=gate,
+                   hooks=hooks, metrics=metrics, gateway=gateway, health=health, budgets=budgets, slots=slots,
+                   grants=grants, results=results, leases=leases, feed=feed, mailbox=mailbox, retention=retention,
+                   scheduler=scheduler, runs=RunControl(config, mailbox, retention, feed))
