@@ -28,8 +28,8 @@ from _service_helpers import Deployment, Service, git, serve, wait_for, wait_que
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ACHIEVED, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
 from service.clock import ManualClock
-from service.errors import TenantError
-from service.registry import Delivery, Registry, RegistryDamaged
+from service.errors import RegistryDamaged, TenantError
+from service.registry import Delivery, Registry
 from service.tenants import Tenants
 from service.webhooks import Webhooks
 
