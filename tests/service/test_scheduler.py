@@ -250,7 +250,8 @@ async def test_a_replica_that_stops_renewing_loses_its_run_to_another_and_writes
     await w.until(run_id, "running")
     a_run = w.row(run_id)
     b_backend = MemoryBackend(w.backend.handler, runs=w.backend.runs)
-    b = build(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants), b_backend).scheduler
+    b = build(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants),
+              b_backend).scheduler
     await b.start(run_loop=False)
     await b.tick()
     assert run_id not in b.handles, "a holds it: b leaves it alone"
@@ -285,7 +286,8 @@ async def test_a_replica_that_takes_over_a_run_its_last_holder_ended_meanwhile_l
     await w.until(run_id, "running")
     read = w.row(run_id)  # b's read of the live runs, a moment before a ends this one
     b_backend = MemoryBackend(w.backend.handler, runs=w.backend.runs)
-    b = build(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants), b_backend).scheduler
+    b = build(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants),
+              b_backend).scheduler
     await b.start(run_loop=False)
     assert run_id not in b.handles, "a holds it"
     w.backend.advance(w.scheduler.handles[run_id])
