@@ -9,12 +9,15 @@ webhook's next try) without sleeping. ``time.sleep``/``asyncio.sleep`` are not t
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 __all__ = ["Clock", "SystemClock", "ManualClock", "SYSTEM"]
 
 
+@runtime_checkable
 class Clock(Protocol):
+    """Checkable at run time: the API's handlers are given one, and Litestar checks what it gives."""
+
     def now(self) -> float:
         """Wall time, seconds since the epoch (UTC)."""
         ...

@@ -104,9 +104,9 @@ def fair_order(heads: Sequence[Run], busy: Mapping[str, int]) -> list[Run]:
 
 
 class Scheduler:
-    """The loop and the runs' lifecycle; the rest is done by the collaborators it composes (``launcher``,
-    ``warm``, ``feed``, ``harvest``, ``mailbox``, ``retention``, ``budgets``, ``grants``, ``leases``, ``slots``),
-    none of which knows the scheduler."""
+    """The loop and the runs' lifecycle; the rest is done by the collaborators it is handed (``service.wiring``
+    makes them: ``launcher``, ``warm``, ``feed``, ``harvest``, ``mailbox``, ``retention``, ``budgets``, ``grants``,
+    ``leases``, ``slots``), none of which knows the scheduler — those that call back go through ``Hooks``."""
 
     def __init__(self, config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Backend, *,
                  clock: Clock, gate: Gate, hooks: Hooks, metrics: Metrics, gateway: Gateway, health: Health,

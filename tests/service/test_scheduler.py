@@ -139,6 +139,23 @@ async def test_cancel_stops_a_running_run(make_world: Callable[..., World]) -> N
     assert row.error == "cancelled on request" and "stop" in w.backend.calls
 
 
+async def test_queued_runs_wait_while_the_gate_holds_or_refuses_and_start_once_it_opens(
+        make_world: Callable[..., World]) -> None:
+    """The guard canary's word reaches the scheduler through the ``Gate`` the wiring hands it: held (the canary
+    still runs) or refused (the guards did not hold), a pass starts nothing; opened, the next pass starts the run."""
+    w = await make_world(waits)
+    run_id = w.submit()
+    w.scheduler.gate.hold("the guard canary is proving the guards for this CLI")
+    for _ in range(3):
+        await w.scheduler.tick()
+    assert w.row(run_id).status == "queued" and "start" not in w.backend.calls
+    w.scheduler.gate.refuse("the guards did not hold for this Claude Code CLI")
+    await w.scheduler.tick()
+    assert w.row(run_id).status == "queued" and "start" not in w.backend.calls
+    w.scheduler.gate.open()
+    await w.until(run_id, "running")
+
+
 async def test_a_vanished_sandbox_fails_its_run_and_frees_its_slot(make_world: Callable[..., World]) -> None:
     w = await make_world(waits)
     run_id = w.submit()
@@ -233,7 +250,8 @@ async def test_a_replica_that_stops_renewing_loses_its_run_to_another_and_writes
     await w.until(run_id, "running")
     a_run = w.row(run_id)
     b_backend = MemoryBackend(w.backend.handler, runs=w.backend.runs)
-    b = build(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants), b_backend).scheduler
+    b = build(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants),
+              b_backend).scheduler
     await b.start(run_loop=False)
     await b.tick()
     assert run_id not in b.handles, "a holds it: b leaves it alone"
@@ -268,7 +286,8 @@ async def test_a_replica_that_takes_over_a_run_its_last_holder_ended_meanwhile_l
     await w.until(run_id, "running")
     read = w.row(run_id)  # b's read of the live runs, a moment before a ends this one
     b_backend = MemoryBackend(w.backend.handler, runs=w.backend.runs)
-    b = build(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants), b_backend).scheduler
+    b = build(msgspec.structs.replace(w.config, replica="b"), w.registry, Tenants(w.config.tenants),
+              b_backend).scheduler
     await b.start(run_loop=False)
     assert run_id not in b.handles, "a holds it"
     w.backend.advance(w.scheduler.handles[run_id])
