@@ -38,7 +38,7 @@ from .api.schemas import AnswerIn, SubmitIn, TextIn
 from .api.stream import events
 from .config import ServiceConfig
 from .gateway import Gateway
-from .gatewaykeeper import GatewayKeeper
+from .gateway.keeper import GatewayKeeper
 from .logging import get_logger
 from .metrics import Metrics
 from .registry import open_registry
