@@ -19,9 +19,9 @@ from typing import Final, Literal
 from .grant import Grant, Held, Refused
 from .wire import Ask, server_tools
 
-__all__ = ["Audit", "Bound", "Refuse", "EgressRefused", "Through", "THROUGH", "Head", "on_head", "on_ask",
-           "on_budget", "too_large", "undecodable", "passed_headers", "PASSED", "BETAS", "FORWARDED", "MAX_BODY", "MAX_IN_FLIGHT",
-           "MAX_RUN_BODY_BYTES", "MAX_PASSED_VALUE"]
+__all__ = ["Audit", "Bound", "Refuse", "EgressRefused", "Through", "THROUGH", "Decision", "Head", "on_head",
+           "on_ask", "on_budget", "too_large", "undecodable", "passed_headers", "PASSED", "BETAS", "FORWARDED",
+           "MAX_BODY", "MAX_IN_FLIGHT", "MAX_RUN_BODY_BYTES", "MAX_PASSED_VALUE"]
 
 MAX_BODY = 64 * 1024 * 1024
 MAX_IN_FLIGHT = 16  # a run's model calls at once: what it can make the service buffer

@@ -36,8 +36,8 @@ from .grant import SOCKET_NAME, Grant, upstream_of
 from .server import Gateway
 from .wire import Usage
 
-__all__ = ["Metering", "InProcess", "ThroughRegistry", "metering_of", "grant_of", "poke", "serving", "server_tools", "SYNC_S",
-           "WAKE_NAME", "SERVED_WITHIN_S", "CLOSED_WITHIN_S"]
+__all__ = ["Metering", "InProcess", "ThroughRegistry", "metering_of", "grant_of", "poke", "serving", "server_tools",
+           "SYNC_S", "WAKE_NAME", "SERVED_WITHIN_S", "CLOSED_WITHIN_S"]
 
 log = get_logger("flower.service.scheduler")
 T = TypeVar("T")
