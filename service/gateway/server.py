@@ -56,9 +56,6 @@ def _body_size(req: h11.Request) -> int:
     return MAX_BODY
 
 
-
-
-
 class _Cut(Exception):
     """A connection too slow for its bound: it closes, and ``bound`` is what the log says."""
 
@@ -98,7 +95,6 @@ class _Listener:
             self.task.cancel()
         else:
             self.sock.close()
-
 
 
 class Gateway:
