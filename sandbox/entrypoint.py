@@ -333,7 +333,7 @@ class _Run:
 WAIT_EVERY_S = 1.0  # a warm sandbox looks for its spec this often even without word from inotify
 IN_CREATE, IN_MOVED_TO, IN_ATTRIB = 0x100, 0x80, 0x4
 WARM_REPO = "FLOWER_WARM_REPO"  # a warm sandbox's environment: the name of the checkout its slot holds
-GATEWAY_SOCKET = "gateway.sock"  # in the run's gateway/ folder (service/gateway.py SOCKET_NAME)
+GATEWAY_SOCKET = "gateway.sock"  # in the run's gateway/ folder (service/gateway/grant.py SOCKET_NAME)
 # A sandbox's CLI has no way out but the gateway: nothing but the model's traffic, for every run alike (so a CLI
 # spawned ahead and the run's own see the same environment).
 QUIET = {"CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",

@@ -16,7 +16,7 @@
         spec.json                what to run (see spec.py); a warm sandbox waits for it to appear
         flower.env               the run's gateway token and settings, 0600; removed at the end
         answers/, inbox/, interrupt.json
-    gateway/gateway.sock         the model gateway, this run's only way out (service/gateway.py)  read-only inside
+    gateway/gateway.sock         the model gateway, this run's only way out (service/gateway/)    read-only inside
     output.log                   the local backend's stdout/stderr of the run
 ```
 

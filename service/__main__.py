@@ -7,7 +7,7 @@
     python -m service restore FILE           # with the service stopped: that copy back, the old file moved aside
     python -m service migrate                # the registry's schema brought to this version (the service does it
                                              # at start too); SQLite file or database_url
-    python -m service gateway                # the model gateway alone (``service.gatewayd``): the service starts
+    python -m service gateway                # the model gateway alone (``service.gateway.daemon``): the service starts
                                              # it beside itself (``--config -``: its config as JSON on stdin)
 
 Config comes from ``--config`` or ``$FLOWER_SERVICE_CONFIG``, then ``FLOWER_SERVICE_*`` variables,
@@ -155,7 +155,7 @@ def _gateway(args: argparse.Namespace) -> int:
     import asyncio
 
     from .errors import RegistryDamaged, RegistryLocked, RegistryNewer, RegistryUnreachable
-    from .gatewayd import serve_gateway
+    from .gateway.daemon import serve_gateway
     from .logging import configure_logging, get_logger
 
     try:

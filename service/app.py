@@ -39,7 +39,7 @@ from .api.stream import events
 from .config import ServiceConfig
 from .canary import check
 from .clock import SYSTEM, Clock
-from .gatewaykeeper import GatewayKeeper
+from .gateway.keeper import GatewayKeeper
 from .logging import get_logger
 from .registry import open_registry
 from .tenants import Tenants

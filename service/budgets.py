@@ -24,12 +24,12 @@ import msgspec
 
 from .clock import SYSTEM, Clock
 from .gateway import Gateway, Grant, Held, Refused
+from .gateway.wire import Usage
 from .live import one_line
 from .logging import get_logger
 from .metrics import Metrics
 from .registry import Run, SpendTable, Spent, Standing
 from .tenants import Tenant, Tenants
-from .wire import Usage
 
 __all__ = ["Budgets", "day_of", "HOLD_S", "RENEW_HOLDS_S"]
 

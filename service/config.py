@@ -79,7 +79,7 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """"auto": bubblewrap when installed, else none (then only one tenant, unless unsafe_shared_local)."""
     unsafe_shared_local: bool = False
     """Serve several tenants with the local backend and no isolation: every run sees every tenant's files."""
-    # -- the model gateway (service/gateway.py) ---------------------------------------------------
+    # -- the model gateway (service/gateway/) -----------------------------------------------------
     gateway_process: Literal["inside", "beside", "external"] = "beside"
     """Where the gateway runs: "beside" (``python -m service`` starts ``python -m service gateway`` as a process
     of its own, which outlives it, and starts it again within a second if it dies), "external" (the operator runs

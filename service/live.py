@@ -20,7 +20,7 @@ from sandbox.backends.base import Handle
 from sandbox.layout import RunLayout
 
 from .registry import Lease, Run
-from .wire import Usage
+from .gateway.wire import Usage
 
 __all__ = ["LiveRun", "LiveRuns", "StopReason", "STOP_ORDER", "layout_of", "one_line", "usage_of"]
 

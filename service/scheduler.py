@@ -60,8 +60,8 @@ from .harvest import Harvest, diffstat
 from .health import Health, disk_full_reason, is_disk_full, is_engine_down
 from .hooks import Hooks
 from .launcher import Launcher
-from .live import LiveRun, LiveRuns, layout_of, one_line, usage_of
-from .wire import Usage
+from .live import LiveRun, LiveRuns, layout_of, one_line
+from .gateway.wire import Usage
 from .logging import get_logger
 from .mailbox import Mailbox
 from .metrics import FailureReason, Metrics
@@ -187,8 +187,7 @@ class Scheduler:
         self.leases.start()
         self.warm.bind(self._loop)
         self.grants.bind(self._loop)
-        if self.grants.inside:  # this process's gateway: the calls it had in flight before a restart hold nothing
-            await asyncio.to_thread(self.registry.spend.release_holds, self.budgets.owner)
+        await self.grants.metering.start()
         await self.results.start()  # before recover: a run it finishes is announced (and pushed)
         try:
             await self.recover()
@@ -264,9 +263,8 @@ class Scheduler:
                 continue  # another replica's
             if run.tenant not in tenants and "tenant_removed" not in self._live.of(run.id).stops:
                 await self._evict(run)
-            elif not self.grants.inside:
-                self._check_budget(run)
-                self._count_usage(run)
+            else:
+                self.grants.metering.follow(run, held)
             if not self.backoff.ready(run.id):
                 continue
             try:
@@ -321,8 +319,7 @@ class Scheduler:
     def _renewed(self) -> None:
         """With the leases, in the renewer's thread: what else lives as long as this replica does."""
         self.slots.renew()
-        if self.grants.inside:
-            self.budgets.renew_due()
+        self.grants.metering.renew()
 
     async def _leases(self) -> None:
         """Every quarter of ``lease_s``: forget the runs another replica took, then take over the live runs no
@@ -488,42 +485,14 @@ class Scheduler:
             self.metrics.failed_to_start(run.tenant)
             return
         live.handle = started.handle
-        live.warm, live.first_request_due = started.folder is not None, not self.grants.inside
+        live.warm = started.folder is not None
+        self.grants.metering.started(live)
         self.metrics.started(run.tenant, self.clock.now() - run.created)
         if held.record_running(run.id, str(started.handle)) is None:
             log.warning("run.vanished_while_starting", tenant=run.tenant, run=run.id)
         self.results.started(run.id)
         log.info("run.started", tenant=run.tenant, run=run.id, branch=self.layout(run).branch, base=started.base,
                  handle=str(started.handle), warm=started.folder)
-
-    def _check_budget(self, run: Run) -> None:
-        """The gateway's process refuses a run over budget (403) but cannot stop it: each pass, a running run whose
-        row (the gateway's metering) is past its run's or its tenant's day's cap is stopped, with the same
-        sentence."""
-        tenant = self.tenants.get(run.tenant)
-        live = self._live.of(run.id)
-        if tenant is None or "budget" in live.stops:
-            return
-        why = self.budgets.over(run, tenant)
-        if why:
-            log.warning("run.over_budget", tenant=run.tenant, run=run.id, error=why)
-            live.stops["budget"] = why
-
-    def _count_usage(self, run: Run) -> None:
-        """Out of process, the gateway's metering reaches this process's metrics through the run's row: what it
-        grew by since the last look (from the first look, for a run re-attached after a restart)."""
-        live = self._live.of(run.id)
-        if live.first_request_due and (first := self.registry.wire_audit.first_request(run.id)) is not None:
-            live.first_request_due = False
-            self.metrics.first_request(live.warm, first - run.created)
-        now = usage_of(run)
-        before, live.metered = live.metered, now
-        if before is None:
-            return
-        self.metrics.model_usage(run.tenant, cost_usd=now.cost_usd - before.cost_usd, tokens={
-            "input": now.input_tokens - before.input_tokens, "output": now.output_tokens - before.output_tokens,
-            "cache_write": now.cache_creation_input_tokens - before.cache_creation_input_tokens,
-            "cache_read": now.cache_read_input_tokens - before.cache_read_input_tokens})
 
     def _over_budget(self, run_id: str, why: str) -> None:
         """Budgets stopped a run: its record holds why (a grant outlives no run), and the pass stops it."""
@@ -628,8 +597,7 @@ class Scheduler:
         used = await asyncio.to_thread(folder_bytes, layout.dir)
         if self._taken(run.id):
             return False  # another replica holds the run now (its token too): it finishes the run
-        if not self.grants.inside:  # its token dies before its row says it ended: no call is served after
-            await self.grants.close(self._held(run.id), run.id, layout)
+        await self.grants.metering.ending(self._held(run.id), run.id, layout)
         at = self.clock.now()
         kept = Kept(commit_sha=commit, branch=branch, diffstat=stat, claimed_cost_usd=ended.claimed_cost_usd,
                     disk_bytes=used)
@@ -638,13 +606,11 @@ class Scheduler:
                 self._let_go(run.id)
             return False  # fenced, or ended already: whoever wrote its end does the rest, once
         self.metrics.finished(run.tenant, ended.status, at - run.started if run.started else None, ended.reason)
-        grant = await self.gateway.close(run.id) if self.grants.inside else None  # its token ends with it
-        wire = grant.counts if grant is not None else (
-            None if self.grants.inside else await asyncio.to_thread(self.registry.wire_audit.counts, run.id))
+        wire = await self.grants.metering.ended(run.id)
         self.feed.compare_audits(run, live, wire)
         row = self.registry.runs.get(run.id)
-        if row is not None and not self.grants.inside:
-            self._count_usage(row)  # what it spent since the last pass
+        if row is not None:
+            self.grants.metering.count(row, live)  # what it spent since the last pass
         log.info("run.finished", tenant=run.tenant, run=run.id, status=ended.status,
                  cost_usd=round(row.cost_usd, 6) if row else None,
                  claimed_cost_usd=round(ended.claimed_cost_usd, 6),

@@ -65,7 +65,7 @@ import msgspec
 from flower.core.credentials import TOKEN_KEYS
 from sandbox.spec import Egress
 
-from .wire import SERVER_TOOLS
+from .gateway.wire import SERVER_TOOLS
 from .errors import TenantError, TenantNotReady
 
 __all__ = ["Tenant", "Tenants", "TenantError", "TenantNotReady", "hash_token"]

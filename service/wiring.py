@@ -16,7 +16,7 @@
 Who receives what: the scheduler everything above; the API (``service.api.deps.dependencies``) the config, the
 registry, the clock, the gate, health, the mailbox, run control, the stream slots, results and metrics — never the
 scheduler; the app (``service.app``) starts and stops the scheduler and runs the canary against the gate. The
-gateway's own process (``python -m service gateway``, ``service.gatewayd``) makes its meter itself: it shares no
+gateway's own process (``python -m service gateway``, ``service.gateway.daemon``) makes its meter itself: it shares no
 object with this one, only the registry's tables.
 """
 
@@ -121,7 +121,7 @@ def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: 
     budgets = Budgets(registry.spend, tenants, gateway, metrics, hooks.over_budget,
                       owner=f"service {owner} {config.data_path}", clock=clock)
     slots = StreamSlots(registry.streams, owner, ttl=config.lease_s, clock=clock)
-    grants = Grants(config, registry, tenants, gateway, budgets, metrics, clock=clock)
+    grants = Grants(config, registry.spend, registry.wire_audit, tenants, gateway, budgets, metrics, clock=clock)
 
     results = Results(registry.runs, tenants, Webhooks(registry.deliveries, tenants, retry_s=config.webhook_retry_s,
                                                   slots=config.webhook_slots, tenant_slots=config.webhook_tenant_slots,

@@ -19,7 +19,7 @@ import pytest
 from _faults import figures
 from _service_helpers import Deployment, Service, gateway_pid, serve, sse, wait_for, wait_status
 from flower.testing import Rule, ScriptedModel, say, tool
-from service.grants import serving
+from service.gateway.metering import serving
 from sandbox.testing import ACHIEVED, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
 
 pytestmark = pytest.mark.cli

@@ -24,7 +24,7 @@ from _hostile import DONE, ENDED, hostile_deployment, worker_rules
 from flower.testing import Rule, ScriptedModel, say
 from service.config import ServiceConfig
 from service.gateway import MAX_PEER_CONNECTIONS, new_token
-from service.gatewayd import RESOLVE_S, GatewayProcess
+from service.gateway.daemon import RESOLVE_S, GatewayProcess
 from service.registry import Registry, Run
 from service.tenants import Tenants
 

@@ -12,7 +12,7 @@ from service.gateway import Gateway, Grant, Held
 from service.metrics import Metrics
 from service.registry import Registry
 from service.tenants import Tenants
-from service.wire import Usage
+from service.gateway.wire import Usage
 
 RUN = "20310101-235959-" + "c" * 32
 LAST_SECOND = 1925078399.0  # 2031-01-01 23:59:59 UTC

@@ -1,5 +1,5 @@
-"""The gateway's process (``service.gatewayd``) reads the runs' grants every ``SYNC_S`` — and at once when a
-service pokes it (``service.grants.poke``), so a starting run's socket, and an ending one's close, wait for no
+"""The gateway's process (``service.gateway.daemon``) reads the runs' grants every ``SYNC_S`` — and at once when a
+service pokes it (``service.gateway.metering.poke``), so a starting run's socket, and an ending one's close, wait for no
 pass. Here its passes come once a minute: only a poke can be why the socket is served within seconds."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-import service.gatewayd as gatewayd
+import service.gateway.daemon as gatewayd
 from service.config import ServiceConfig
 from service.gateway import new_token
-from service.gatewayd import GatewayProcess
-from service.grants import poke, serving
+from service.gateway.daemon import GatewayProcess
+from service.gateway.metering import poke, serving
 from service.live import layout_of
 from service.registry import Registry
 from service.tenants import Tenants

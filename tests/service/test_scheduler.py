@@ -28,7 +28,7 @@ from service.registry import Registry, Run
 from service.scheduler import POISON_AFTER, Scheduler
 from service.wiring import build
 from service.tenants import Tenants
-from service.wire import Usage
+from service.gateway.wire import Usage
 
 pytestmark = pytest.mark.asyncio
 

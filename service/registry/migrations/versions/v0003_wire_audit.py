@@ -1,5 +1,5 @@
 """v0003, schema 5: the ``wire_audit`` table — the model gateway runs in a process of its own
-(``service.gatewayd``), so its audit counts of a run reach the scheduler through the registry."""
+(``service.gateway.daemon``), so its audit counts of a run reach the scheduler through the registry."""
 
 from __future__ import annotations
 

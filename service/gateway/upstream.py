@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import h11
-from .errors import UpstreamError
+from ..errors import UpstreamError
 
 __all__ = ["Upstream", "UpstreamResponse", "UpstreamError"]
 

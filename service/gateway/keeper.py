@@ -21,9 +21,9 @@ from collections.abc import Sequence
 
 import msgspec
 
-from .config import ServiceConfig
-from .gatewayd import lock_held, lock_path
-from .logging import get_logger
+from ..config import ServiceConfig
+from ..logging import get_logger
+from .daemon import lock_held, lock_path
 
 __all__ = ["GatewayKeeper", "CHECK_S"]
 

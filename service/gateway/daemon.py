@@ -16,8 +16,8 @@ no run is active it ends (``ORPHAN_EXIT_S``) — a gateway with runs to serve ne
 
 One gateway per data dir: it holds an flock on ``data_dir/gateway.lock`` (its pid written in it) while it serves;
 a second one finds the lock held, says so and exits 0. SIGTERM (or SIGINT) closes it gracefully. Beside the lock,
-a datagram socket (``grants.WAKE_NAME``): a service that has just given a run its token pokes it
-(``grants.poke``), and the next pass is now — a run's start waits for no pass.
+a datagram socket (``metering.WAKE_NAME``): a service that has just given a run its token pokes it
+(``metering.poke``), and the next pass is now — a run's start waits for no pass.
 """
 
 from __future__ import annotations
@@ -30,16 +30,16 @@ import socket
 import time
 from pathlib import Path
 
-from .budgets import Budgets
-from .config import ServiceConfig
-from .gateway import Gateway, Grant, upstream_of
-from .grants import SYNC_S, WAKE_NAME, server_tools  # SYNC_S: how often the active runs are read
-from .live import layout_of, one_line
-from .logging import get_logger
-from .metrics import Metrics
-from .registry import Registry, Run, open_registry
-from .tenants import Tenants
-from .wire import Usage
+from ..budgets import Budgets
+from ..config import ServiceConfig
+from ..live import layout_of, one_line
+from ..logging import get_logger
+from ..metrics import Metrics
+from ..registry import Registry, Run, open_registry
+from ..tenants import Tenants
+from .grant import Grant
+from .metering import SYNC_S, WAKE_NAME, grant_of  # SYNC_S: how often the active runs are read
+from .server import Gateway
 
 __all__ = ["GatewayProcess", "serve_gateway", "take_lock", "lock_path", "LOCK_NAME", "SYNC_S", "RESOLVE_S"]
 
@@ -149,13 +149,9 @@ class GatewayProcess:
         except (OSError, ValueError) as e:
             self._failed_once(run, f"its tenant's credentials file could not be read ({type(e).__name__})")
             return None
-        upstream, auth = upstream_of(values)
         run_id = run.id
-        return Grant(run.id, run.tenant, run.token_sha256, upstream, auth, server_tools=server_tools(tenant),
-                     on_first=lambda: self.registry.wire_audit.record_first_request(run_id, time.time()),
-                     usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
-                                 cache_creation_input_tokens=run.cache_write_tokens,
-                                 cache_read_input_tokens=run.cache_read_tokens, cost_usd=run.cost_usd))
+        return grant_of(run, tenant, values, run.token_sha256, spent=True,
+                        on_first=lambda: self.registry.wire_audit.record_first_request(run_id, time.time()))
 
     def _failed_once(self, run: Run, why: str) -> None:
         if self._failed.get(run.id) != why:
@@ -242,7 +238,7 @@ class GatewayProcess:
         self.poked.clear()
 
     def listen_for_pokes(self, loop: asyncio.AbstractEventLoop) -> socket.socket | None:
-        """The datagram socket services poke (``grants.poke``), bound in the data dir and read on ``loop``; None
+        """The datagram socket services poke (``metering.poke``), bound in the data dir and read on ``loop``; None
         where it cannot be (the passes then come every ``SYNC_S``, as they would anyway)."""
         fd = os.open(self.config.data_path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
