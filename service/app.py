@@ -134,6 +134,7 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None, clock: 
             state_log.info("gateway.listening", host=config.gateway_host, port=port)
         if keeper is not None:  # before re-attaching: the live runs' model calls are served again at once
             await keeper.start()
+        await asyncio.to_thread(service.slots.reset)  # before the API serves a stream: its last self's go
         await scheduler.start()
         state_log.info("service.started", backend=config.backend, data_dir=config.data_dir, registry=registry.where,
                        tenants=len(tenants.all()), max_running=config.max_running)

@@ -152,6 +152,12 @@ class Leases:
         self._live.of(run_id).lease = lease
         return True
 
+    def let_go(self, run_id: str) -> None:
+        """The run's lease goes (it ended, or ended elsewhere): only the one this replica holds — a newer stays."""
+        live = self._live.get(run_id)
+        if live is not None and live.lease is not None:
+            self.leases.release(live.lease)
+
     def taken(self, run_id: str) -> bool:
         """True when this replica followed ``run_id`` and its lease is no longer the one it holds — another replica
         took it, or another process under this name (asked of the registry at once)."""

@@ -29,11 +29,13 @@ from dataclasses import dataclass
 from sandbox.backends.base import Backend
 from sandbox.layout import RunLayout
 
-from .backoff import RepeatLog
+from .backoff import Backoff, RepeatLog
 from .budgets import Budgets
 from .clock import SYSTEM, Clock
 from .config import ServiceConfig
 from .feed import EventFeed, Item
+from .finishing import Finisher
+from .following import Following
 from .gate import Gate
 from .gateway import Gateway
 from .grants import Grants
@@ -48,8 +50,10 @@ from .mailbox import Mailbox
 from .metrics import Metrics
 from .registry import Registry, Run
 from .results import Results
+from .recovery import Recovery
 from .retention import Retention
 from .scheduler import Scheduler
+from .starting import Starter
 from .streams import StreamSlots
 from .tenants import Tenants
 from .warm import WarmKeeper
@@ -123,25 +127,38 @@ def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: 
     slots = StreamSlots(registry.streams, owner, ttl=config.lease_s, clock=clock)
     grants = Grants(config, registry.spend, registry.wire_audit, tenants, gateway, budgets, metrics, clock=clock)
 
-    results = Results(registry.runs, tenants, Webhooks(registry.deliveries, tenants, retry_s=config.webhook_retry_s,
-                                                  slots=config.webhook_slots, tenant_slots=config.webhook_tenant_slots,
-                                                  clock=clock))
+    webhooks = Webhooks(registry.deliveries, tenants, retry_s=config.webhook_retry_s, slots=config.webhook_slots,
+                        tenant_slots=config.webhook_tenant_slots, clock=clock)
+    results = Results(registry.runs, tenants, webhooks)
 
-    leases = Leases(registry.leases, registry.replicas, owner, config.lease_s, live, errors, also=hooks.renewed, clock=clock)
+    def renewed() -> None:  # with the leases, in their renewer's thread: what lives as long as this replica does
+        slots.renew()
+        grants.metering.renew()
+
+    leases = Leases(registry.leases, registry.replicas, owner, config.lease_s, live, errors, also=renewed,
+                    clock=clock)
     feed = EventFeed(registry.runs, results, metrics)
     harvest = Harvest(config, registry.runs)
     warm = WarmKeeper.of(backend, config.runs_root, config.warm, registry.runs, registry.leases, tenants, metrics,
-                         errors,
-                         replica=owner if registry.dialect == "postgresql" else None, lease_s=config.lease_s,
-                         clock=clock)
+                         errors, replica=owner if registry.dialect == "postgresql" else None,
+                         lease_s=config.lease_s, clock=clock)
     launcher = Launcher(config, backend, warm, harvest, grants.open)
     mailbox = Mailbox(config.runs_root, registry.runs, backend, ended=feed.publish_end, wake=hooks.wake, clock=clock)
     retention = Retention(config, registry.runs, harvest, is_live=live.__contains__, clock=clock)
 
-    scheduler = Scheduler(config, registry, tenants, backend, clock=clock, gate=gate, hooks=hooks, metrics=metrics,
-                          gateway=gateway, health=health, live=live, errors=errors, budgets=budgets, slots=slots,
-                          grants=grants, results=results, leases=leases, feed=feed, harvest=harvest, warm=warm,
-                          launcher=launcher, mailbox=mailbox, retention=retention)
+    following = Following(config, registry.runs, live, leases,
+                          Backoff(base=max(0.5, 2 * config.poll_s), cap=30.0, clock=clock), errors, health)
+    finisher = Finisher(config, registry.runs, backend, following=following, grants=grants, harvest=harvest,
+                        feed=feed, results=results, metrics=metrics, hooks=hooks, clock=clock)
+    starter = Starter(config, registry.runs, tenants, following=following, finisher=finisher, gate=gate,
+                      budgets=budgets, launcher=launcher, grants=grants, results=results, metrics=metrics,
+                      clock=clock)
+    recovery = Recovery(config, registry.runs, backend, following=following, finisher=finisher, grants=grants,
+                        harvest=harvest)
+    scheduler = Scheduler(config, registry.runs, tenants, backend, listen=registry.listen, clock=clock, hooks=hooks,
+                          following=following, starter=starter, finisher=finisher, recovery=recovery,
+                          grants=grants, results=results, feed=feed, harvest=harvest, warm=warm,
+                          retention=retention)
     return Service(config=config, registry=registry, tenants=tenants, backend=backend, clock=clock, gate=gate,
                    hooks=hooks, metrics=metrics, gateway=gateway, health=health, budgets=budgets, slots=slots,
                    grants=grants, results=results, leases=leases, feed=feed, mailbox=mailbox, retention=retention,

@@ -26,7 +26,7 @@ from service.config import ServiceConfig
 from service.gateway import Held
 from service.registry import Registry, Run
 from service.scheduler import POISON_AFTER, Scheduler
-from service.wiring import build
+from service.wiring import Service, build
 from service.tenants import Tenants
 from service.gateway.wire import Usage
 
@@ -40,7 +40,11 @@ class World:
     config: ServiceConfig
     registry: Registry
     backend: MemoryBackend
-    scheduler: Scheduler
+    service: Service
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.service.scheduler
 
     def submit(self, ask: str = "做一个 hello", tenant: str = "acme") -> str:
         run_id = f"20261202-000000-{secrets.token_hex(16)}"
@@ -67,9 +71,9 @@ class World:
         """The service again, over the same registry and the same engine (its runs still there)."""
         await self.scheduler.stop()
         backend = MemoryBackend(self.backend.handler, runs=self.backend.runs)
-        scheduler = build(self.config, self.registry, Tenants(self.config.tenants), backend).scheduler
-        await scheduler.start(run_loop=False)
-        return World(self.root, self.repo, self.config, self.registry, backend, scheduler)
+        service = build(self.config, self.registry, Tenants(self.config.tenants), backend)
+        await service.scheduler.start(run_loop=False)
+        return World(self.root, self.repo, self.config, self.registry, backend, service)
 
 
 def tenants_file(root: Path, repo: Path, creds: Path, **extra: object) -> Path:
@@ -98,9 +102,9 @@ def make_world(tmp_path: Path, git_repo: Callable[..., Path]) -> Callable[..., A
         cfg.runs_root.mkdir(parents=True, exist_ok=True)
         registry = Registry.postgres(postgres) if postgres else Registry(cfg.db_path)
         seam = backend(cfg) if backend is not None else MemoryBackend(handler)
-        scheduler = build(cfg, registry, Tenants(cfg.tenants), seam).scheduler
-        await scheduler.start(run_loop=run_loop)
-        return World(tmp_path, repo, cfg, registry, seam, scheduler)  # type: ignore[arg-type]
+        service = build(cfg, registry, Tenants(cfg.tenants), seam)
+        await service.scheduler.start(run_loop=run_loop)
+        return World(tmp_path, repo, cfg, registry, seam, service)  # type: ignore[arg-type]
 
     return make  # type: ignore[return-value]
 
@@ -120,21 +124,21 @@ async def test_a_run_is_started_followed_and_finished_from_its_exit(make_world: 
 
     w = await make_world(plays)
     run_id = w.submit()
-    queue = w.scheduler.feed.subscribe(run_id)
+    queue = w.service.feed.subscribe(run_id)
     row = await w.until(run_id, "succeeded")
     assert row.step == "工作" and row.claimed_cost_usd == 0.5 and row.error is None
     assert row.branch == f"flower/{run_id}" and row.base and row.token_sha256 is None
     kinds = [queue.get_nowait()[1].kind for _ in range(queue.qsize() - 1)]
     assert kinds == ["system", "step", "result"], kinds
     assert w.backend.calls[:2] == ["live", "start"] and "remove" in w.backend.calls  # recover, then the start
-    assert w.scheduler.gateway.grant(run_id) is None, "its token ended with it"
+    assert w.service.gateway.grant(run_id) is None, "its token ended with it"
 
 
 async def test_cancel_stops_a_running_run(make_world: Callable[..., World]) -> None:
     w = await make_world(waits)
     run_id = w.submit()
     await w.until(run_id, "running")
-    w.scheduler.mailbox.request_cancel(run_id)
+    w.service.mailbox.request_cancel(run_id)
     row = await w.until(run_id, "cancelled")
     assert row.error == "cancelled on request" and "stop" in w.backend.calls
 
@@ -145,14 +149,14 @@ async def test_queued_runs_wait_while_the_gate_holds_or_refuses_and_start_once_i
     still runs) or refused (the guards did not hold), a pass starts nothing; opened, the next pass starts the run."""
     w = await make_world(waits)
     run_id = w.submit()
-    w.scheduler.gate.hold("the guard canary is proving the guards for this CLI")
+    w.service.gate.hold("the guard canary is proving the guards for this CLI")
     for _ in range(3):
         await w.scheduler.tick()
     assert w.row(run_id).status == "queued" and "start" not in w.backend.calls
-    w.scheduler.gate.refuse("the guards did not hold for this Claude Code CLI")
+    w.service.gate.refuse("the guards did not hold for this Claude Code CLI")
     await w.scheduler.tick()
     assert w.row(run_id).status == "queued" and "start" not in w.backend.calls
-    w.scheduler.gate.open()
+    w.service.gate.open()
     await w.until(run_id, "running")
 
 
@@ -173,7 +177,7 @@ async def test_a_start_while_the_engine_is_down_requeues_the_run(make_world: Cal
     await w.scheduler.tick()
     assert w.row(run_id).status == "queued", "the machine's fault, not the run's: it waits its turn"
     assert not w.scheduler.health.backend_up
-    assert w.scheduler.gateway.grant(run_id) is None, "a queued run holds no token: the start's grant was ended"
+    assert w.service.gateway.grant(run_id) is None, "a queued run holds no token: the start's grant was ended"
     w.scheduler.backoff.reset()  # the backoff's wait, skipped
     row = await w.until(run_id, "succeeded")
     assert row.error is None and w.scheduler.health.backend_up
@@ -183,11 +187,11 @@ async def test_a_run_over_its_budget_is_stopped(make_world: Callable[..., World]
     w = await make_world(waits, tenant={"budget_usd.run": 0.05})
     run_id = w.submit()
     await w.until(run_id, "running")
-    grant = w.scheduler.gateway.grant(run_id)
+    grant = w.service.gateway.grant(run_id)
     assert grant is not None
-    held = await w.scheduler.budgets.admit(grant, 0.01)  # a call let through, then answered as the wire saw it
+    held = await w.service.budgets.admit(grant, 0.01)  # a call let through, then answered as the wire saw it
     assert isinstance(held, Held), held
-    await w.scheduler.budgets.settle(grant, held, Usage(input_tokens=1, output_tokens=1, cost_usd=0.06))
+    await w.service.budgets.settle(grant, held, Usage(input_tokens=1, output_tokens=1, cost_usd=0.06))
     assert grant.refused and "over budget" in grant.refused
     row = await w.until(run_id, "failed")
     assert (row.error or "").startswith("over budget: this run has spent $0.06"), row.error
@@ -234,7 +238,7 @@ async def test_a_restarted_scheduler_reattaches_to_a_live_run(make_world: Callab
     again = await w.restarted()
     assert again.scheduler.handles == {run_id: handle}, "re-found by the backend, not started again"
     assert again.backend.calls.count("start") == 0
-    assert again.scheduler.gateway.grant(run_id) is not None, "its token keeps working"
+    assert again.service.gateway.grant(run_id) is not None, "its token keeps working"
     again.backend.advance(handle)
     row = await again.until(run_id, "succeeded")
     assert row.claimed_cost_usd == 0.25
@@ -293,7 +297,7 @@ async def test_a_replica_that_takes_over_a_run_its_last_holder_ended_meanwhile_l
     w.backend.advance(w.scheduler.handles[run_id])
     done = await w.until(run_id, "succeeded")  # a ended it, removed its sandbox, let its lease go
     assert b.leases.hold(run_id), "no one holds an ended run: b's take goes through"
-    await b._recover_one(read, await asyncio.to_thread(b_backend.live))
+    await b.recovery.recover_one(read, await asyncio.to_thread(b_backend.live))
     assert w.row(run_id) == done, "one end: a's"
     assert "remove" not in b_backend.calls and run_id not in b.handles
     assert w.registry.leases.renew("b", ttl=1.0, now=time.time()) == {}, "b let its lease go"
@@ -336,7 +340,7 @@ async def test_an_error_handling_one_runs_output_fails_that_run_alone(make_world
         w.scheduler.backoff.reset()  # the backoff's wait between the passes, skipped
     row = await w.until(poisoned, "failed")
     assert "could not handle this run's output" in (row.error or "") and "RuntimeError" in (row.error or "")
-    assert w.scheduler.gateway.grant(poisoned) is None and poisoned not in w.scheduler.handles
+    assert w.service.gateway.grant(poisoned) is None and poisoned not in w.scheduler.handles
     assert w.row(other).status == "running", "the other run goes on"
     w.backend.advance(w.scheduler.handles[other])
     assert (await w.until(other, "succeeded")).error is None
@@ -349,7 +353,7 @@ async def test_a_tenant_removed_from_the_file_loses_its_live_runs(make_world: Ca
     Path(w.config.tenants).write_text("tenant = []\n")
     row = await w.until(run_id, "failed")
     assert "removed from the tenants file" in (row.error or ""), row.error
-    assert w.scheduler.gateway.grant(run_id) is None
+    assert w.service.gateway.grant(run_id) is None
 
 
 async def test_a_kubernetes_start_during_an_api_outage_is_requeued_not_failed(make_world: Callable[..., World]) -> None:
@@ -440,7 +444,7 @@ async def test_nothing_of_an_ended_run_is_kept_whichever_way_it_ended(make_world
     done, cancelled = w.submit("hand back"), w.submit("wait, then be cancelled")
     await w.until(done, "succeeded")
     await w.until(cancelled, "running")
-    w.scheduler.mailbox.request_cancel(cancelled)
+    w.service.mailbox.request_cancel(cancelled)
     await w.until(cancelled, "cancelled")
     w.backend.fail_next(RuntimeError("the engine refused this one"))
     unstarted = w.submit("never starts")
@@ -448,7 +452,7 @@ async def test_nothing_of_an_ended_run_is_kept_whichever_way_it_ended(make_world
     assert w.row(done).commit_sha, "its work was taken by the finish's own last read"
     assert "could not start the run" in (w.row(unstarted).error or ""), w.row(unstarted).error
     assert len(w.scheduler.live) == 0 and not w.scheduler.handles, "no record of an ended run"
-    assert w.scheduler.gateway.grants() == [], "no token of an ended run"
+    assert w.service.gateway.grants() == [], "no token of an ended run"
     assert not w.scheduler.errors.failing(), "no error streak of an ended run"
     assert all(w.scheduler.backoff.failures(r) == 0 for r in (done, cancelled, unstarted))
 

@@ -1,0 +1,127 @@
+"""Queued runs become sandboxes: what fits starts, shared between tenants (``fair_order``: the least served
+tenant's oldest first), within the global ``max_running``, each tenant's quota and its day's budget; each is begun
+once (its row, then its lease) and prepared and started by the ``Launcher``. A failure of the machine's (engine
+down, disk full) puts the run back in line; any other fails it with the reason."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+from .budgets import Budgets
+from .clock import Clock
+from .config import ServiceConfig
+from .errors import TenantNotReady
+from .finishing import Finisher
+from .following import Following
+from .gate import Gate
+from .gateway.wire import Usage
+from .grants import Grants
+from .health import is_disk_full, is_engine_down
+from .launcher import Launcher
+from .live import layout_of, one_line
+from .logging import get_logger
+from .metrics import Metrics
+from .registry import ACTIVE, Run, RunsTable
+from .results import Results
+from .tenants import Tenant, Tenants
+
+__all__ = ["Starter", "fair_order"]
+
+log = get_logger("flower.service.scheduler")
+
+
+def fair_order(heads: Sequence[Run], busy: Mapping[str, int]) -> list[Run]:
+    """Queued runs in the order a pass offers them slots: the k-th queued run of a tenant with b runs executing
+    comes as its tenant's (b + k)-th, oldest first among equals — round-robin between tenants, the least served
+    first. ``heads``: each tenant's oldest queued runs, oldest first."""
+    rank: Counter[str] = Counter()
+    keyed = []
+    for run in heads:
+        rank[run.tenant] += 1
+        keyed.append((busy.get(run.tenant, 0) + rank[run.tenant], run.created, run.id, run))
+    return [run for *_, run in sorted(keyed, key=lambda k: k[:3])]
+
+
+class Starter:
+    def __init__(self, config: ServiceConfig, runs: RunsTable, tenants: Tenants, *, following: Following,
+                 finisher: Finisher, gate: Gate, budgets: Budgets, launcher: Launcher, grants: Grants,
+                 results: Results, metrics: Metrics, clock: Clock) -> None:
+        self.config = config
+        self.runs = runs
+        self.tenants = tenants
+        self.following = following
+        self.finisher = finisher
+        self.gate = gate
+        self.budgets = budgets
+        self.launcher = launcher
+        self.grants = grants
+        self.results = results
+        self.metrics = metrics
+        self.clock = clock
+
+    async def start_queued(self) -> None:
+        """Start what fits, shared between tenants: the next free slot goes to the tenant with the fewest runs
+        executing (its oldest queued run), then the next — one tenant's long queue never delays another's start,
+        and a pass reads a few queued rows per tenant, not the whole queue."""
+        if not self.gate.is_open:
+            return
+        busy = Counter(r.tenant for r in self.runs.list(statuses=ACTIVE))  # the runs executing now: a few rows
+        total = sum(busy.values())
+        free = self.config.max_running - total
+        if free <= 0:
+            return
+        health = self.following.health
+        for run in fair_order(self.runs.queued_heads(free), busy):
+            if total >= self.config.max_running:
+                return
+            tenant = self.tenants.get(run.tenant)
+            if tenant is None:
+                self.runs.finish(run.id, "failed", frm=["queued"], ended=self.clock.now(),
+                                 error=f"tenant {run.tenant} no longer exists in the tenants file")
+                continue
+            if busy[run.tenant] >= tenant.quota:
+                continue
+            over = self.budgets.over_day(tenant)
+            if over:
+                self.runs.finish(run.id, "failed", frm=["queued"], ended=self.clock.now(), error=over)
+                log.warning("run.over_budget", tenant=run.tenant, run=run.id, error=over)
+                continue
+            if self.runs.begin(run.id, started=self.clock.now()) is None:
+                continue  # cancelled in the meantime, or begun by another replica
+            if not self.following.leases.hold(run.id):
+                continue
+            total += 1
+            busy[run.tenant] += 1
+            await self._launch(run, tenant)
+            if not health.backend_up or health.disk().low:
+                return
+
+    async def _launch(self, run: Run, tenant: Tenant) -> None:
+        log.info("run.starting", tenant=run.tenant, run=run.id)
+        live = self.following.live.of(run.id)  # from here: a budget crossed by its first calls is held on it
+        live.metered = Usage()  # its first calls count into the metrics (out of process: from its row)
+        held = self.following.held(run.id)
+        try:
+            started = await asyncio.to_thread(self.launcher.start, run, tenant, held)
+        except Exception as e:  # noqa: BLE001 - every failure fails this run, never the scheduler
+            await self.grants.close(held, run.id)  # whether it waits or fails, it holds no token
+            self.following.live.forget(run.id)
+            if is_engine_down(e) or is_disk_full(e):  # the machine's fault, not the run's: it waits its turn again
+                held.requeue(run.id)
+                self.following.failed("scheduler.start_failed", run.id, e, tenant=run.tenant, run=run.id)
+                return
+            why = str(e) if isinstance(e, TenantNotReady) else f"{type(e).__name__}: {one_line(e)}"
+            self.finisher.fail(run, f"could not start the run: {why}", frm=["starting"])
+            self.metrics.failed_to_start(run.tenant)
+            return
+        live.handle = started.handle
+        live.warm = started.folder is not None
+        self.grants.metering.started(live)
+        self.metrics.started(run.tenant, self.clock.now() - run.created)
+        if held.record_running(run.id, str(started.handle)) is None:
+            log.warning("run.vanished_while_starting", tenant=run.tenant, run=run.id)
+        self.results.started(run.id)
+        log.info("run.started", tenant=run.tenant, run=run.id, branch=layout_of(self.config.runs_root, run).branch,
+                 base=started.base, handle=str(started.handle), warm=started.folder)
