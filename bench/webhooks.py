@@ -45,13 +45,13 @@ async def one(root: Path, *, noisy: int, deliveries: int, slots: int, tenant_slo
     try:
         for i in range(noisy):
             run = registry.runs.create(id=f"20260101-0000{i % 60:02d}-{i:032x}", tenant="acme", ask="a", options={},
-                                  repo="/r")
+                                       repo="/r")
             hooks.emit("run.started", run)
         while noisy and trickler.open < min(noisy, tenant_slots, slots):
             await asyncio.sleep(0.01)
         for i in range(deliveries):
             run = registry.runs.create(id=f"20260101-0100{i:02d}-" + f"{i:x}" * 32, tenant="beta", ask="a", options={},
-                                  repo="/r")
+                                       repo="/r")
             queued[f"{run.id}.run.ended"] = time.monotonic()
             hooks.emit("run.ended", run)
         took: dict[str, float] = {}

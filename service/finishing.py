@@ -182,8 +182,8 @@ class Finisher:
         live = self.following.live.get(run.id)
         handle = (live.handle if live is not None else None) or (Handle(run.handle) if run.handle else None)
         try:
-            ended = await asyncio.to_thread(self.following.held(run.id).finish, run.id, "failed", ended=self.clock.now(),
-                                            error=why)
+            held = self.following.held(run.id)
+            ended = await asyncio.to_thread(held.finish, run.id, "failed", ended=self.clock.now(), error=why)
         except Exception as e:  # noqa: BLE001 - the rest is released all the same; the next pass retries the row
             log.warning("run.release_failed", tenant=run.tenant, run=run.id, step="row", error=one_line(e))
         else:

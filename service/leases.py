@@ -84,7 +84,8 @@ def gone(mark: str) -> bool:
 
 
 class Leases:
-    def __init__(self, leases: LeasesTable, replicas: ReplicasTable, owner: str, ttl: float, live: LiveRuns, errors: RepeatLog, *,
+    def __init__(self, leases: LeasesTable, replicas: ReplicasTable, owner: str, ttl: float, live: LiveRuns,
+                 errors: RepeatLog, *,
                  also: Callable[[], None] = lambda: None, clock: Clock = SYSTEM) -> None:
         self.leases = leases
         self.replicas = replicas

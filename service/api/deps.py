@@ -31,7 +31,8 @@ from .limits import RateLimits
 from .scrape import ScrapeToken
 
 __all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ClockDep", "ConfigDep", "ControlDep",
-           "GateDep", "HealthDep", "MailboxDep", "RunsDep", "SpendDep", "DeliveriesDep", "SlotsDep", "MetricsDep", "ScrapeDep", "TenantDep",
+           "GateDep", "HealthDep", "MailboxDep", "RunsDep", "SpendDep", "DeliveriesDep", "SlotsDep", "MetricsDep",
+           "ScrapeDep", "TenantDep",
            "RunDep", "MIN_PREFIX", "RUN_ID_CHARS"]
 
 # what a handler declares to be given (by name: ``runs: RunsDep``) — the tables it reads, never the registry whole
@@ -116,7 +117,8 @@ def dependencies(service: Service) -> dict[str, Provide]:
     gate = service.gate
     admission = Admission(service.config, service.registry.runs, service.health, refusal=lambda: gate.refused,
                           wake=service.hooks.wake)
-    return {"config": value(service.config), "runs": value(service.registry.runs), "spend": value(service.registry.spend),
+    return {"config": value(service.config), "runs": value(service.registry.runs),
+            "spend": value(service.registry.spend),
             "deliveries": value(service.registry.deliveries), "admission": value(admission),
             "metrics": value(service.metrics), "clock": value(service.clock), "gate": value(gate),
             "health": value(service.health), "mailbox": value(service.mailbox), "control": value(service.runs),

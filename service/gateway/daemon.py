@@ -94,7 +94,8 @@ class GatewayProcess:
         self.registry = registry
         self.tenants = tenants
         self.gateway = Gateway(prices=config.prices)
-        self.budgets = Budgets(registry.spend, tenants, self.gateway, Metrics(), self._refused, owner=holds_owner(config))
+        self.budgets = Budgets(registry.spend, tenants, self.gateway, Metrics(), self._refused,
+                               owner=holds_owner(config))
         self.gateway.on_audit = self._audited
         if config.backend == "kubernetes":
             self.gateway.resolve = self._resolve

@@ -32,7 +32,8 @@ class LeasesTable:
 
     def renew(self, owner: str, *, ttl: float, now: float) -> dict[str, Lease]:
         """Every lease ``owner`` still holds, moved on to ``now + ttl`` — a run missing here is another's now. One
-        that ran out while renewals failed (a full disk, the database away) and that no one took since is still its own."""
+        that ran out while renewals failed (a full disk, the database away) and that no one took since is still
+        its own."""
         q = (update(leases).where(leases.c.owner == owner)
              .values(expires=now + ttl).returning(*leases.c))
         with self._db.statement() as t:

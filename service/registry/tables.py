@@ -147,6 +147,7 @@ replicas = Table(
     Column("expires", Real, nullable=False),
 )
 
-# Columns a file of schema 1 or 2 may not have yet (the migration adds them; ``integrity.foreign`` lets them be missing).
+# Columns a file of schema 1 or 2 may not have yet (the migration adds them; ``integrity.foreign`` lets them be
+# missing).
 ADDED_SINCE_V1 = frozenset({"disk_bytes", "deleted", "input_tokens", "output_tokens", "cache_write_tokens",
                             "cache_read_tokens", "claimed_cost_usd", "token_sha256", "folder", "push"})

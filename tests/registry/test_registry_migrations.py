@@ -141,12 +141,12 @@ def test_a_sqlite_file_at_v0003_gains_the_holds_and_streams_tables_and_keeps_its
     again = Registry(tmp_path / "registry.sqlite3")
     assert (again.migrated_from, again.revision) == ("v0003", head())
     held = again.spend.hold("h1", run_id=RUN, tenant="acme", day="2026-01-01", amount=0.5, owner="gw", now=1.0, ttl=60,
-                      run_cap=1.0, day_cap=None)
+                            run_cap=1.0, day_cap=None)
     assert held is not None and held.taken and again.runs.get(RUN) is not None
     assert again.streams.take("acme", "r1 s1", replica="r1", cap=1, now=1.0, ttl=60) == 0
     assert again.streams.take("acme", "r1 s2", replica="r1", cap=1, now=1.0, ttl=60) is None, "the cap is the slots"
     assert again.streams.release_all("r1") == 1 and again.streams.take("acme", "r1 s3", replica="r1", cap=1, now=1.0,
-                                                                 ttl=60) == 0, "a replica started again lets go"
+                                                                       ttl=60) == 0, "a replica started again lets go"
     again.close()
 
 

@@ -14,7 +14,7 @@ def _queued(registry: Registry, n: int = 1, *, due: float = 10.0) -> list[Delive
     registry.runs.create(id=ACME[0], tenant="acme", ask="a", options={}, repo="")
     for i in range(n):
         assert registry.deliveries.add(Delivery(id=f"d{i}", tenant="acme", run=ACME[0], event="run.ended",
-                                              body=b"{}", created=1.0 + i, next_try=due))
+                                                body=b"{}", created=1.0 + i, next_try=due))
     return registry.deliveries.list(oldest_first=True)
 
 
@@ -85,7 +85,8 @@ def test_a_delivery_is_added_once_and_its_tries_are_kept(registry: Registry):
                  created=10.0, next_try=10.0)
     registry.runs.create(id=ACME[0], tenant="acme", ask="a", options={}, repo="")
     assert registry.deliveries.add(d) and not registry.deliveries.add(d), "an event read twice is sent once"
-    registry.deliveries.add(Delivery(id="d2", tenant="acme", run=ACME[0], event="run.started", body=b"{}", created=11.0))
+    registry.deliveries.add(Delivery(id="d2", tenant="acme", run=ACME[0], event="run.started", body=b"{}",
+                                     created=11.0))
     assert registry.deliveries.claim(d, now=10.0, until=40.0)
     d.state, d.attempts, d.last_status, d.last_error, d.ended, d.next_try = "delivered", 1, 204, None, 12.0, None
     assert registry.deliveries.tried(d, claim=40.0)

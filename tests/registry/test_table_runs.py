@@ -70,7 +70,8 @@ def test_counts_and_count_by_tenant_and_status(registry: Registry):
         registry.runs.create(id=ACME[i], tenant=tenant, ask="a", options={}, repo="")
         registry.runs.update(ACME[i], status=status)
     assert registry.runs.counts() == {("acme", "queued"): 2, ("acme", "running"): 1, ("beta", "queued"): 1}
-    assert registry.runs.count(statuses=["queued"]) == 3 and registry.runs.count(statuses=["queued"], tenant="acme") == 2
+    assert registry.runs.count(statuses=["queued"]) == 3
+    assert registry.runs.count(statuses=["queued"], tenant="acme") == 2
     assert registry.runs.count(statuses=[]) == 0
 
 def test_one_folder_is_named_by_one_run_only(registry: Registry):
@@ -79,7 +80,8 @@ def test_one_folder_is_named_by_one_run_only(registry: Registry):
     registry.runs.update(ACME[0], folder="warm-00ff")
     with pytest.raises(IntegrityError):
         registry.runs.update(ACME[1], folder="warm-00ff")
-    assert registry.runs.folders() == {"warm-00ff"} and registry.runs.get(ACME[1]).folder is None  # type: ignore[union-attr]
+    assert registry.runs.folders() == {"warm-00ff"}
+    assert registry.runs.get(ACME[1]).folder is None  # type: ignore[union-attr]
 
 def test_ids_starting_resolves_a_prefix_within_one_tenant(registry: Registry):
     registry.runs.create(id=ACME[1], tenant="acme", ask="a", options={}, repo="")
@@ -95,10 +97,12 @@ def test_named_writes_return_the_row_they_left_or_none_when_the_guard_fails(regi
     registry.runs.create(id=ACME[0], tenant="acme", ask="a", options={}, repo="")
     assert registry.runs.record_start(ACME[0], branch="flower/x", base="abc") is None, "only a starting run"
     assert registry.runs.transition(ACME[0], "starting", frm=["queued"])
-    started = registry.runs.record_start(ACME[0], branch="flower/x", base="abc", folder="warm-0a", token_sha256="f" * 64)
+    started = registry.runs.record_start(ACME[0], branch="flower/x", base="abc", folder="warm-0a",
+                                         token_sha256="f" * 64)
     assert started is not None and (started.branch, started.base, started.folder, started.token_sha256) == \
         ("flower/x", "abc", "warm-0a", "f" * 64)
-    moved = registry.runs.record_progress(ACME[0], event_offset=2**33, event_seq=7, claimed_cost_usd=0.5, step="写测试")
+    moved = registry.runs.record_progress(ACME[0], event_offset=2**33, event_seq=7, claimed_cost_usd=0.5,
+                                          step="写测试")
     assert moved is not None and (moved.event_offset, moved.event_seq, moved.claimed_cost_usd, moved.step) == \
         (2**33, 7, 0.5, "写测试")
     assert registry.runs.record_commit(ACME[0], "c0ffee") is not None
@@ -109,7 +113,8 @@ def test_named_writes_return_the_row_they_left_or_none_when_the_guard_fails(regi
     assert done[0] == registry.runs.get(ACME[0]) and done[0].status == "succeeded"  # type: ignore[union-attr]
     assert done[0].token_sha256 is None and done[0].disk_bytes == 10  # type: ignore[union-attr]
     assert registry.runs.record_progress(ACME[0], event_offset=1, event_seq=1, claimed_cost_usd=0, step=None) is None
-    assert registry.runs.record_commit(ACME[0], "other") is None and registry.runs.get(ACME[0]).commit_sha == "c0ffee"  # type: ignore[union-attr]
+    assert registry.runs.record_commit(ACME[0], "other") is None
+    assert registry.runs.get(ACME[0]).commit_sha == "c0ffee"  # type: ignore[union-attr]
 
 def test_a_queued_run_is_begun_once_and_a_requeued_one_keeps_nothing_of_its_preparation(registry: Registry):
     registry.runs.create(id=ACME[0], tenant="acme", ask="a", options={}, repo="")

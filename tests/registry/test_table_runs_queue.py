@@ -26,7 +26,7 @@ def test_the_queue_heads_are_each_tenants_oldest_few_queued_runs(registry: Regis
 def test_racing_submits_never_queue_more_than_the_tenants_cap(registry: Registry):
     registry.runs.create(id=_id("acme", 99), tenant="acme", ask="x", options={}, repo="/a")
     made = together(12, lambda i: registry.runs.create_queued(id=_id("acme", i), tenant="acme", ask="x", options={},
-                                                          repo="/a", cap=5))
+                                                              repo="/a", cap=5))
     assert sum(r is not None for r in made) == 4, "one was queued already: four more fit under a cap of five"
     assert registry.runs.count(statuses=["queued"], tenant="acme") == 5
     other = registry.runs.create_queued(id=_id("beta", 1), tenant="beta", ask="x", options={}, repo="/b", cap=5)

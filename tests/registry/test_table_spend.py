@@ -16,7 +16,7 @@ def test_usage_added_by_twenty_threads_at_once_sums_exactly(registry: Registry):
     def ten(_: int) -> None:
         for _ in range(10):
             registry.spend.add_usage(ACME[0], "acme", "2026-01-01", input_tokens=3, output_tokens=5, cache_write_tokens=7,
-                               cache_read_tokens=11, cost_usd=0.25)
+                                     cache_read_tokens=11, cost_usd=0.25)
 
     together(20, ten)
     run = registry.runs.get(ACME[0])
@@ -52,7 +52,7 @@ def test_a_settled_hold_becomes_spend_and_a_dead_gateways_holds_go(registry: Reg
     third = _hold(registry, "h3", "gw-b")
     assert not third.taken and (third.run_spent, third.run_held) == (0.0, 1.0)
     spent = registry.spend.add_usage(ACME[0], "acme", "2026-01-01", input_tokens=1, output_tokens=2, cache_write_tokens=0,
-                               cache_read_tokens=0, cost_usd=0.25, hold="h1")
+                                     cache_read_tokens=0, cost_usd=0.25, hold="h1")
     assert (spent.run, spent.day) == (0.25, 0.25)
     crossing = _hold(registry, "h4x", "gw-a")
     assert not crossing.taken, "$0.25 spent, $0.50 held: a call that may cost $0.50 would pass the $1.00"
@@ -67,4 +67,4 @@ def test_a_settled_hold_becomes_spend_and_a_dead_gateways_holds_go(registry: Reg
     assert not kept.taken and kept.run_held == 0.5
     assert _hold(registry, "h7", "gw-a", now=1111.0).run_held == 0.0, "h5, never settled, ran out at its ttl"
     assert registry.spend.hold("h8", owner="gw-a", run_id="absent", tenant="acme", day="2026-01-01", amount=0.5, now=1.0,
-                         ttl=60, run_cap=1.0, day_cap=None) is None
+                               ttl=60, run_cap=1.0, day_cap=None) is None

@@ -24,7 +24,8 @@ RUN = "20261205-000000-" + "a" * 32
 
 
 def _leases(registry: Registry, name: str = "r1", ttl: float = 1.0, live: LiveRuns | None = None) -> Leases:
-    return Leases(registry.leases, registry.replicas, name, ttl, live if live is not None else LiveRuns(), RepeatLog(get_logger("flower.test")))
+    return Leases(registry.leases, registry.replicas, name, ttl, live if live is not None else LiveRuns(),
+                  RepeatLog(get_logger("flower.test")))
 
 
 def _holding(registry: Registry) -> tuple[LiveRuns, Leases]:
@@ -143,8 +144,8 @@ def test_a_lease_runs_out_on_the_clock_it_is_handed_and_only_then_another_replic
     registry.runs.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
     registry.runs.begin(RUN, started=T2031)
     r1_live, r2_live = LiveRuns(), LiveRuns()
-    r1 = Leases(registry.leases, registry.replicas, "r1", 600.0, r1_live, RepeatLog(get_logger("flower.test")), clock=clock)
-    r2 = Leases(registry.leases, registry.replicas, "r2", 600.0, r2_live, RepeatLog(get_logger("flower.test")), clock=clock)
+    r1, r2 = (Leases(registry.leases, registry.replicas, name, 600.0, live, RepeatLog(get_logger("flower.test")),
+                     clock=clock) for name, live in (("r1", r1_live), ("r2", r2_live)))
     r1.claim()
     r2.claim()
     assert r1.hold(RUN)

@@ -30,7 +30,8 @@ async def test_an_ended_runs_files_go_once_it_ended_more_than_retain_days_ago_on
     (folder / "outbox").mkdir(parents=True)
     (folder / "outbox" / "events.jsonl").write_text("{}\n")
     clock = ManualClock(ENDED + 2 * DAY - 1)
-    retention = Retention(config, registry.runs, Harvest(config, registry.runs), is_live=lambda run_id: False, clock=clock)
+    retention = Retention(config, registry.runs, Harvest(config, registry.runs), is_live=lambda run_id: False,
+                          clock=clock)
 
     assert await retention.sweep() == [] and folder.exists(), "ended 2 days ago less a second: kept"
     clock.advance(2)
