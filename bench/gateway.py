@@ -115,7 +115,7 @@ CHILD = textwrap.dedent("""
         configure_logging("json", level="WARNING")
         gw = Gateway()
         if len(sys.argv) > 4:  # metered: a tenant with a run budget, its holds and usage in a SQLite registry
-            from service.budgets import Budgets
+            from service.gateway.budgets import Budgets
             from service.metrics import Metrics
             from service.registry import Registry
             from service.tenants import Tenants

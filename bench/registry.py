@@ -55,7 +55,7 @@ SPAWN = mp.get_context("spawn")  # the memory phase: a fresh interpreter, nothin
 
 
 def run_id() -> str:
-    """The service's shape of id (``service.admission.new_run_id``)."""
+    """The service's shape of id (``service.control.admission.new_run_id``)."""
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(16)
 
 

@@ -4,7 +4,7 @@ the tenant's share of the slots (the defaults) and without it (``tenant_slots = 
 
     .venv/bin/python -m bench.webhooks [--noisy 20] [--deliveries 4]
 
-Real receivers on 127.0.0.1 (the tests' ``Trickler`` and ``Receiver``), a SQLite registry, ``service.webhooks``
+Real receivers on 127.0.0.1 (the tests' ``Trickler`` and ``Receiver``), a SQLite registry, ``service.results.webhooks``
 as the service runs it. The quiet tenant's deliveries are queued at once (one per run); prints the median and the
 most seconds from queued to received, and their ratio to quiet; asserts nothing.
 """
@@ -26,7 +26,7 @@ from _service_helpers import Deployment  # noqa: E402
 from service.logging import configure_logging  # noqa: E402
 from service.registry import Registry  # noqa: E402
 from service.tenants import Tenants  # noqa: E402
-from service.webhooks import SLOTS, TENANT_SLOTS, Webhooks  # noqa: E402
+from service.results.webhooks import SLOTS, TENANT_SLOTS, Webhooks  # noqa: E402
 from test_results import Receiver  # noqa: E402
 from test_webhooks_fair import Trickler, _hooked  # noqa: E402
 

@@ -41,7 +41,7 @@ class Shape:
     objects: str  # the object store mounted read-only; "" for none
     egress: Egress
     # the run environment's settings the CLI started ahead inherits (model names and switches — the allow-list of
-    # service/runenv.py, never a key): a run whose settings differ would find a CLI spawned with other ones
+    # service/control/runenv.py, never a key): a run whose settings differ would find a CLI spawned with other ones
     settings: tuple[tuple[str, str], ...] = ()
 
 

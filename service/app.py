@@ -37,7 +37,7 @@ from .api.runs import RunController, new_run_id, usage
 from .api.schemas import AnswerIn, SubmitIn, TextIn
 from .api.stream import events
 from .config import ServiceConfig
-from .canary import check
+from .control.canary import check
 from .clock import SYSTEM, Clock
 from .gateway.keeper import GatewayKeeper
 from .logging import get_logger

@@ -45,7 +45,7 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """How often the scheduler looks at queued runs, events and exits."""
     replica: str = ""
     """This replica's name in the registry's leases (``Registry.take``); empty: the host's name. One live process
-    per name (``service.leases``): a second one started under it refuses to start, so replicas sharing a host need
+    per name (``service.control.leases``): a second one started under it refuses to start, so replicas sharing a host need
     one each. The name is free at once after a graceful stop or its holder's death on this host, else once its
     heartbeat ran out (``lease_s``); a replica started again under it then takes its runs back at once, another
     replica once their lease expires."""
@@ -96,7 +96,7 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Prove at start, through the bundled CLI, that the guards hold (``flower check --guards``); refuse runs if not."""
     guard_canary_cli: str = ""
     """The CLI the canary proves, when not the SDK's bundled one (the same path local runs would use)."""
-    # -- results reaching the team (service/webhooks.py, service/push.py) -------------------------
+    # -- results reaching the team (service/results/) -------------------------
     webhook_retry_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 15.0
     """A failed webhook delivery is tried again this much later, then twice that, … (5 tries in all)."""
     webhook_slots: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 16

@@ -90,7 +90,7 @@ class LeaseLost(ServiceError, RuntimeError):
 
 
 class ReplicaNameTaken(ServiceError, RuntimeError):
-    """Another live process holds this replica's name (``service.leases``): ``name``, and ``expires_in_s``, when its
+    """Another live process holds this replica's name (``service.control.leases``): ``name``, and ``expires_in_s``, when its
     heartbeat runs out unless renewed."""
 
     def __init__(self, message: str, *, name: str, expires_in_s: float) -> None:

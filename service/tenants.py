@@ -15,10 +15,10 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     egress = "closed"                        # "open": the run's sandbox gets a network (package installs)
     budget_usd = { run = 5.0, day = 50.0 }   # optional: measured by the model gateway, either may be left out
     server_tools = ["web_search"]            # optional: tools the provider runs itself, open egress only
-    webhook_url = "https://ci.acme.example/flower"      # optional: signed webhooks (service.webhooks)
+    webhook_url = "https://ci.acme.example/flower"      # optional: signed webhooks (service.results.webhooks)
     webhook_secret_file = "/etc/flower/acme.hook"       # the HMAC secret, alone in a file beside the credentials
     push_url = "https://git.acme.example/acme.git"      # optional: a succeeded run's branch is pushed there
-    push_credentials_file = "/etc/flower/acme.push"     # username=… and token=… lines (service.push)
+    push_credentials_file = "/etc/flower/acme.push"     # username=… and token=… lines (service.results.push)
 
 ``server_tools`` names the provider's server-side tools a run may ask for (``web_search``, ``web_fetch``,
 ``code_execution``, ``tool_search_tool_regex``, ``tool_search_tool_bm25``, ``mcp_servers``) and the content it may

@@ -29,35 +29,35 @@ from dataclasses import dataclass
 from sandbox.backends.base import Backend
 from sandbox.layout import RunLayout
 
-from .backoff import Backoff, RepeatLog
-from .budgets import Budgets
+from .control.backoff import Backoff, RepeatLog
+from .gateway.budgets import Budgets
 from .clock import SYSTEM, Clock
 from .config import ServiceConfig
-from .feed import EventFeed, Item
-from .finishing import Finisher
-from .following import Following
-from .gate import Gate
+from .control.feed import EventFeed, Item
+from .control.finishing import Finisher
+from .control.following import Following
+from .control.gate import Gate
 from .gateway import Gateway
-from .grants import Grants
-from .harvest import Harvest
-from .health import Health
-from .hooks import Hooks
-from .launcher import Launcher
-from .leases import Leases
-from .live import LiveRuns, layout_of
+from .control.grants import Grants
+from .control.harvest import Harvest
+from .control.health import Health
+from .control.hooks import Hooks
+from .control.launcher import Launcher
+from .control.leases import Leases
+from .control.live import LiveRuns, layout_of
 from .logging import get_logger
-from .mailbox import Mailbox
+from .control.mailbox import Mailbox
 from .metrics import Metrics
 from .registry import Registry, Run
 from .results import Results
-from .recovery import Recovery
-from .retention import Retention
-from .scheduler import Scheduler
-from .starting import Starter
-from .streams import StreamSlots
+from .control.recovery import Recovery
+from .control.retention import Retention
+from .control.scheduler import Scheduler
+from .control.starting import Starter
+from .control.streams import StreamSlots
 from .tenants import Tenants
-from .warm import WarmKeeper
-from .webhooks import Webhooks
+from .control.warm import WarmKeeper
+from .results.webhooks import Webhooks
 
 __all__ = ["Service", "RunControl", "build"]
 

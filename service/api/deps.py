@@ -1,6 +1,6 @@
 """What handlers are given rather than fetch: the caller's tenant (from its bearer token), the registry, the
 parts of the service they use (``service.wiring`` built them: the gate, health, the mailbox, run control, the
-stream slots, results, the clock — never the scheduler), the submit rules (``service.admission``), the config, and
+stream slots, results, the clock — never the scheduler), the submit rules (``service.control.admission``), the config, and
 the run a path names — already checked to be the caller's own."""
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from litestar.params import FromPath
 from litestar.exceptions import NotAuthorizedException, NotFoundException
 from litestar.handlers import BaseRouteHandler
 
-from ..admission import Admission
+from ..control.admission import Admission
 from ..clock import Clock
 from ..config import ServiceConfig
-from ..gate import Gate
-from ..health import Health
-from ..mailbox import Mailbox
+from ..control.gate import Gate
+from ..control.health import Health
+from ..control.mailbox import Mailbox
 from ..metrics import Metrics
 from ..registry import DeliveriesTable, Run, RunsTable, SpendTable
-from ..streams import StreamSlots
+from ..control.streams import StreamSlots
 from ..tenants import Tenant, Tenants
 from ..wiring import RunControl, Service
 from .errors import Conflict, TooManyRequests

@@ -118,7 +118,7 @@ def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[
 
 
 def _crash(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorOut]:
-    from ..health import is_disk_full
+    from ..control.health import is_disk_full
 
     if is_disk_full(exc):  # an answer, a message, a cancel that cannot be written: the disk, not the service
         request.app.state.service.health.disk_full_seen()

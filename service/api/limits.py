@@ -8,7 +8,7 @@ so on a replica at once (a socket and a timer each); past that a refusal is answ
 
 The buckets live in this replica's memory: a tenant reaching N replicas gets N times its rate, and a restart fills
 its bucket again. That is enough for what it is for — one replica's event loop and database connections shared
-fairly — and needs no write per request; the cap on a tenant's queued runs (``service.admission``) is the bound
+fairly — and needs no write per request; the cap on a tenant's queued runs (``service.control.admission``) is the bound
 that holds across replicas.
 """
 

@@ -74,7 +74,7 @@ async def metrics(request: Request[Any, Any, Any], metrics: MetricsDep, health: 
     the disk, backend and canary gauges; helm/files/ holds a Grafana dashboard and alert rules over them. Per
     tenant only with `Authorization: Bearer <scrape token>`; without it, summed over tenants (no tenant's name)."""
     per_tenant = scrape.per_tenant(request.headers.get("authorization", ""))
-    gauges = health.prometheus().encode()  # disk and backend gauges (service/health.py)
+    gauges = health.prometheus().encode()  # disk and backend gauges (service/control/health.py)
     refusing = ("# HELP flower_refusing_runs 1 while the guard canary refuses runs for this CLI (GET /healthz says "
                 f"why).\n# TYPE flower_refusing_runs gauge\nflower_refusing_runs {int(bool(gate.refused))}\n")
     return Response(metrics.render(per_tenant=per_tenant) + gauges + refusing.encode(), media_type=CONTENT_TYPE)

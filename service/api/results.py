@@ -11,7 +11,7 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 
 from ..logging import get_logger
-from ..push import push_due
+from ..results.push import push_due
 from ..results import Results
 from .deps import DeliveriesDep, RunDep, TenantDep, provide_run
 from .errors import Conflict, Unprocessable, errors, example_error

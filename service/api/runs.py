@@ -13,8 +13,8 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from ..budgets import day_of
-from ..admission import BadSubmit, DiskLow, NotTakingRuns, QueueFull, new_run_id
+from ..gateway.budgets import day_of
+from ..control.admission import BadSubmit, DiskLow, NotTakingRuns, QueueFull, new_run_id
 from ..config import ServiceConfig
 from ..logging import get_logger
 from ..registry import STATUSES, Run

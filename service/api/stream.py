@@ -1,7 +1,7 @@
 """GET /v1/runs/{id}/events: the run's events as server-sent events (the replay itself is events.replay).
 
 A tenant holds at most ``max_streams_per_tenant`` streams, across every replica: the handler takes one of its slots
-in the registry (``service.streams``; the check and the count are one write, so concurrent opens cannot all pass one
+in the registry (``service.control.streams``; the check and the count are one write, so concurrent opens cannot all pass one
 check), and the route's middleware gives the slot back when the response is done with: streamed to its end, cut by
 the client, or never sent at all (a client gone before the body started).
 """
@@ -22,7 +22,7 @@ from litestar.params import HeaderParameter, Parameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from ..events import Ended, KeepAlive, Numbered, replay
+from ..control.events import Ended, KeepAlive, Numbered, replay
 from ..registry import Run
 from ..tenants import Tenant
 from .deps import ClockDep, ConfigDep, ControlDep, RunDep, RunsDep, SlotsDep, TenantDep, provide_run

@@ -30,9 +30,9 @@ import socket
 import time
 from pathlib import Path
 
-from ..budgets import Budgets
+from .budgets import Budgets
 from ..config import ServiceConfig
-from ..live import layout_of, one_line
+from ..control.live import layout_of, one_line
 from ..logging import get_logger
 from ..metrics import Metrics
 from ..registry import Registry, Run, open_registry

@@ -16,7 +16,7 @@ __all__ = ["Grant", "Held", "Refused", "Meter", "AuditHook", "ResolveHook", "new
            "SOCKET_NAME", "SECRET_KEYS"]
 
 SOCKET_NAME = "gateway.sock"
-# The tenant's secrets: they stay here (what a run gets of its credentials file is service/runenv.py's allow-list).
+# The tenant's secrets: they stay here (what a run gets of its credentials file is service/control/runenv.py's allow-list).
 SECRET_KEYS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_CUSTOM_HEADERS",
                "ANTHROPIC_BASE_URL")
 
@@ -92,7 +92,7 @@ class Refused:
 
 
 class Meter(Protocol):
-    """Money, on the service's side of the wall (``service.budgets``): every Messages call is admitted before it is
+    """Money, on the service's side of the wall (``service.gateway.budgets``): every Messages call is admitted before it is
     forwarded and settled once its answer was read to the end."""
 
     async def admit(self, grant: Grant, most: float) -> Held | Refused:

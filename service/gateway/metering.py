@@ -24,15 +24,15 @@ from typing import Protocol, TypeVar
 
 from sandbox.layout import RunLayout
 
-from ..budgets import Budgets
+from ..clock import Clock
 from ..config import ServiceConfig
+from ..control.live import LiveRun, usage_of
 from ..errors import GatewayNotServing
-from ..live import LiveRun, usage_of
 from ..logging import get_logger
 from ..metrics import Metrics
-from ..clock import Clock
 from ..registry import HeldRun, Run, SpendTable, WireAuditTable
 from ..tenants import Tenant, Tenants
+from .budgets import Budgets
 from .grant import SOCKET_NAME, Grant, upstream_of
 from .server import Gateway
 from .wire import Usage

@@ -9,11 +9,11 @@ rooms it uses, so the type checker proves what each may touch:
 
     runs         RunsTable       the runs and their status; a live run's writes fenced by its lease (``under``)
     spend        SpendTable      each tenant's spend per day and the holds of calls in flight (the gateway, budgets)
-    leases       LeasesTable     which replica follows each live run (service.leases)
-    replicas     ReplicasTable   one live process per replica name (service.leases)
-    streams      StreamsTable    the tenants' SSE slots across replicas (service.streams)
+    leases       LeasesTable     which replica follows each live run (service.control.leases)
+    replicas     ReplicasTable   one live process per replica name (service.control.leases)
+    streams      StreamsTable    the tenants' SSE slots across replicas (service.control.streams)
     wire_audit   WireAuditTable  the gateway's audit counts and first requests (the gateway's process, the scheduler)
-    deliveries   DeliveriesTable webhook deliveries and their tries (service.webhooks)
+    deliveries   DeliveriesTable webhook deliveries and their tries (service.results.webhooks)
 
 ``rows`` holds what a row is (``Run``, ``Lease``, …); ``integrity`` whether a SQLite file is ours (``foreign``: a
 trigger, a view, a column not ours, a row naming another run's folder — refused at open and at restore); ``backup``

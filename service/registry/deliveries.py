@@ -1,4 +1,4 @@
-"""Webhook deliveries (``deliveries``; ``service.webhooks`` sends them): each signed body as first built, and how
+"""Webhook deliveries (``deliveries``; ``service.results.webhooks`` sends them): each signed body as first built, and how
 its tries went. A try is claimed before it is sent and its outcome stored only while the claim is still its own."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ _SLOT_RE = re.compile(re.escape(SLOT_PREFIX) + r"[0-9a-f]{1,58}")
 
 
 class Push(msgspec.Struct, kw_only=True):
-    """A finished run's branch pushed to its tenant's ``push_url`` (``service.push``): pending while the push runs,
+    """A finished run's branch pushed to its tenant's ``push_url`` (``service.results.push``): pending while the push runs,
     then pushed or failed (``error`` names why, never the credential)."""
     state: Literal["pending", "pushed", "failed"]
     url: str
@@ -48,7 +48,7 @@ DeliveryState = Literal["pending", "delivered", "failed"]
 
 
 class Delivery(msgspec.Struct, kw_only=True):
-    """One webhook delivery (``service.webhooks``): the signed body as first built, and how its tries went."""
+    """One webhook delivery (``service.results.webhooks``): the signed body as first built, and how its tries went."""
     id: str
     tenant: str
     run: str
@@ -81,7 +81,7 @@ class Replica(msgspec.Struct, kw_only=True, frozen=True):
     instance: str
     """Random at each start: two processes under one name are two instances."""
     process: str
-    """Where the holder runs (``service.leases.process_mark``), to tell at once that a holder on this host is gone."""
+    """Where the holder runs (``service.control.leases.process_mark``), to tell at once that a holder on this host is gone."""
     heartbeat: float
     expires: float
 

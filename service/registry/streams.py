@@ -1,4 +1,4 @@
-"""The tenants' SSE stream slots, counted across replicas (``streams``; ``service.streams`` holds them)."""
+"""The tenants' SSE stream slots, counted across replicas (``streams``; ``service.control.streams`` holds them)."""
 
 from __future__ import annotations
 

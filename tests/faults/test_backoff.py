@@ -6,9 +6,9 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from service.backoff import Backoff, RepeatLog
+from service.control.backoff import Backoff, RepeatLog
 from service.clock import ManualClock
-from service.health import is_disk_full
+from service.control.health import is_disk_full
 
 
 class Lines:

@@ -11,7 +11,7 @@ from _tables import ACME
 
 
 def test_booting_counts_the_live_runs_started_since_that_have_sent_no_model_request(registry: Registry):
-    """What a warm pool's refill yields to: runs whose sandboxes are starting (``service/warm.py``)."""
+    """What a warm pool's refill yields to: runs whose sandboxes are starting (``service/control/warm.py``)."""
     for run_id in ACME[:4]:
         registry.runs.create(id=run_id, tenant="acme", ask="x", options={}, repo="/r")
     assert registry.runs.booting(since=0.0) == 0, "queued runs are not starting"

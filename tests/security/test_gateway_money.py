@@ -24,7 +24,7 @@ import pytest
 from _service_helpers import ROOT, Deployment, Service, wait_for, wait_status
 from _hostile import DONE, ENDED, hostile_deployment, worker_rules
 from flower.testing import Rule, ScriptedModel, say
-from service.budgets import day_of
+from service.gateway.budgets import day_of
 from service.gateway import new_token
 from service.registry import Registry
 from service.tenants import TenantError, Tenants

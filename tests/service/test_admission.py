@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from service.admission import Admission, BadSubmit, DiskLow, NotTakingRuns, QueueFull
+from service.control.admission import Admission, BadSubmit, DiskLow, NotTakingRuns, QueueFull
 from service.config import ServiceConfig
 from service.errors import TenantNotReady
-from service.health import Health
+from service.control.health import Health
 from service.registry import Registry
 from service.tenants import Tenant, Tenants
 

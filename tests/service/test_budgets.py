@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from service.budgets import Budgets
+from service.gateway.budgets import Budgets
 from service.clock import ManualClock
 from service.gateway import Gateway, Grant, Held
 from service.metrics import Metrics

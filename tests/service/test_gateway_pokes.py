@@ -17,7 +17,7 @@ from service.config import ServiceConfig
 from service.gateway import new_token
 from service.gateway.daemon import GatewayProcess
 from service.gateway.metering import poke, serving
-from service.live import layout_of
+from service.control.live import layout_of
 from service.registry import Registry
 from service.tenants import Tenants
 

@@ -1,4 +1,4 @@
-"""A replica's name and its runs' leases (``service.leases``), handed the registry on a SQLite file: one live process
+"""A replica's name and its runs' leases (``service.control.leases``), handed the registry on a SQLite file: one live process
 per name — a second is refused with the setting named, a graceful stop frees the name at once, a holder on this host
 whose process is gone is taken over at once — and a holder that wakes to find its name or a run's lease taken under
 its name by another process follows those runs no more (it never adopts the other's fencing token)."""
@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from service.backoff import RepeatLog
+from service.control.backoff import RepeatLog
 from service.clock import ManualClock
 from service.errors import ReplicaNameTaken
-from service.leases import Leases, gone, process_mark
-from service.live import LiveRuns
+from service.control.leases import Leases, gone, process_mark
+from service.control.live import LiveRuns
 from service.logging import get_logger
 from service.registry import Registry
 

@@ -31,7 +31,7 @@ from service.clock import ManualClock
 from service.errors import RegistryDamaged, TenantError
 from service.registry import Delivery, Registry
 from service.tenants import Tenants
-from service.webhooks import Webhooks
+from service.results.webhooks import Webhooks
 
 SECRET = "hook-secret-5f0c2a9e71d84b36"
 USER = "flower-bot"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from service.clock import ManualClock
 from service.config import ServiceConfig
-from service.harvest import Harvest
-from service.live import layout_of
+from service.control.harvest import Harvest
+from service.control.live import layout_of
 from service.registry import Registry
-from service.retention import Retention
+from service.control.retention import Retention
 
 RUN = "20310101-000000-" + "d" * 32
 ENDED = 1924992000.0  # 2031-01-01 00:00:00 UTC

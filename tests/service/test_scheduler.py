@@ -25,7 +25,7 @@ from sandbox.errors import BackendUnavailable
 from service.config import ServiceConfig
 from service.gateway import Held
 from service.registry import Registry, Run
-from service.scheduler import POISON_AFTER, Scheduler
+from service.control.scheduler import POISON_AFTER, Scheduler
 from service.wiring import Service, build
 from service.tenants import Tenants
 from service.gateway.wire import Usage

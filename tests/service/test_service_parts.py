@@ -14,10 +14,10 @@ import pytest
 
 from sandbox.worktree import Changes, FileStat
 from service.config import ServiceConfigError, load_config
-from service.events import read_new
+from service.control.events import read_new
 from service.logging import configure_logging, get_logger
 from service.registry import Registry
-from service.scheduler import diffstat
+from service.control.scheduler import diffstat
 from service.tenants import TenantError, TenantNotReady, Tenants, hash_token
 
 from _service_helpers import ROOT
@@ -271,7 +271,7 @@ def test_a_stream_of_a_run_another_replica_follows_is_the_files_whole_and_in_ord
     again on its own, every event once and in order, resumes after Last-Event-ID, and ends with the run."""
     import asyncio
 
-    from service.events import Ended, Numbered, replay
+    from service.control.events import Ended, Numbered, replay
 
     path = _events_file(tmp_path, b'{"kind": "step", "text": "1"}\n')
     status: list[str] = []
@@ -304,7 +304,7 @@ def test_a_stream_of_a_run_another_replica_follows_is_the_files_whole_and_in_ord
 
 
 def test_a_huge_event_line_is_cut_not_stalled_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    import service.events as events
+    import service.control.events as events
 
     monkeypatch.setattr(events, "MAX_LINE", 64)
     path = _events_file(tmp_path, b'{"kind": "text", "text": "' + b"x" * 100 + b'"}\n{"kind": "step", "text": "b"}\n')

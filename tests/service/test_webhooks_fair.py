@@ -22,7 +22,7 @@ from flower.testing import Rule, ScriptedModel, say
 from sandbox.testing import BRIEF, CLARIFIER
 from service.registry import Registry
 from service.tenants import Tenants
-from service.webhooks import Webhooks
+from service.results.webhooks import Webhooks
 from test_results import ENDED, SECRET, Receiver
 
 ARRIVES_S = 15.0  # the bound of the issue: another tenant's run.ended arrives within it (it waited minutes)

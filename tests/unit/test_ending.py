@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sandbox.records import ExitRecord
-from service.ending import Drained, Ended, claimed_cost, decide
+from service.control.ending import Drained, Ended, claimed_cost, decide
 
 OK = ExitRecord(status="succeeded", cost_usd=0.5)
 FULL = ExitRecord(status="failed", error="OSError: [Errno 28] No space left on device")

@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING
 
 from sandbox.layout import RunLayout
 
-from .clock import SYSTEM, Clock
+from ..clock import SYSTEM, Clock
+from ..logging import get_logger
 from .live import LiveRun, layout_of, one_line
-from .logging import get_logger
 
 if TYPE_CHECKING:
-    from .config import ServiceConfig
+    from ..config import ServiceConfig
     from .harvest import Harvest
-    from .registry import Run, RunsTable
+    from ..registry import Run, RunsTable
 
 __all__ = ["folder_bytes", "remove_run_files", "MAX_ENTRIES", "Retention", "DISK_EVERY_S", "SWEEP_EVERY_S"]
 

@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 
 from sandbox.worktree import GIT_ENV, SAFE_CONFIG
 
-from .clock import SYSTEM, Clock
-from .errors import PushFailed
-from .registry import Push, Run
-from .tenants import PushTarget, Tenant, operator_file
+from ..clock import SYSTEM, Clock
+from ..errors import PushFailed
+from ..registry import Push, Run
+from ..tenants import PushTarget, Tenant, operator_file
 
 __all__ = ["PushFailed", "push_branch", "push_run", "push_due"]
 

@@ -42,10 +42,10 @@ from typing import Literal
 import httpx
 import msgspec
 
-from .clock import SYSTEM, Clock
-from .logging import get_logger
-from .registry import DeliveriesTable, Delivery, Push, Run
-from .tenants import Tenant, Tenants
+from ..clock import SYSTEM, Clock
+from ..logging import get_logger
+from ..registry import DeliveriesTable, Delivery, Push, Run
+from ..tenants import Tenant, Tenants
 
 __all__ = ["Webhooks", "WebhookBody", "EventName", "sign", "SIGNATURE_HEADER", "TRIES", "TRY_S", "CLAIM_S"]
 

@@ -1,6 +1,6 @@
 """How a run's results reach its team: the scheduler says when a run started, asked a question and ended — one
-call each, which returns at once — and this module turns that into webhooks (``service.webhooks``) and, for a
-succeeded run, a push of its branch (``service.push``) before ``run.ended`` goes out saying whether it was pushed.
+call each, which returns at once — and this module turns that into webhooks (``service.results.webhooks``) and, for a
+succeeded run, a push of its branch (``service.results.push``) before ``run.ended`` goes out saying whether it was pushed.
 
 Pushes run in worker threads off the scheduler's pass; a failed one leaves the run succeeded, with the reason on
 its row (``push``), and ``POST /v1/runs/{id}/push`` tries again. A push under way when the service stopped is
@@ -17,10 +17,10 @@ from typing import ParamSpec
 
 from sandbox.records import QUESTION_ID, QUESTION_MAX, Event
 
-from .logging import get_logger
+from ..logging import get_logger
+from ..registry import Push, Run, RunsTable
+from ..tenants import Tenant, Tenants
 from .push import push_due, push_run
-from .registry import Push, Run, RunsTable
-from .tenants import Tenant, Tenants
 from .webhooks import QuestionBody, Webhooks
 
 __all__ = ["Results"]

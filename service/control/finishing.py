@@ -17,8 +17,12 @@ from sandbox.backends.base import Backend, Handle
 from sandbox.layout import RunLayout
 from sandbox.records import RecordError, read_exit_record
 
-from .clock import Clock
-from .config import ServiceConfig
+from ..clock import Clock
+from ..config import ServiceConfig
+from ..logging import get_logger
+from ..metrics import FailureReason, Metrics
+from ..registry import ACTIVE, Kept, Run, RunsTable, RunStatus
+from ..results import Results
 from .ending import Drained, Ended, decide
 from .feed import EventFeed
 from .following import Following
@@ -27,10 +31,6 @@ from .harvest import Harvest
 from .health import disk_full_reason
 from .hooks import Hooks
 from .live import LiveRun, layout_of, one_line
-from .logging import get_logger
-from .metrics import FailureReason, Metrics
-from .registry import ACTIVE, Kept, Run, RunsTable, RunStatus
-from .results import Results
 from .retention import folder_bytes
 
 __all__ = ["Finisher"]

@@ -27,13 +27,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..clock import SYSTEM, Clock
+from ..config import ENV_PREFIX
+from ..errors import ReplicaNameTaken
+from ..logging import get_logger
+from ..registry import Lease, LeasesTable, Replica, ReplicasTable
 from .backoff import RepeatLog
-from .clock import SYSTEM, Clock
-from .config import ENV_PREFIX
-from .errors import ReplicaNameTaken
 from .live import LiveRuns
-from .logging import get_logger
-from .registry import Lease, LeasesTable, Replica, ReplicasTable
 
 __all__ = ["Leases", "Changes", "process_mark", "gone"]
 

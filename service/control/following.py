@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config import ServiceConfig
+from ..logging import get_logger
+from ..registry import HeldRun, RunsTable
 from .backoff import Backoff, RepeatLog
-from .config import ServiceConfig
 from .health import Health, is_disk_full, is_engine_down
 from .leases import Leases
 from .live import LiveRuns
-from .logging import get_logger
-from .registry import HeldRun, RunsTable
 
 __all__ = ["Following", "ours"]
 

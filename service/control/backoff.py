@@ -13,7 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .clock import SYSTEM, Clock
+from ..clock import SYSTEM, Clock
 
 __all__ = ["Backoff", "RepeatLog"]
 

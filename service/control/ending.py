@@ -21,9 +21,9 @@ from typing import Literal
 
 from sandbox.records import ExitRecord
 
+from ..metrics import FailureReason
 from .health import is_disk_full
 from .live import STOP_ORDER, StopReason
-from .metrics import FailureReason
 
 __all__ = ["EndStatus", "Drained", "Ended", "decide", "claimed_cost"]
 

@@ -19,8 +19,8 @@ from typing import Literal
 from sandbox.backends.base import Handle
 from sandbox.layout import RunLayout
 
-from .registry import Lease, Run
-from .gateway.wire import Usage
+from ..gateway.wire import Usage
+from ..registry import Lease, Run
 
 __all__ = ["LiveRun", "LiveRuns", "StopReason", "STOP_ORDER", "layout_of", "one_line", "usage_of"]
 

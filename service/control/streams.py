@@ -14,8 +14,8 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
-from .clock import SYSTEM, Clock
-from .registry import StreamsTable
+from ..clock import SYSTEM, Clock
+from ..registry import StreamsTable
 
 __all__ = ["StreamSlots", "Slot"]
 

@@ -1,4 +1,4 @@
-"""Whether queued runs may start: the guard canary's word (``service.canary``), read by the scheduler before it
+"""Whether queued runs may start: the guard canary's word (``service.control.canary``), read by the scheduler before it
 starts a queued run and by the API (``POST /v1/runs``, ``/healthz``, ``/metrics``).
 
 Three states: open (runs start), held (the canary is still proving the guards: runs queue and wait) and refused

@@ -22,14 +22,15 @@ from typing import TypeVar
 
 import msgspec
 
-from .clock import SYSTEM, Clock
-from .gateway import Gateway, Grant, Held, Refused
-from .gateway.wire import Usage
-from .live import one_line
-from .logging import get_logger
-from .metrics import Metrics
-from .registry import Run, SpendTable, Spent, Standing
-from .tenants import Tenant, Tenants
+from ..clock import SYSTEM, Clock
+from ..control.live import one_line
+from ..logging import get_logger
+from ..metrics import Metrics
+from ..registry import Run, SpendTable, Spent, Standing
+from ..tenants import Tenant, Tenants
+from .grant import Grant, Held, Refused
+from .server import Gateway
+from .wire import Usage
 
 __all__ = ["Budgets", "day_of", "HOLD_S", "RENEW_HOLDS_S"]
 

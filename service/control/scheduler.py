@@ -29,8 +29,12 @@ from collections.abc import Callable
 from sandbox.backends.base import Backend, Handle
 from sandbox.pool import WarmPool
 
-from .clock import Clock
-from .config import ServiceConfig
+from ..clock import Clock
+from ..config import ServiceConfig
+from ..logging import get_logger
+from ..registry import Run, RunsTable
+from ..results import Results
+from ..tenants import Tenants
 from .events import END
 from .feed import EventFeed
 from .finishing import Finisher
@@ -40,13 +44,9 @@ from .harvest import Harvest, diffstat
 from .health import is_engine_down
 from .hooks import Hooks
 from .live import LiveRuns, layout_of, one_line
-from .logging import get_logger
 from .recovery import Recovery
-from .registry import Run, RunsTable
-from .results import Results
 from .retention import Retention
 from .starting import Starter, fair_order
-from .tenants import Tenants
 from .warm import WarmKeeper
 
 __all__ = ["Scheduler", "END", "diffstat", "POISON_AFTER", "fair_order"]

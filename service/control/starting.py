@@ -9,23 +9,23 @@ import asyncio
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from .budgets import Budgets
-from .clock import Clock
-from .config import ServiceConfig
-from .errors import TenantNotReady
+from ..clock import Clock
+from ..config import ServiceConfig
+from ..errors import TenantNotReady
+from ..gateway.budgets import Budgets
+from ..gateway.wire import Usage
+from ..logging import get_logger
+from ..metrics import Metrics
+from ..registry import ACTIVE, Run, RunsTable
+from ..results import Results
+from ..tenants import Tenant, Tenants
 from .finishing import Finisher
 from .following import Following
 from .gate import Gate
-from .gateway.wire import Usage
 from .grants import Grants
 from .health import is_disk_full, is_engine_down
 from .launcher import Launcher
 from .live import layout_of, one_line
-from .logging import get_logger
-from .metrics import Metrics
-from .registry import ACTIVE, Run, RunsTable
-from .results import Results
-from .tenants import Tenant, Tenants
 
 __all__ = ["Starter", "fair_order"]
 

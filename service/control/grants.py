@@ -9,17 +9,17 @@ import asyncio
 
 from sandbox.layout import RunLayout
 
-from .budgets import Budgets
-from .config import ServiceConfig
-from .errors import LeaseLost
-from .gateway import SOCKET_NAME, Gateway, Grant, new_token
-from .gateway.metering import Metering, metering_of
-from .logging import get_logger
-from .metrics import Metrics
-from .clock import SYSTEM, Clock
-from .registry import HeldRun, Run, SpendTable, WireAuditTable
+from ..clock import SYSTEM, Clock
+from ..config import ServiceConfig
+from ..errors import LeaseLost
+from ..gateway import SOCKET_NAME, Gateway, Grant, new_token
+from ..gateway.budgets import Budgets
+from ..gateway.metering import Metering, metering_of
+from ..logging import get_logger
+from ..metrics import Metrics
+from ..registry import HeldRun, Run, SpendTable, WireAuditTable
+from ..tenants import Tenant, Tenants
 from .runenv import left_out, run_environment
-from .tenants import Tenant, Tenants
 
 __all__ = ["Grants"]
 
@@ -53,7 +53,7 @@ class Grants:
         if kept_back and self._kept_back.get(run.tenant) != kept_back:
             self._kept_back[run.tenant] = kept_back
             log.info("tenant.env_left_out", tenant=run.tenant, names=kept_back,
-                     why="not on the run environment's allow-list (service/runenv.py): no run gets them")
+                     why="not on the run environment's allow-list (service/control/runenv.py): no run gets them")
         if self.config.backend == "kubernetes":
             return run_environment(values, token, url=self.config.gateway_url)
         return run_environment(values, token, socket_path=layout.gateway / SOCKET_NAME)

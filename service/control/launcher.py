@@ -21,12 +21,12 @@ from sandbox.layout import RunLayout
 from sandbox.pool import Shape
 from sandbox.spec import RunSpec, write_spec
 
-from .config import ServiceConfig
+from ..config import ServiceConfig
+from ..registry import HeldRun, Run
+from ..tenants import Tenant
 from .harvest import Harvest
 from .live import layout_of
-from .registry import HeldRun, Run
 from .runenv import settings_of
-from .tenants import Tenant
 from .warm import WarmKeeper
 
 __all__ = ["Launcher", "Started", "GrantFn"]

@@ -14,13 +14,13 @@ from pathlib import Path
 
 from sandbox.records import Event, decode_audit
 
+from ..logging import get_logger
+from ..metrics import Metrics
+from ..registry import Run, RunsTable
+from ..results import Results
 from .ending import claimed_cost
 from .events import END, read_new
 from .live import LiveRun, one_line
-from .logging import get_logger
-from .metrics import Metrics
-from .registry import Run, RunsTable
-from .results import Results
 
 __all__ = ["EventFeed", "Item", "SUB_QUEUE"]
 

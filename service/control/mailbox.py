@@ -14,9 +14,9 @@ from pathlib import Path
 from sandbox.backends.base import Backend
 from sandbox.records import QUESTION_ID, Question, decode_question
 
-from .clock import SYSTEM, Clock
+from ..clock import SYSTEM, Clock
+from ..registry import Run, RunsTable
 from .live import layout_of
-from .registry import Run, RunsTable
 
 __all__ = ["Mailbox", "QUESTION_BYTES"]
 

@@ -9,14 +9,14 @@ import asyncio
 
 from sandbox.backends.base import Backend, Handle, read_exit
 
-from .config import ServiceConfig
+from ..config import ServiceConfig
+from ..logging import get_logger
+from ..registry import ACTIVE, Run, RunsTable
 from .finishing import Finisher
 from .following import Following, ours
 from .grants import Grants
 from .harvest import Harvest
 from .health import is_engine_down
-from .logging import get_logger
-from .registry import ACTIVE, Run, RunsTable
 
 __all__ = ["Recovery"]
 

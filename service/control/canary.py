@@ -12,8 +12,8 @@ import json
 import sys
 from collections.abc import Callable
 
+from ..logging import get_logger
 from .gate import Gate
-from .logging import get_logger
 
 __all__ = ["check", "prove_guards"]
 

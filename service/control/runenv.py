@@ -55,6 +55,6 @@ def settings_of(values: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
 
 def left_out(values: Mapping[str, str]) -> list[str]:
     """The names of the tenant's file that no run gets (names only: an operator's hint, never a value)."""
-    from .gateway import SECRET_KEYS
+    from ..gateway import SECRET_KEYS
 
     return sorted(k for k in values if k not in ALLOWED and k not in SECRET_KEYS)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from sandbox.errors import BackendUnavailable
 
-from .clock import SYSTEM, Clock
+from ..clock import SYSTEM, Clock
 
 __all__ = ["Health", "DiskState", "is_disk_full", "is_engine_down", "disk_full_reason"]
 

@@ -10,7 +10,7 @@ never a refusal: its failures are logged, not raised.
 With several replicas (PostgreSQL), each keeps a pool of its own, its slots named for it, and holds a lease in the
 registry that says it is alive (``warm-pool:<owner>``, renewed with its runs' leases): every ``WARM_CHECK_S`` a
 replica takes over the lease of any other pool it finds slots of whose replica stopped renewing — it died — and
-removes what that pool left waiting, as ``service.leases`` takes over a dead replica's runs.
+removes what that pool left waiting, as ``service.control.leases`` takes over a dead replica's runs.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from pathlib import Path
 from sandbox.backends.base import Backend, WarmBackend
 from sandbox.pool import Shape, Slot, WarmPool
 
+from ..clock import SYSTEM, Clock
+from ..logging import get_logger
+from ..metrics import Metrics
+from ..registry import Lease, LeasesTable, RunsTable
+from ..tenants import Tenants
 from .backoff import RepeatLog
-from .clock import SYSTEM, Clock
-from .logging import get_logger
-from .metrics import Metrics
-from .registry import Lease, LeasesTable, RunsTable
 from .runenv import settings_of
-from .tenants import Tenants
 
 __all__ = ["WarmKeeper", "WARM_CHECK_S", "REFILL_AFTER_S", "BOOT_S", "YIELD_S"]
 

@@ -30,12 +30,12 @@ import msgspec
 from sandbox.layout import RunLayout
 from sandbox.spec import RunSpec
 
-from .config import ServiceConfig
-from .errors import ServiceError, TenantNotReady
+from ..config import ServiceConfig
+from ..errors import ServiceError, TenantNotReady
+from ..logging import get_logger
+from ..registry import Run, RunsTable
+from ..tenants import Tenant
 from .health import Health, is_disk_full
-from .logging import get_logger
-from .registry import Run, RunsTable
-from .tenants import Tenant
 
 __all__ = ["Admission", "Admitted", "NotTakingRuns", "BadSubmit", "QueueFull", "DiskLow", "new_run_id", "unstorable"]
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from sandbox.layout import RunLayout
 
-from .config import ServiceConfig
+from ..config import ServiceConfig
+from ..logging import get_logger
+from ..registry import Run, RunsTable
 from .health import is_disk_full
 from .live import LiveRun, layout_of, one_line
-from .logging import get_logger
-from .registry import Run, RunsTable
 
 if TYPE_CHECKING:
     from sandbox.worktree import Changes

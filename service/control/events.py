@@ -28,7 +28,7 @@ from typing import Any
 from sandbox.records import Event, decode_event, unparsed
 from sandbox.runfiles import open_file
 
-from .clock import SYSTEM, Clock
+from ..clock import SYSTEM, Clock
 
 __all__ = ["read_new", "replay", "Numbered", "KeepAlive", "Ended", "END", "MAX_CHUNK", "MAX_LINE",
            "MAX_FILE", "EVENTS"]
