@@ -4,20 +4,22 @@
    ``Gate`` (the guard canary's word: held, refused or open), the ``Hooks`` (the scheduler's callbacks, bound
    when it is built last), ``Metrics``, the in-process ``Gateway``, ``Health`` (disk and engine), the
    ``LiveRuns`` records and the ``RepeatLog`` of failing paths;
-2. money and access: ``Budgets`` (the gateway's meter; a budget crossed → ``hooks.over_budget``),
-   ``StreamSlots`` (SSE streams per tenant), ``Grants`` (each run's gateway token, under its budget);
-3. results: ``Webhooks`` inside ``Results`` (told when a run started, asked, ended);
-4. following runs: ``Leases`` (this replica's runs; each renewal round → ``hooks.renewed``), ``EventFeed``,
-   ``Harvest``, ``WarmKeeper``, ``Launcher`` (warm + harvest + grants), ``Mailbox`` (→ ``hooks.wake``),
-   ``Retention`` (harvest, and the live runs it must not touch);
-5. the ``Scheduler``, given all of the above (it binds the hooks), and ``RunControl``: what the API may ask of
-   the runs (cancel, delete, a run's folder, its event feed).
+2. money and access: ``Budgets`` (the spend table; a budget crossed → ``hooks.over_budget``), ``StreamSlots``
+   (the streams table), ``Grants`` (each run's gateway token; its ``Metering``: where the gateway lives);
+3. results: ``Webhooks`` (the deliveries table) inside ``Results`` (the runs table);
+4. following runs: ``Leases`` (the leases and replicas tables; each renewal round also renews the stream slots
+   and the gateway's holds), ``EventFeed``, ``Harvest``, ``WarmKeeper``, ``Launcher`` (warm + harvest + grants),
+   ``Mailbox`` (→ ``hooks.wake``), ``Retention`` (harvest, and the live runs it must not touch);
+5. the scheduler's rooms: ``Following`` (what they share), ``Finisher``, ``Starter``, ``Recovery``; then the
+   ``Scheduler`` (the runs table and the registry's ``listen``; it binds the hooks), and ``RunControl``: what the
+   API may ask of the runs (cancel, delete, a run's folder, its event feed).
 
-Who receives what: the scheduler everything above; the API (``service.api.deps.dependencies``) the config, the
-registry, the clock, the gate, health, the mailbox, run control, the stream slots, results and metrics — never the
-scheduler; the app (``service.app``) starts and stops the scheduler and runs the canary against the gate. The
-gateway's own process (``python -m service gateway``, ``service.gateway.daemon``) makes its meter itself: it shares no
-object with this one, only the registry's tables.
+Who receives what: each part the tables named in its constructor, nothing more; the API
+(``service.api.deps.dependencies``) the runs, spend and deliveries tables, the config, the clock, the gate,
+health, the mailbox, run control, the stream slots, results and metrics — never the scheduler or the registry
+whole; the app (``service.app``) starts and stops the scheduler, resets this replica's stream slots and runs the
+canary against the gate. The gateway's own process (``python -m service gateway``, ``service.gateway.daemon``)
+makes its meter itself: it shares no object with this one, only the registry's tables.
 """
 
 from __future__ import annotations

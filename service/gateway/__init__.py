@@ -20,6 +20,8 @@ Its layers, each touching only what is named (imports go down the list, never up
                  (usage, cost, tool calls, the most a request can cost); the meter (``grant.Meter``) is called here.
 - ``grant``, ``streaks``, ``wire``  what the layers share: a live run's grant, the log's streaks, the wire's
                  parsing — no sockets.
+- ``budgets``    the money a call may hold: the spend table's holds against the run's and its tenant's day's caps
+                 (the registry's ``spend`` table only — it cannot end a run).
 - ``metering``   the one seam for where the gateway lives, as the control plane sees it (``Metering``): in this
                  process, or in a process of its own that it reaches through the registry.
 - ``daemon``     ``python -m service gateway``: the gateway as a process of its own, kept in step with the registry;
