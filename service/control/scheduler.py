@@ -202,13 +202,13 @@ class Scheduler:
             await self.starter.start_queued()  # first: a submit that woke this pass does not wait behind the rest
         tenants = {t.name for t in self.tenants.all()}
         for run in self.runs.list(statuses=["running"], oldest_first=True):
-            held = self.live.get(run.id)
-            if held is None or held.lease is None:
+            record = self.live.get(run.id)
+            if record is None or record.lease is None:
                 continue  # another replica's
-            if run.tenant not in tenants and "tenant_removed" not in held.stops:
+            if run.tenant not in tenants and "tenant_removed" not in record.stops:
                 await self.finisher.evict(run)
             else:
-                self.grants.metering.follow(run, held)
+                self.grants.metering.follow(run, record)
             if not self.backoff.ready(run.id):
                 continue
             try:

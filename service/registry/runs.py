@@ -113,10 +113,6 @@ class HeldRun(_Writes):
     """The writes of a run held under a lease (``RunsTable.under``): each also requires that the lease is still
     the one given — the fencing token is carried here, never passed by hand."""
 
-    @property
-    def lease(self) -> Lease | None:
-        return self._lease
-
 
 class RunsTable(_Writes):
     """The runs: reads, the queue, and the writes no lease fences (a submit, a cancel, what happens to an ended
