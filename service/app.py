@@ -25,20 +25,20 @@ from flower import __version__
 from sandbox.backends.base import Backend
 
 from .api.deps import bearer_guard, dependencies
-from .api.limits import RateLimits
-from .api.errors import EXCEPTION_HANDLERS
-from .api.mailbox import MailboxController
 from .api.docs import docs_assets, docs_redirect, openapi_config
+from .api.errors import EXCEPTION_HANDLERS
+from .api.limits import RateLimits
+from .api.mailbox import MailboxController
 from .api.ops import healthz, security_headers
-from .api.scrape import ScrapeToken
-from .api.results import ResultsController
 from .api.ops import metrics as metrics_handler
+from .api.results import ResultsController
 from .api.runs import RunController, new_run_id, usage
 from .api.schemas import AnswerIn, SubmitIn, TextIn
+from .api.scrape import ScrapeToken
 from .api.stream import events
+from .clock import SYSTEM, Clock
 from .config import ServiceConfig
 from .control.canary import check
-from .clock import SYSTEM, Clock
 from .gateway.keeper import GatewayKeeper
 from .logging import get_logger
 from .registry import open_registry

@@ -65,8 +65,8 @@ import msgspec
 from flower.core.credentials import TOKEN_KEYS
 from sandbox.spec import Egress
 
-from .gateway.wire import SERVER_TOOLS
 from .errors import TenantError, TenantNotReady
+from .gateway.wire import SERVER_TOOLS
 
 __all__ = ["Tenant", "Tenants", "TenantError", "TenantNotReady", "hash_token"]
 

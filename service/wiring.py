@@ -31,15 +31,13 @@ from dataclasses import dataclass
 from sandbox.backends.base import Backend
 from sandbox.layout import RunLayout
 
-from .control.backoff import Backoff, RepeatLog
-from .gateway.budgets import Budgets
 from .clock import SYSTEM, Clock
 from .config import ServiceConfig
+from .control.backoff import Backoff, RepeatLog
 from .control.feed import EventFeed, Item
 from .control.finishing import Finisher
 from .control.following import Following
 from .control.gate import Gate
-from .gateway import Gateway
 from .control.grants import Grants
 from .control.harvest import Harvest
 from .control.health import Health
@@ -47,19 +45,21 @@ from .control.hooks import Hooks
 from .control.launcher import Launcher
 from .control.leases import Leases
 from .control.live import LiveRuns, layout_of
-from .logging import get_logger
 from .control.mailbox import Mailbox
-from .metrics import Metrics
-from .registry import Registry, Run
-from .results import Results
 from .control.recovery import Recovery
 from .control.retention import Retention
 from .control.scheduler import Scheduler
 from .control.starting import Starter
 from .control.streams import StreamSlots
-from .tenants import Tenants
 from .control.warm import WarmKeeper
+from .gateway import Gateway
+from .gateway.budgets import Budgets
+from .logging import get_logger
+from .metrics import Metrics
+from .registry import Registry, Run
+from .results import Results
 from .results.webhooks import Webhooks
+from .tenants import Tenants
 
 __all__ = ["Service", "RunControl", "build"]
 

@@ -1,7 +1,8 @@
-"""What handlers are given rather than fetch: the caller's tenant (from its bearer token), the registry, the
-parts of the service they use (``service.wiring`` built them: the gate, health, the mailbox, run control, the
-stream slots, results, the clock — never the scheduler), the submit rules (``service.control.admission``), the config, and
-the run a path names — already checked to be the caller's own."""
+"""What handlers are given rather than fetch: the caller's tenant (from its bearer token), the registry's tables
+they read (runs, spend, deliveries — never the registry whole), the parts of the service they use
+(``service.wiring`` built them: the gate, health, the mailbox, run control, the stream slots, results, the clock —
+never the scheduler), the submit rules (``service.control.admission``), the config, and the run a path names —
+already checked to be the caller's own."""
 
 from __future__ import annotations
 
@@ -15,15 +16,15 @@ from litestar.params import FromPath
 from litestar.exceptions import NotAuthorizedException, NotFoundException
 from litestar.handlers import BaseRouteHandler
 
-from ..control.admission import Admission
 from ..clock import Clock
 from ..config import ServiceConfig
+from ..control.admission import Admission
 from ..control.gate import Gate
 from ..control.health import Health
 from ..control.mailbox import Mailbox
+from ..control.streams import StreamSlots
 from ..metrics import Metrics
 from ..registry import DeliveriesTable, Run, RunsTable, SpendTable
-from ..control.streams import StreamSlots
 from ..tenants import Tenant, Tenants
 from ..wiring import RunControl, Service
 from .errors import Conflict, TooManyRequests
@@ -32,8 +33,7 @@ from .scrape import ScrapeToken
 
 __all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ClockDep", "ConfigDep", "ControlDep",
            "GateDep", "HealthDep", "MailboxDep", "RunsDep", "SpendDep", "DeliveriesDep", "SlotsDep", "MetricsDep",
-           "ScrapeDep", "TenantDep",
-           "RunDep", "MIN_PREFIX", "RUN_ID_CHARS"]
+           "ScrapeDep", "TenantDep", "RunDep", "MIN_PREFIX", "RUN_ID_CHARS"]
 
 # what a handler declares to be given (by name: ``runs: RunsDep``) — the tables it reads, never the registry whole
 AdmissionDep = NamedDependency[Admission]

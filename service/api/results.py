@@ -11,8 +11,8 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 
 from ..logging import get_logger
-from ..results.push import push_due
 from ..results import Results
+from ..results.push import push_due
 from .deps import DeliveriesDep, RunDep, TenantDep, provide_run
 from .errors import Conflict, Unprocessable, errors, example_error
 from .examples import DELIVERIES, PUSHED, ok

@@ -13,13 +13,13 @@ from litestar.openapi.datastructures import ResponseSpec
 from litestar.params import Parameter
 from litestar.response import Stream
 
-from ..gateway.budgets import day_of
-from ..control.admission import BadSubmit, DiskLow, NotTakingRuns, QueueFull, new_run_id
 from ..config import ServiceConfig
+from ..control.admission import BadSubmit, DiskLow, NotTakingRuns, QueueFull, new_run_id
+from ..gateway.budgets import day_of
 from ..logging import get_logger
 from ..registry import STATUSES, Run
-from ..wiring import RunControl
 from ..tenants import Tenant, TenantNotReady
+from ..wiring import RunControl
 from .deps import AdmissionDep, ClockDep, ConfigDep, ControlDep, RunDep, RunsDep, SpendDep, TenantDep, provide_run
 from .errors import Conflict, Gone, InsufficientStorage, TooManyRequests, Unprocessable, errors, example_error
 from .examples import DIFF, FILES, MANIFEST, RUN, RUNS, SUBMITTED, USAGE, SubmitBody, ok

@@ -30,13 +30,13 @@ import socket
 import time
 from pathlib import Path
 
-from .budgets import Budgets
 from ..config import ServiceConfig
 from ..control.live import layout_of, one_line
 from ..logging import get_logger
 from ..metrics import Metrics
 from ..registry import Registry, Run, open_registry
 from ..tenants import Tenants
+from .budgets import Budgets
 from .grant import Grant
 from .metering import SYNC_S, WAKE_NAME, grant_of  # SYNC_S: how often the active runs are read
 from .server import Gateway
