@@ -35,21 +35,20 @@ from ..logging import get_logger
 from ..registry import Run, RunsTable
 from ..results import Results
 from ..tenants import Tenants
-from .events import END
 from .feed import EventFeed
 from .finishing import Finisher
 from .following import Following, ours
 from .grants import Grants
-from .harvest import Harvest, diffstat
+from .harvest import Harvest
 from .health import is_engine_down
 from .hooks import Hooks
 from .live import LiveRuns, layout_of, one_line
 from .recovery import Recovery
 from .retention import Retention
-from .starting import Starter, fair_order
+from .starting import Starter
 from .warm import WarmKeeper
 
-__all__ = ["Scheduler", "END", "diffstat", "POISON_AFTER", "fair_order"]
+__all__ = ["Scheduler", "POISON_AFTER"]
 
 log = get_logger("flower.service.scheduler")
 

@@ -17,7 +17,7 @@ from service.config import ServiceConfigError, load_config
 from service.control.events import read_new
 from service.logging import configure_logging, get_logger
 from service.registry import Registry
-from service.control.scheduler import diffstat
+from service.control.harvest import diffstat
 from service.tenants import TenantError, TenantNotReady, Tenants, hash_token
 
 from _service_helpers import ROOT
