@@ -73,7 +73,7 @@ class Starter:
         if free <= 0:
             return
         health = self.following.health
-        for run in fair_order(self.runs.queued_heads(free), busy):
+        for run in fair_order(self.runs.queued_heads(free, now=self.clock.now()), busy):
             if total >= self.config.max_running:
                 return
             tenant = self.tenants.get(run.tenant)
@@ -88,8 +88,10 @@ class Starter:
                 self.runs.finish(run.id, "failed", frm=["queued"], ended=self.clock.now(), error=over)
                 log.warning("run.over_budget", tenant=run.tenant, run=run.id, error=over)
                 continue
-            if self.runs.begin(run.id, started=self.clock.now()) is None:
-                continue  # cancelled in the meantime, or begun by another replica
+            started = run.started if run.sandboxes and run.started else self.clock.now()  # a resume keeps its start
+            if self.runs.begin(run.id, started=started, quota=tenant.quota,
+                               max_running=self.config.max_running) is None:
+                continue  # cancelled in the meantime, begun by another replica, or another's start took the slot
             if not self.following.leases.hold(run.id):
                 continue
             total += 1

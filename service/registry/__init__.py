@@ -32,14 +32,14 @@ from .deliveries import DeliveriesTable
 from .integrity import foreign
 from .leases import LeasesTable
 from .replicas import ReplicasTable
-from .rows import (ACTIVE, STATUSES, TERMINAL, Delivery, DeliveryState, Ending, Kept, Lease, Push, Replica, Run,
-                   RunStatus, Spent, Standing)
+from .rows import (ACTIVE, STATUSES, TERMINAL, Delivery, DeliveryState, Ending, Kept, Lease, Loss, LossCause, Push,
+                   Replica, Run, RunStatus, Spent, Standing)
 from .runs import HeldRun, RunsTable
 from .spend import SpendTable
 from .streams import StreamsTable
 from .wire_audit import WireAuditTable
 
-__all__ = ["Registry", "Database", "Run", "Kept", "Lease", "Standing", "Spent", "RunStatus", "Ending", "Push",
+__all__ = ["Registry", "Database", "Run", "Loss", "LossCause", "Kept", "Lease", "Standing", "Spent", "RunStatus", "Ending", "Push",
            "Delivery", "DeliveryState", "Replica", "ACTIVE", "TERMINAL", "STATUSES", "SCHEMA", "CHANNEL", "foreign",
            "open_registry", "RunsTable", "HeldRun", "SpendTable", "LeasesTable", "ReplicasTable", "StreamsTable",
            "WireAuditTable", "DeliveriesTable"]

@@ -18,12 +18,14 @@ from sandbox.pool import SLOT_PREFIX
 
 from ..errors import RegistryDamaged
 
-__all__ = ["Run", "Kept", "Lease", "Standing", "Spent", "RunStatus", "Ending", "Push", "Delivery", "DeliveryState",
+__all__ = ["Run", "Loss", "LossCause", "Kept", "Lease", "Standing", "Spent", "RunStatus", "Ending", "Push", "Delivery", "DeliveryState",
            "Replica", "ACTIVE", "TERMINAL", "STATUSES", "COLUMNS", "plain", "convert", "run_of", "not_its_own",
            "stored", "ordered"]
 
-RunStatus = Literal["queued", "starting", "running", "succeeded", "failed", "aborted", "cancelled", "killed"]
-"""Every status a run is in (the diagram above); ``service.api.schemas.Status`` is this one."""
+RunStatus = Literal["queued", "starting", "running", "parked", "succeeded", "failed", "aborted", "cancelled",
+                    "killed"]
+"""Every status a run is in (``service.registry.runs``' diagram); ``service.api.schemas.Status`` is this one.
+``parked``: it waits for a person with no sandbox — no process, no slot, no token; an answer queues it again."""
 Ending = Literal["succeeded", "failed", "aborted", "cancelled", "killed"]
 STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 ACTIVE: tuple[RunStatus, ...] = ("starting", "running")
@@ -105,6 +107,27 @@ class Spent(msgspec.Struct, kw_only=True, frozen=True):
     day: float
 
 
+LossCause = Literal["crashed", "vanished"]
+"""How a sandbox was lost: it exited without writing exit.json (killed, OOM, its engine restarted), or it is gone
+(its container or pod removed, its node lost)."""
+
+
+class Loss(msgspec.Struct, kw_only=True, frozen=True):
+    """One sandbox a run lost and was resumed after (``Run.losses``): what, when, and where the run stood."""
+
+    cause: LossCause
+    at: float
+    error: str
+    """The sentence the run would have failed with."""
+    step: str | None = None
+    """The step in flight."""
+    place: str = ""
+    """What was in flight at the loss — a tool call (its name), a model call, or between steps: a run lost twice
+    at the same place with no progress between is not resumed again."""
+    since_checkpoint_s: float | None = None
+    """How much work the loss may have cost: the time since its last checkpoint (its work handed back)."""
+
+
 class Kept(msgspec.Struct, kw_only=True, frozen=True):
     """What the row keeps of an ended run's work (``RunsTable.finish``): every field is written, None included."""
 
@@ -152,6 +175,15 @@ class Run(msgspec.Struct, kw_only=True):
     """When its files were removed (DELETE or ``retain_days``); the row stays as a tombstone."""
     push: Push | None = None
     """Its branch pushed to the tenant's git remote (``push_url``), or why not."""
+    losses: list[Loss] = []
+    """The sandboxes it lost and was resumed after, oldest first."""
+    sandboxes: int = 0
+    """How many sandboxes it has had: a start after the first is a resume in its own folder."""
+    parked_at: float | None = None
+    wake_at: float | None = None
+    """A parked run's earliest question timeout: it is woken then with "no answer"."""
+    not_before: float | None = None
+    """A lost run waits for this before it starts again (the resume's backoff)."""
 
     @property
     def terminal(self) -> bool:
@@ -172,6 +204,7 @@ def convert(r: RowMapping | sqlite3.Row) -> Run:
     d["options"] = json.loads(d["options"] or "{}")
     d["diffstat"] = json.loads(d["diffstat"]) if d["diffstat"] else None
     d["push"] = json.loads(d["push"]) if d.get("push") else None
+    d["losses"] = json.loads(d["losses"]) if d.get("losses") else []
     d["cancel_requested"] = bool(d["cancel_requested"])
     return msgspec.convert(d, Run)
 
@@ -202,6 +235,8 @@ def stored(field: str, value: Any) -> Any:
     """A Run field's value as its column holds it: structs and dicts as JSON text, the flag as 0/1."""
     if isinstance(value, msgspec.Struct):
         return msgspec.json.encode(value).decode()
+    if field == "losses":
+        return msgspec.json.encode(value).decode() if value else None
     if field in ("options", "diffstat") and value is not None:
         return json.dumps(value, ensure_ascii=False)
     if field == "cancel_requested":

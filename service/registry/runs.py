@@ -2,6 +2,8 @@
 
     queued → starting → running → succeeded | failed | aborted | killed | cancelled
     queued → cancelled;  starting → failed (preparation failed)
+    running → queued (its sandbox lost: ``lost``, resumed in its own folder) ;  starting → queued (``requeue``)
+    running → parked (``park``: waiting for a person, no sandbox) → queued (``unpark``) | cancelled
 
 Transitions are guarded in SQL (``WHERE status IN (...)``) so two writers never both win. A replica writes a live
 run it follows through the run's lease (``runs.under(lease)``): every write then also carries the lease's
@@ -23,8 +25,8 @@ from sqlalchemy.sql.dml import UpdateBase
 
 from . import dialects
 from .db import Database
-from .rows import ACTIVE, COLUMNS, STATUSES, TERMINAL, Ending, Kept, Lease, Push, Run, RunStatus, ordered, run_of, \
-    stored
+from .rows import ACTIVE, COLUMNS, STATUSES, TERMINAL, Ending, Kept, Lease, Loss, Push, Run, RunStatus, ordered, \
+    run_of, stored
 from .tables import leases, runs, wire_audit
 
 __all__ = ["RunsTable", "HeldRun"]
@@ -71,15 +73,35 @@ class _Writes:
         """The commit a live run's work was taken as (before it is finished)."""
         return self._returning(run_id, ACTIVE, commit_sha=sha)
 
-    def record_running(self, run_id: str, handle: str) -> Run | None:
-        """A starting run whose sandbox the backend started (``handle``: how it is found again)."""
-        return self._returning(run_id, ("starting",), status="running", handle=handle)
+    def record_running(self, run_id: str, handle: str, *, sandboxes: int = 1) -> Run | None:
+        """A starting run whose sandbox the backend started (``handle``: how it is found again; ``sandboxes``: how
+        many it has had, this one included)."""
+        return self._returning(run_id, ("starting",), status="running", handle=handle, sandboxes=sandboxes,
+                               not_before=None)
 
-    def requeue(self, run_id: str) -> Run | None:
+    def requeue(self, run_id: str, *, resumed: bool = False) -> Run | None:
         """A starting run back in line, as if never taken: nothing of its preparation is kept (a warm slot it
-        claimed is swept with the waiting ones)."""
+        claimed is swept with the waiting ones) — unless it is a resume (``resumed``): its folder, branch and base
+        are its work so far, and stay."""
+        if resumed:
+            return self._returning(run_id, ("starting",), status="queued")
         return self._returning(run_id, ("starting",), status="queued", started=None, branch=None, base=None,
                                folder=None)
+
+    def lost(self, run_id: str, losses: list[Loss], *, not_before: float) -> Run | None:
+        """A running run whose sandbox was lost, back in line to be resumed in its own folder (after
+        ``not_before``); ``losses``: every loss so far, this one last. Its token ends with the sandbox."""
+        return self._returning(run_id, ("running",), status="queued", losses=losses, not_before=not_before,
+                               handle=None, token_sha256=None)
+
+    def park(self, run_id: str, *, at: float, wake_at: float | None) -> Run | None:
+        """A running run waiting for a person gives its sandbox back: parked from ``at``, woken by itself at
+        ``wake_at`` (its question's timeout) unless an answer comes first."""
+        return self._returning(run_id, ("running",), status="parked", parked_at=at, wake_at=wake_at)
+
+    def parked_gone(self, run_id: str) -> Run | None:
+        """A parked run's sandbox is gone and its token ended: nothing of it runs any more."""
+        return self._returning(run_id, ("parked",), handle=None, token_sha256=None)
 
     def finish(self, run_id: str, status: Ending, *, ended: float, error: str | None = None,
                kept: Kept | None = None, frm: Iterable[RunStatus] = ACTIVE) -> Run | None:
@@ -195,11 +217,15 @@ class RunsTable(_Writes):
                                                          None))]
 
     # -- the queue: what waits to start, tenant by tenant ----------------------------------------
-    def queued_heads(self, per_tenant: int) -> _Runs:
+    def queued_heads(self, per_tenant: int, *, now: float | None = None) -> _Runs:
         """The oldest ``per_tenant`` queued runs of every tenant, each tenant's oldest first: what a scheduler's
-        pass picks from — one tenant's thousand queued runs are read as ``per_tenant`` rows, never all."""
+        pass picks from — one tenant's thousand queued runs are read as ``per_tenant`` rows, never all. With
+        ``now``, a lost run still in its resume's backoff (``not_before``) is not among them."""
         rank = func.row_number().over(partition_by=runs.c.tenant, order_by=[c.asc() for c in self._order])
-        inner = select(runs, rank.label("queue_rank")).where(runs.c.status == "queued").subquery()
+        ready = runs.c.status == "queued"
+        if now is not None:
+            ready = ready & (runs.c.not_before.is_(None) | (runs.c.not_before <= now))
+        inner = select(runs, rank.label("queue_rank")).where(ready).subquery()
         q = (select(*(inner.c[c.name] for c in runs.c)).where(inner.c.queue_rank <= max(1, int(per_tenant)))
              .order_by(inner.c.tenant, inner.c.queue_rank))
         return [run_of(r) for r in self._db.rows(q)]
@@ -246,15 +272,46 @@ class RunsTable(_Writes):
             raise ValueError(f"unknown status {to!r}")
         return self.update(run_id, only_if=frm, status=to, **fields)
 
-    def begin(self, run_id: str, *, started: float) -> Run | None:
-        """A queued run taken to be started (once: None when it was not queued — cancelled, or taken already)."""
-        return self._returning(run_id, ("queued",), status="starting", started=started)
+    def begin(self, run_id: str, *, started: float, quota: int | None = None,
+              max_running: int | None = None) -> Run | None:
+        """A queued run taken to be started (once: None when it was not queued — cancelled, or taken already). With
+        ``quota`` (its tenant's) and ``max_running`` (the service's), only while the runs executing stay under both,
+        counted and begun in one transaction under one lock (PostgreSQL: an advisory lock; SQLite: its one writer):
+        two replicas starting at once never pass a limit together, as each would from its own count."""
+        if quota is None and max_running is None:
+            return self._returning(run_id, ("queued",), status="starting", started=started)
+        with self._db.transaction() as t:
+            if self._db.dialect == "postgresql":
+                t.execute(select(func.pg_advisory_xact_lock(func.hashtext("flower-start"))))
+            tenant = t.execute(select(runs.c.tenant).where(runs.c.id == run_id)).scalar_one_or_none()
+            if tenant is None:
+                return None
+            busy = select(func.count()).select_from(runs).where(runs.c.status.in_(ACTIVE))
+            if max_running is not None and int(t.execute(busy).scalar_one()) >= max_running:
+                return None
+            if quota is not None and int(t.execute(busy.where(runs.c.tenant == tenant)).scalar_one()) >= quota:
+                return None
+            row = t.execute(update(runs).where(runs.c.id == run_id, runs.c.status == "queued")
+                            .values(status="starting", started=started).returning(*runs.c)).mappings().first()
+            if row is not None:
+                self._db.notify(t)
+        return run_of(row) if row is not None else None
+
+    def unpark(self, run_id: str) -> Run | None:
+        """A parked run answered (or its question timed out): back in line, to be resumed in a new sandbox. None
+        when it was not parked (woken already, or ended)."""
+        return self._returning(run_id, ("parked",), status="queued", parked_at=None, wake_at=None)
+
+    def waking(self, now: float, *, limit: int = 100) -> _Runs:
+        """Parked runs whose question timed out by ``now``: to be woken with "no answer"."""
+        q = select(runs).where(runs.c.status == "parked", runs.c.wake_at.is_not(None), runs.c.wake_at <= now)
+        return [run_of(r) for r in self._db.rows(q.limit(limit))]
 
     def cancel(self, run_id: str, *, at: float) -> Run | None:
-        """A cancel asked for: a queued run ends now, a live one is marked for the scheduler to stop; the row as
-        left, or None when the run was neither (ended already)."""
-        ended = self._returning(run_id, ("queued",), status="cancelled", ended=at, error="cancelled on request",
-                                cancel_requested=True)
+        """A cancel asked for: a queued or parked run ends now (no process of it runs), a live one is marked for the
+        scheduler to stop; the row as left, or None when the run was neither (ended already)."""
+        ended = self._returning(run_id, ("queued", "parked"), status="cancelled", ended=at,
+                                error="cancelled on request", cancel_requested=True, token_sha256=None)
         return ended or self._returning(run_id, ACTIVE, cancel_requested=True)
 
     def record_push(self, run_id: str, push: Push) -> Run | None:

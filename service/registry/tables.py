@@ -52,6 +52,11 @@ runs = Table(
     Column("token_sha256", Text),
     Column("folder", Text),
     Column("push", Text),
+    Column("losses", Text),
+    Column("sandboxes", Integer, nullable=False, server_default=_ZERO),
+    Column("parked_at", Real),
+    Column("wake_at", Real),
+    Column("not_before", Real),
 )
 Index("runs_tenant", runs.c.tenant, runs.c.created)
 Index("runs_status", runs.c.status, runs.c.created)
@@ -150,4 +155,5 @@ replicas = Table(
 # Columns a file of schema 1 or 2 may not have yet (the migration adds them; ``integrity.foreign`` lets them be
 # missing).
 ADDED_SINCE_V1 = frozenset({"disk_bytes", "deleted", "input_tokens", "output_tokens", "cache_write_tokens",
-                            "cache_read_tokens", "claimed_cost_usd", "token_sha256", "folder", "push"})
+                            "cache_read_tokens", "claimed_cost_usd", "token_sha256", "folder", "push", "losses",
+                            "sandboxes", "parked_at", "wake_at", "not_before"})

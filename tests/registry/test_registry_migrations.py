@@ -164,7 +164,7 @@ def test_a_sqlite_file_at_v0004_gains_the_replicas_table_and_keeps_its_rows(tmp_
     assert again.replicas.claim("r1", "i2", "", ttl=5, now=2.0).instance == "i1", "held: the second is refused"
     again.close()
     db = sqlite3.connect(tmp_path / "registry.sqlite3")
-    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA == 7
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA == 8
 
 
 def test_a_postgres_database_at_v0004_gains_the_replicas_table_and_keeps_its_rows(postgres_empty_url: str):
@@ -264,3 +264,36 @@ def test_two_processes_migrating_one_postgres_database_at_once_migrate_it_once(p
     assert lines[1].endswith(f"is at revision {head()} already"), lines
     with psycopg.connect(postgres_empty_url) as c:
         assert c.execute("SELECT version_num FROM alembic_version").fetchall() == [(head(),)]
+
+
+def test_a_sqlite_file_and_a_postgres_database_at_v0005_gain_the_resume_columns_and_keep_their_rows(
+        tmp_path: Path, postgres_empty_url: str):
+    from service.registry import Loss
+
+    loss = Loss(cause="vanished", at=3.0, error="its container is gone")
+    reg = Registry(tmp_path / "registry.sqlite3")
+    reg.runs.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    reg.close()
+    db = sqlite3.connect(tmp_path / "registry.sqlite3")  # as the service before runs were resumed left it: v0005
+    for column in ("losses", "sandboxes", "parked_at", "wake_at", "not_before"):
+        db.execute(f"ALTER TABLE runs DROP COLUMN {column}")
+    db.executescript("UPDATE alembic_version SET version_num = 'v0005'; PRAGMA user_version=7;")
+    db.commit()
+    db.close()
+    pg = Registry.postgres(postgres_empty_url)
+    pg.runs.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    pg.close()
+    with psycopg.connect(postgres_empty_url) as c:
+        c.execute("ALTER TABLE runs DROP COLUMN losses, DROP COLUMN sandboxes, DROP COLUMN parked_at, "
+                  "DROP COLUMN wake_at, DROP COLUMN not_before")
+        c.execute("UPDATE alembic_version SET version_num = 'v0005'")
+    for again in (Registry(tmp_path / "registry.sqlite3"), Registry.postgres(postgres_empty_url)):
+        assert (again.migrated_from, again.revision) == ("v0005", head())
+        run = again.runs.get(RUN)
+        assert run is not None and (run.losses, run.sandboxes, run.parked_at) == ([], 0, None)
+        again.runs.begin(RUN, started=1.0)
+        again.runs.record_running(RUN, "h", sandboxes=1)
+        assert again.runs.lost(RUN, [loss], not_before=2.0) is not None
+        assert again.runs.get(RUN).losses == [loss]  # type: ignore[union-attr]
+        again.close()
+    assert sqlite3.connect(tmp_path / "registry.sqlite3").execute("PRAGMA user_version").fetchone()[0] == SCHEMA

@@ -175,7 +175,10 @@ def wait_question(client: httpx.Client, run_id: str, timeout: float = 90) -> dic
             assert run_status(client, run_id)["status"] in ("queued", "starting", "running"), run_status(client, run_id)
         return qs[0] if qs else None
 
-    return wait_for(one, timeout, every=0.1, what=f"a question from run {run_id}")
+    try:
+        return wait_for(one, timeout, every=0.1, what=f"a question from run {run_id}")
+    except AssertionError as e:  # say where the run stood: queued (never started) reads otherwise like a slow start
+        raise AssertionError(f"{e}; the run: {run_status(client, run_id)}") from None
 
 
 def sse(client: httpx.Client, run_id: str, *, after: int | None = None, last_event_id: str | None = None,
