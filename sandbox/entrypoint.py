@@ -44,6 +44,7 @@ from flower.core.files import write_atomic
 
 from .checkpoint import CheckpointError, checkpoint
 from .layout import RunLayout
+from .resume import ask_of, left_questions, note_of, resumed_flow
 from .spec import RunSpec, SpecError, read_spec
 
 __all__ = ["main", "EventLog", "write_exit", "exit_document", "jsonable", "EXIT_CODES", "STATUSES"]
@@ -295,10 +296,17 @@ class _Run:
             sig = getattr(signal, name)
             loop.add_signal_handler(sig, self.kill, sig)
 
-        layout, log = self.layout, self.log
-        wf = _workflow(self.spec.ask, self.spec.options, layout)
+        layout, log, resume = self.layout, self.log, self.spec.resume
+        wf = _workflow(ask_of(self.spec, layout) if resume else self.spec.ask, self.spec.options, layout)
+        if resume is not None:  # see sandbox/resume.py
+            left = left_questions(layout)
+            resumed_flow(wf, note_of(self.spec, left), left, layout)
+            log.write("system", f"resumed in a new sandbox ({resume.cause})", payload={
+                "subtype": "resumed", "cause": resume.cause, "sandboxes": resume.n + 1,
+                "since_checkpoint_s": resume.since_checkpoint_s,
+                "questions": [{"id": q.id, "answered": q.answer is not None, "timed_out": q.timed_out} for q in left]})
         wf.channel.answers = MailboxAnswers(
-            layout.mailbox, poll_s=0.2, questions=layout.questions,
+            layout.mailbox, poll_s=0.2, questions=layout.questions, taken=layout.run_dir / MAIL_TAKEN,
             on_error=lambda text: log.write("system", text, payload={"subtype": "mailbox_error"}))
         try:
             self.runtime = ahead.runtime or Runtime(workspace=layout.workspace, run_dir=layout.run_dir, trim=True,
@@ -330,6 +338,7 @@ class _Run:
         return EXIT_CODES["failed"]
 
 
+MAIL_TAKEN = ".mailbox-taken"  # in the run dir: the mailbox files taken, so a resumed run takes none twice
 WAIT_EVERY_S = 1.0  # a warm sandbox looks for its spec this often even without word from inotify
 IN_CREATE, IN_MOVED_TO, IN_ATTRIB = 0x100, 0x80, 0x4
 WARM_REPO = "FLOWER_WARM_REPO"  # a warm sandbox's environment: the name of the checkout its slot holds

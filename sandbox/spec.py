@@ -23,7 +23,7 @@ from .envfile import EnvFileError, check_env
 from .layout import RunLayout, check_run_id
 from .errors import SpecError
 
-__all__ = ["RunSpec", "Egress", "SpecError", "write_spec", "read_spec", "check_options", "allowed_options"]
+__all__ = ["RunSpec", "Resume", "Egress", "SpecError", "write_spec", "read_spec", "check_options", "allowed_options"]
 
 # Decided by the sandbox from the run's layout: a client setting them is an error, not a preference.
 SET_BY_SANDBOX = {
@@ -121,6 +121,17 @@ def check_env_extras(env: dict[str, str]) -> None:
 Egress = Literal["closed", "open"]
 
 
+class Resume(msgspec.Struct, kw_only=True):
+    """The run had a sandbox before this one (``RunSpec.resume``): its folder holds its work, sessions and lineage,
+    and each step picks up its own session. ``n``: how many sandboxes it had; ``cause``: why it starts again — its
+    sandbox was lost (``crashed``, ``vanished``) or it was parked and woken (``unparked``)."""
+
+    n: int
+    cause: str
+    since_checkpoint_s: float | None = None
+    """For a loss: the time from its last checkpoint to the loss (what it may have cost)."""
+
+
 class RunSpec(msgspec.Struct):
     """One run: who asks (``tenant``), what (``ask``), how (``options``), non-secret ``env`` extras.
 
@@ -141,6 +152,7 @@ class RunSpec(msgspec.Struct):
     base: str = ""
     objects: str = ""
     egress: Egress = "closed"
+    resume: Resume | None = None
 
     def __post_init__(self) -> None:
         try:

@@ -38,6 +38,11 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     network_mode: str | None = None
     max_running: Annotated[int, msgspec.Meta(ge=1)] = 4
     """Runs executing at once across all tenants; each tenant's quota applies on top."""
+    max_resumes: Annotated[int, msgspec.Meta(ge=0, le=100)] = 3
+    """How many times a run whose sandbox was lost (killed, OOM, its engine restarted, its pod evicted) is resumed
+    in a new sandbox on its own folder; the next loss fails it with every cause listed. 0: never resumed."""
+    resume_backoff_s: Annotated[float, msgspec.Meta(ge=0, le=600)] = 2.0
+    """The wait before the first resume; it doubles with each loss (at most 5 minutes)."""
     warm: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0
     """Sandboxes kept started ahead for each tenant's repository, runner imported and waiting with nothing of any
     run in it (``sandbox.pool``): a run claims one and skips most of its start. docker and local backends."""

@@ -12,6 +12,7 @@
     ├── GatewayNotServing    the model gateway's process did not take a starting run's token in time
     ├── LeaseLost            a write of a live run's found its lease held by another replica (or the run ended)
     ├── ReplicaNameTaken     another live process holds this replica's name (RuntimeError): set ``replica``
+    ├── RunFolderGone        a run to be resumed has no checkout left to resume on (RuntimeError)
     └── PushFailed           a run's branch did not reach the tenant's git remote (no credential in the sentence)
 
 ``ServiceConfigError`` is the config's error by a name of its own: ``flower.ConfigError`` is the library's.
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 __all__ = ["ServiceError", "ServiceConfigError", "TenantError", "TenantNotReady", "RegistryDamaged",
            "RegistryNewer", "RegistryUnreachable", "RegistryLocked", "UpstreamError", "GatewayNotServing",
-           "LeaseLost", "ReplicaNameTaken", "PushFailed"]
+           "LeaseLost", "ReplicaNameTaken", "RunFolderGone", "PushFailed"]
 
 
 class ServiceError(Exception):
@@ -83,6 +84,14 @@ class GatewayNotServing(ServiceError, RuntimeError):
 
 class LeaseLost(ServiceError, RuntimeError):
     """Run ``run_id`` is no longer this replica's to write: another took it over, or it ended meanwhile."""
+
+    def __init__(self, message: str, *, run_id: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class RunFolderGone(ServiceError, RuntimeError):
+    """Run ``run_id`` would be resumed on its folder, and its checkout is not there any more."""
 
     def __init__(self, message: str, *, run_id: str) -> None:
         super().__init__(message)

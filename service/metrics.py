@@ -98,6 +98,11 @@ class Metrics:
                               ["tenant", "kind"], registry=r)
         self.cost = Counter("flower_model_cost_usd", "Model cost in USD by tenant (from the gateway).", ["tenant"],
                             registry=r)
+        self.resumes = Counter("flower_run_resumes", "Runs started again in a new sandbox on their own folder, by "
+                               "cause: the sandbox was lost (crashed: exited without exit.json; vanished: gone), "
+                               "or a parked run was woken (unparked).", ["tenant", "cause"], registry=r)
+        self.parks = Counter("flower_run_parks", "Runs that gave their sandbox back while they waited for a person.",
+                             ["tenant"], registry=r)
 
     def watch(self, runs: Callable[[], Mapping[tuple[str, str], int]],
               streams: Callable[[], Mapping[str, int]]) -> None:
@@ -117,6 +122,12 @@ class Metrics:
             self.duration.labels(tenant, status).observe(max(0.0, ran_s))
         if reason is not None:
             self.failures.labels(tenant, reason).inc()
+
+    def resumed(self, tenant: str, cause: str) -> None:
+        self.resumes.labels(tenant, cause).inc()
+
+    def parked(self, tenant: str) -> None:
+        self.parks.labels(tenant).inc()
 
     def failed_to_start(self, tenant: str) -> None:
         self.failures.labels(tenant, "start").inc()

@@ -77,17 +77,21 @@ class MailboxAnswers:
     ``questions`` (default ``<folder>/questions``) may live elsewhere: the service keeps what it
     writes (answers, messages, interrupts) in a folder the run can read but not change, and the
     run's questions beside its other output. In such a read-only folder nothing can be renamed
-    away, so each message and interrupt is taken once by remembering it instead.
+    away, so each message and interrupt is taken once by remembering it instead — in ``taken`` (a
+    file of the run's own) when given, so that a process started again on the same folder (a run
+    resumed after its sandbox was lost) does not take the same message twice.
     """
 
     def __init__(self, folder: str | Path, *, poll_s: float = 0.1,
-                 on_error: Callable[[str], None] | None = None, questions: str | Path | None = None) -> None:
+                 on_error: Callable[[str], None] | None = None, questions: str | Path | None = None,
+                 taken: str | Path | None = None) -> None:
         self.folder = Path(folder)
         self.questions = Path(questions) if questions is not None else self.folder / "questions"
         self.poll_s = poll_s
         self.on_error = on_error
         self._suspect: dict[Path, tuple[int, int]] = {}
-        self._taken: set[tuple[str, int, int]] = set()
+        self._taken_file = Path(taken) if taken is not None else None
+        self._taken: set[tuple[str, int, int]] = _read_taken(self._taken_file)
 
     # -- the run's side ----------------------------------------------------
     async def get(self, question: str, options: list[str] | None, timeout: float | None) -> str | None:
@@ -204,6 +208,12 @@ class MailboxAnswers:
         except OSError:
             return None
         self._taken.add(key)
+        if self._taken_file is not None:
+            try:
+                with open(self._taken_file, "a", encoding="utf-8") as f:
+                    f.write(json.dumps(list(key)) + "\n")
+            except OSError as e:
+                self._error(f"记不下已取走的邮件 {path.name}({e}):进程重启后它可能再送达一次")
         return raw
 
     def _read_answer(self, afile: Path) -> str | None:
@@ -243,6 +253,24 @@ class MailboxAnswers:
 
 
 # -- helpers -----------------------------------------------------------------
+def _read_taken(path: Path | None) -> set[tuple[str, int, int]]:
+    """The mailbox files an earlier process on this folder took (a line each; a torn last line is skipped)."""
+    out: set[tuple[str, int, int]] = set()
+    if path is None:
+        return out
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return out
+    for line in lines:
+        try:
+            name, ino, mtime = json.loads(line)
+            out.add((str(name), int(ino), int(mtime)))
+        except (ValueError, TypeError):
+            continue
+    return out
+
+
 def duration_text(seconds: float | None) -> str:
     """How long a wait is, in words (what the model and the person read)."""
     if seconds is None:

@@ -280,12 +280,25 @@ class SqliteSessionStore(SessionStore):
             "SELECT DISTINCT project_key FROM meta ORDER BY project_key")])
 
     def has_session(self, project_key: str, session_id: str) -> bool:
-        """Is there a main transcript for this session under this project? Reads one meta row, no payload.
+        """Is there a main transcript for this session under this project, with a conversation in it? Reads one
+        meta row and the transcript's first entries up to its first user message.
 
-        Resuming an id that is not here only fails after the CLI has started; ask first.
+        Resuming an id that is not here only fails after the CLI has started; ask first. A transcript of
+        bookkeeping lines alone — the CLI's process killed before its first message reached the store — is no
+        session to resume: the CLI answers "No conversation found" to it, every time it is tried.
         """
         k = store_key({"project_key": project_key, "session_id": session_id})
-        return self._sync(lambda c: _key_id(c, k) is not None)
+
+        def look(c: sqlite3.Connection) -> bool:
+            kid = _key_id(c, k)
+            if kid is None:
+                return False
+            for (data,) in c.execute("SELECT data FROM entries WHERE key_id = ? ORDER BY id LIMIT 200", (kid,)):
+                if b'"user"' in data and _decode(data).get("type") == "user":
+                    return True
+            return False
+
+        return self._sync(look)
 
     def last_context(self, project_key: str, session_id: str, *, scan: int = 60) -> int:
         """How big the context the model saw on the session's last turn was, in tokens; 0 if unknown.

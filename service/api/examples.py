@@ -15,7 +15,7 @@ from litestar.openapi.spec import Example
 from litestar.params import Body
 
 from .schemas import (AcceptedOut, AnswerIn, AnswerOut, Budget, DeliveryList, DeliveryOut, DiffFile, DiffFilesOut,
-                      DiffStat, EventMessage, HealthOut, ManifestOut, MessageOut, PushOut, QuestionList, QuestionOut,
+                      DiffStat, EventMessage, HealthOut, LossOut, ManifestOut, MessageOut, PushOut, QuestionList, QuestionOut,
                       RunList, RunOut, SubmitIn, SubmitOut, TextIn, Usage, UsageOut)
 
 __all__ = ["ok", "example", "Verbatim", "RUN", "SUBMIT", "SUBMITTED", "RUNS", "FILES", "DIFF", "EVENTS", "MANIFEST",
@@ -37,7 +37,10 @@ RUN = RunOut(id=RUN_ID, status="succeeded", ask=SUBMIT.ask, options=SUBMIT.optio
              ended="2025-06-12T09:41:02.377Z", cost_usd=0.4182, error=None, step=None, diffstat=STAT, events=214,
              cancel_requested=False, disk_bytes=18_874_368, deleted=None,
              usage=Usage(input_tokens=118_204, output_tokens=9_611, cache_write_tokens=20_480,
-                         cache_read_tokens=401_336), claimed_cost_usd=0.4175, push=PUSHED)
+                         cache_read_tokens=401_336), claimed_cost_usd=0.4175, push=PUSHED, sandboxes=2,
+             losses=[LossOut(cause="crashed", at="2025-06-12T09:35:40.120Z", error="the run exited with code 137 "
+                             "without writing exit.json (it crashed before finishing)", step="工作",
+                             place="tool Bash: npm test", since_checkpoint_s=41.5)], parked_at=None)
 DELIVERIES = DeliveryList(deliveries=[
     DeliveryOut(id="d-3f9c2a7e-run.ended", event="run.ended", run=RUN_ID, state="delivered", attempts=1,
                 last_status=200, last_error=None, next_try=None, created="2025-06-12T09:41:04.200Z",

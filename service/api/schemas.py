@@ -16,7 +16,7 @@ from ..registry import Delivery, Push, Run, RunStatus
 __all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
            "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget",
            "ErrorOut", "EventMessage", "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "PushOut",
-           "push_out", "DeliveryOut", "DeliveryList", "delivery_out", "MAX_ASK", "MAX_TEXT", "QID_RE"]
+           "push_out", "LossOut", "DeliveryOut", "DeliveryList", "delivery_out", "MAX_ASK", "MAX_TEXT", "QID_RE"]
 
 MAX_ASK = 100_000
 MAX_TEXT = 20_000
@@ -143,6 +143,26 @@ class RunOut(msgspec.Struct):
     usage: Usage
     claimed_cost_usd: float
     push: PushOut | None
+    sandboxes: int
+    """How many sandboxes it has had: more than one, it was resumed (after a loss, or woken from parked)."""
+    losses: list[LossOut]
+    parked_at: str | None
+    """While ``status`` is "parked": since when it waits for a person with no sandbox (an answer, a message or
+    an interrupt wakes it)."""
+
+
+class LossOut(msgspec.Struct):
+    """A sandbox the run lost and was resumed after: ``cause`` "crashed" (exited without finishing: killed, out of
+    memory, its engine restarted) or "vanished" (gone: its container or pod removed, its node lost); ``place``: what
+    was in flight (a tool call, a model call, between steps); ``since_checkpoint_s``: the time from its last
+    checkpoint to the loss — at most what the loss cost (its files stay: the new sandbox works on the same
+    checkout)."""
+    cause: str
+    at: str
+    error: str
+    step: str | None
+    place: str
+    since_checkpoint_s: float | None
 
 
 class RunList(msgspec.Struct):
@@ -239,7 +259,10 @@ def run_out(run: Run) -> RunOut:
                   cancel_requested=run.cancel_requested, disk_bytes=run.disk_bytes, deleted=_iso(run.deleted),
                   usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
                               cache_write_tokens=run.cache_write_tokens, cache_read_tokens=run.cache_read_tokens),
-                  claimed_cost_usd=round(run.claimed_cost_usd, 6), push=push_out(run.push))
+                  claimed_cost_usd=round(run.claimed_cost_usd, 6), push=push_out(run.push),
+                  sandboxes=run.sandboxes, parked_at=_iso(run.parked_at),
+                  losses=[LossOut(cause=x.cause, at=_iso(x.at) or "", error=x.error, step=x.step, place=x.place,
+                                  since_checkpoint_s=x.since_checkpoint_s) for x in run.losses])
 
 
 def push_out(push: Push | None) -> PushOut | None:

@@ -11,21 +11,26 @@ touching the disk, the backend or the clock, so every way a run can end is a row
 * an exit.json that is not a record — failed, saying why;
 * its sandbox gone without exit.json — failed, ``vanished``;
 * exited without exit.json — failed, ``crashed``, with the exit code.
+
+The last two are a lost sandbox, not a run that ended: ``lost`` says so, and the run is resumed in a new sandbox
+on its own folder — unless ``give_up`` finds it lost too often (``max_resumes``) or twice the same way at the same
+place, when it fails with every loss listed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from sandbox.records import ExitRecord
 
 from ..metrics import FailureReason
+from ..registry import Loss, LossCause
 from .health import is_disk_full
 from .live import STOP_ORDER, StopReason
 
-__all__ = ["EndStatus", "Drained", "Ended", "decide", "claimed_cost"]
+__all__ = ["EndStatus", "Drained", "Ended", "decide", "claimed_cost", "lost", "give_up", "losses_text"]
 
 EndStatus = Literal["succeeded", "failed", "aborted", "killed", "cancelled"]
 
@@ -111,3 +116,32 @@ def decide(d: Drained) -> Ended:
     if reason is None:
         reason = _STATUS_REASON.get(status)
     return Ended(status, error, reason, claimed, disk_full)
+
+
+def lost(d: Drained, ended: Ended) -> LossCause | None:
+    """Whether ``d`` is a lost sandbox rather than a run that ended: it left no exit.json, nobody stopped it, and not
+    for want of disk (a full disk fails the run: a resume would fail the same way). Its cause, or None."""
+    if ended.reason not in ("crashed", "vanished") or d.stops or d.cancel_requested or ended.disk_full:
+        return None
+    return "vanished" if d.missing else "crashed"
+
+
+def give_up(losses: Sequence[Loss], max_resumes: int) -> str | None:
+    """Why a run that lost its sandbox (the last of ``losses``) is not resumed again — lost more than
+    ``max_resumes`` times, or twice in a row the same way at the same place, the second sandbox having finished
+    nothing (not a model turn, not a tool call) — or None to resume it."""
+    if len(losses) > max_resumes:
+        return f"its sandbox was lost {len(losses)} times, more than max_resumes = {max_resumes}"
+    if len(losses) >= 2:
+        a, b = losses[-2], losses[-1]
+        if (a.cause, a.step, a.place) == (b.cause, b.step, b.place) and b.place and not b.progressed:
+            return (f"its sandbox was lost twice in a row the same way ({b.cause}) at the same place "
+                    f"({b.step or 'no step'}: {b.place}) with nothing done between: resumed again it would be lost "
+                    "again")
+    return None
+
+
+def losses_text(losses: Sequence[Loss]) -> str:
+    """Every loss, numbered, in one line: the error of a run that was not resumed again."""
+    return "; ".join(f"{i}) {x.cause} — {x.error}" + (f" (step {x.step}, {x.place})" if x.step or x.place else "")
+                     for i, x in enumerate(losses, 1))

@@ -47,8 +47,11 @@ class EventFeed:
             return run
         cost, step = run.claimed_cost_usd, run.step
         for n, ev in events:
+            live.in_flight = _in_flight(ev, live.in_flight)
+            live.progressed = live.progressed or ev.kind in ("tool_call", "tool_result", "text", "result")
             if ev.kind == "checkpoint":
                 live.checkpoint_due = True
+                live.checkpoint_at = ev.at
             elif ev.kind == "tool_call":
                 live.self_reported["tool_call"] += 1
             elif ev.kind == "audit":
@@ -128,3 +131,17 @@ class EventFeed:
                     q.put_nowait(END)
                 except (asyncio.QueueEmpty, asyncio.QueueFull):
                     pass
+
+
+def _in_flight(ev: Event, was: str) -> str:
+    """Where a run stands after ``ev``: in a tool call (named, with what it was given), in a model call, starting a
+    step or between steps — the place a loss is said to have hit (two losses at one place: not resumed again)."""
+    if ev.kind == "tool_call":
+        return one_line(f"tool {ev.tool}: {ev.text}", 160)
+    if ev.kind == "step":
+        return "step start"
+    if ev.kind in ("tool_result", "prompt", "retry") or (ev.kind == "system" and ev.text == "init"):
+        return "model call"  # a result goes back, a prompt is sent, a CLI session begins: the model is asked
+    if ev.kind == "result":
+        return "between steps"
+    return was

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sandbox.backends.base import Backend, Handle
@@ -21,9 +22,9 @@ from ..clock import Clock
 from ..config import ServiceConfig
 from ..logging import get_logger
 from ..metrics import FailureReason, Metrics
-from ..registry import ACTIVE, Kept, Run, RunsTable, RunStatus
+from ..registry import ACTIVE, Kept, Loss, LossCause, Run, RunsTable, RunStatus
 from ..results import Results
-from .ending import Drained, Ended, decide
+from .ending import Drained, Ended, decide, give_up, losses_text, lost
 from .feed import EventFeed
 from .following import Following
 from .grants import Grants
@@ -68,12 +69,53 @@ class Finisher:
         live = self.following.live.of(run.id)
         run, drained = await self._drain(run, live, state, why)
         ended = decide(drained)
+        cause = lost(drained, ended)
+        if cause is not None:
+            gave_up = await self._resume(run, live, ended, cause)
+            if gave_up is None:
+                return
+            ended = replace(ended, error=gave_up)
         if ended.disk_full and drained.exit is not None:  # its exit.json says the disk was full: noted
             self.following.health.disk_full_seen()
         layout = self.layout(run)
         collected = await asyncio.to_thread(self.harvest.collect, run, layout, live)
         if await self._record(run, live, ended, collected.commit, collected.stat, collected.notes):
             await self._release(run, live)
+
+    async def _resume(self, run: Run, live: LiveRun, ended: Ended, cause: LossCause) -> str | None:
+        """The run's sandbox was lost: back in line to start again on its own folder after a backoff — its token
+        ended, its old sandbox removed, its lease let go (whoever starts it takes one). None when it was (or another
+        replica holds it now); else why it is not resumed again, every loss listed: the error it fails with."""
+        now = self.clock.now()
+        since = now - min(live.checkpoint_at or run.started or now, now)
+        loss = Loss(cause=cause, at=now, error=ended.error or cause, step=run.step, place=live.in_flight,
+                    since_checkpoint_s=round(since, 1), progressed=live.progressed)
+        losses = [*run.losses, loss]
+        why = give_up(losses, self.config.max_resumes)
+        held = self.following.held(run.id)
+        if why is not None:
+            log.warning("run.not_resumed", tenant=run.tenant, run=run.id, losses=len(losses), why=why)
+            await asyncio.to_thread(held.record_losses, run.id, losses)
+            return f"{why}: {losses_text(losses)}"
+        delay = min(self.config.resume_backoff_s * 2 ** (len(losses) - 1), 300.0)
+        if await asyncio.to_thread(held.lost, run.id, losses, not_before=now + delay) is None:
+            if not self.following.taken(run.id):
+                self.following.let_go(run.id)
+            return None  # fenced, or ended meanwhile: whoever holds it decides
+        await self.grants.close(held, run.id, self.layout(run))
+        if live.handle is not None:
+            try:
+                await asyncio.to_thread(self.backend.remove, live.handle)
+            except Exception as e:  # noqa: BLE001 - the new sandbox is started all the same
+                log.warning("run.remove_failed", tenant=run.tenant, run=run.id, error=one_line(e))
+        self.metrics.resumed(run.tenant, cause)
+        log.warning("run.lost", tenant=run.tenant, run=run.id, cause=cause, error=loss.error, step=loss.step,
+                    place=loss.place, since_checkpoint_s=loss.since_checkpoint_s, loss=len(losses),
+                    max_resumes=self.config.max_resumes, resume_in_s=round(delay, 1))
+        self.following.leases.let_go(run.id)
+        self.following.forget(run.id)
+        self.hooks.wake()
+        return None
 
     async def _drain(self, run: Run, live: LiveRun, state: str, why: str | None) -> tuple[Run, Drained]:
         """Everything the run left: its last events (however many), its exit.json, else the backend's exit code."""

@@ -19,9 +19,10 @@ import msgspec
 from sandbox.backends.base import Backend, Handle
 from sandbox.layout import RunLayout
 from sandbox.pool import Shape
-from sandbox.spec import RunSpec, write_spec
+from sandbox.spec import Resume, RunSpec, write_spec
 
 from ..config import ServiceConfig
+from ..errors import RunFolderGone
 from ..registry import HeldRun, Run
 from ..tenants import Tenant
 from .harvest import Harvest
@@ -65,6 +66,8 @@ class Launcher:
 
         values = tenant.check_ready()  # the repo or the credentials may have changed since the submit
         objects = str(objects_dir(run.repo))
+        if run.sandboxes > 0:
+            return self._resume(run, tenant, values, objects, held)
         slot = self.warm.claim(Shape(Path(run.repo).name, objects, tenant.egress, settings_of(values)))
         with ExitStack() as undo:
             if slot is not None:
@@ -92,3 +95,32 @@ class Launcher:
                 handle = self.backend.start(layout, spec)
             undo.pop_all()  # started: nothing is undone
             return Started(handle, base, slot.folder if slot is not None else None)
+
+    def _resume(self, run: Run, tenant: Tenant, values: dict[str, str], objects: str, held: HeldRun) -> Started:
+        """A run that had a sandbox starts again in a new one on its own folder — its checkout as left, its
+        workbench, its sessions and lineage: the library's continuity picks each step up where it stood. The spec
+        says it resumes (``RunSpec.resume``); its old exit.json, if any, goes first (it is not this sandbox's end)."""
+        from sandbox.envfile import write_env_file
+
+        layout = layout_of(self.config.runs_root, run)
+        if not run.base or not (layout.workspace / ".git").exists():
+            raise RunFolderGone(f"run {run.id} cannot be resumed: its checkout {layout.workspace} is gone (its folder "
+                                "was removed while it had no sandbox)", run_id=run.id)
+        layout.exit_file.unlink(missing_ok=True)
+        write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=False, held=held))
+        resume = Resume(n=run.sandboxes, cause=_resume_cause(run), since_checkpoint_s=_since_checkpoint(run))
+        spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
+                       base=run.base, objects=objects, egress=tenant.egress, resume=resume)
+        write_spec(layout, spec)
+        return Started(self.backend.start(layout, spec), run.base, None)
+
+
+def _resume_cause(run: Run) -> str:
+    """Why the run starts again: its last loss when that is what brought it back, else it was woken from parked."""
+    if run.losses and run.losses[-1].at >= (run.parked_at or 0) and run.not_before is not None:
+        return run.losses[-1].cause
+    return "unparked"
+
+
+def _since_checkpoint(run: Run) -> float | None:
+    return run.losses[-1].since_checkpoint_s if run.losses and run.not_before is not None else None

@@ -77,6 +77,14 @@ class LiveRun:
     metering reaches this one through the row); None until first seen."""
     self_reported: Counter[str] = field(default_factory=Counter)
     """The audit kinds (tool_call, deny, spill) the run reported about itself: compared with the wire's at the end."""
+    in_flight: str = ""
+    """What its events say it is doing — a tool call, a model call, or between steps — to name where a loss hit."""
+    checkpoint_at: float | None = None
+    """When it last handed its work back (its ``checkpoint`` event): a loss costs at most what came after."""
+    progressed: bool = False
+    """Its sandbox got something done — a model turn or a tool call ended — since it started (or was re-attached)."""
+    parking: bool = False
+    """Its sandbox is being given back while it waits for a person (its row is ``parked`` already)."""
 
     @property
     def stopping(self) -> bool:

@@ -66,6 +66,9 @@ class Recovery:
             if run.status == "starting":  # its branch and base were stored before the backend started it
                 self.following.held(run.id).record_running(run.id, str(live[run.id]))
             log.info("run.reattached", tenant=run.tenant, run=run.id, events=run.event_seq)
+        elif run.status == "starting" and run.sandboxes:  # a resume stopped before its sandbox started: its folder
+            self.following.held(run.id).requeue(run.id, resumed=True)  # is its work so far, kept for the next try
+            log.info("run.requeued", tenant=run.tenant, run=run.id, why="the service stopped while resuming this run")
         elif run.status == "starting":  # stopped before its sandbox started: nothing ran, so it goes back in line
             await asyncio.to_thread(self.harvest.discard_workspace, run, keep_branch=False)
             self.following.held(run.id).requeue(run.id)
@@ -76,8 +79,7 @@ class Recovery:
         else:
             await self.finisher.finish(run, "missing", why=(
                 f"the service restarted and the {self.config.backend} backend no longer has this run's sandbox "
-                "(it ended without writing exit.json); its work so far is committed on its branch, "
-                "submit the ask again to continue"))
+                "(it ended without writing exit.json)"))
 
     async def take_over(self) -> None:
         """Every quarter of ``lease_s``: forget the runs another replica took, then take over the live runs no

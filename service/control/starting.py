@@ -111,7 +111,7 @@ class Starter:
             await self.grants.close(held, run.id)  # whether it waits or fails, it holds no token
             self.following.live.forget(run.id)
             if is_engine_down(e) or is_disk_full(e):  # the machine's fault, not the run's: it waits its turn again
-                held.requeue(run.id)
+                held.requeue(run.id, resumed=run.sandboxes > 0)
                 self.following.failed("scheduler.start_failed", run.id, e, tenant=run.tenant, run=run.id)
                 return
             why = str(e) if isinstance(e, TenantNotReady) else f"{type(e).__name__}: {one_line(e)}"
@@ -120,10 +120,15 @@ class Starter:
             return
         live.handle = started.handle
         live.warm = started.folder is not None
-        self.grants.metering.started(live)
-        self.metrics.started(run.tenant, self.clock.now() - run.created)
-        if held.record_running(run.id, str(started.handle)) is None:
+        if run.sandboxes:  # a resume: its start was counted and announced the first time
+            if run.not_before is None:  # woken from parked (a loss was counted when it was lost)
+                self.metrics.resumed(run.tenant, "unparked")
+        else:
+            self.grants.metering.started(live)
+            self.metrics.started(run.tenant, self.clock.now() - run.created)
+        if held.record_running(run.id, str(started.handle), sandboxes=run.sandboxes + 1) is None:
             log.warning("run.vanished_while_starting", tenant=run.tenant, run=run.id)
-        self.results.started(run.id)
-        log.info("run.started", tenant=run.tenant, run=run.id, branch=layout_of(self.config.runs_root, run).branch,
-                 base=started.base, handle=str(started.handle), warm=started.folder)
+        self.results.started(run.id, resumed=run.sandboxes > 0)
+        log.info("run.resumed" if run.sandboxes else "run.started", tenant=run.tenant, run=run.id,
+                 branch=layout_of(self.config.runs_root, run).branch, base=started.base,
+                 handle=str(started.handle), warm=started.folder, sandboxes=run.sandboxes + 1)

@@ -172,8 +172,9 @@ class InProcess:
 
     def open(self, run: Run, tenant: Tenant, digest: str, values: dict[str, str], layout: RunLayout, *,
              warm: bool) -> None:
-        created = run.created
-        grant = grant_of(run, tenant, values, digest, on_first=lambda: self._first_request(run.id, warm, created))
+        created, resumed = run.created, run.sandboxes > 0  # a resumed run goes on with what it spent
+        first = None if resumed else (lambda: self._first_request(run.id, warm, created))
+        grant = grant_of(run, tenant, values, digest, on_first=first, spent=resumed)
         kubernetes = self.config.backend == "kubernetes"
         self._on_loop(self.gateway.open(grant, None if kubernetes else layout.gateway))
 

@@ -126,6 +126,8 @@ class Loss(msgspec.Struct, kw_only=True, frozen=True):
     at the same place with no progress between is not resumed again."""
     since_checkpoint_s: float | None = None
     """How much work the loss may have cost: the time since its last checkpoint (its work handed back)."""
+    progressed: bool = True
+    """The sandbox lost had finished a model turn or a tool call: it was not lost where it started."""
 
 
 class Kept(msgspec.Struct, kw_only=True, frozen=True):

@@ -94,6 +94,10 @@ class _Writes:
         return self._returning(run_id, ("running",), status="queued", losses=losses, not_before=not_before,
                                handle=None, token_sha256=None)
 
+    def record_losses(self, run_id: str, losses: list[Loss]) -> Run | None:
+        """A live run's losses, the last one not resumed (it is failed next, every loss listed)."""
+        return self._returning(run_id, ACTIVE, losses=losses)
+
     def park(self, run_id: str, *, at: float, wake_at: float | None) -> Run | None:
         """A running run waiting for a person gives its sandbox back: parked from ``at``, woken by itself at
         ``wake_at`` (its question's timeout) unless an answer comes first."""

@@ -72,10 +72,21 @@ class Results:
 
     # -- what the scheduler tells (each returns at once) ----------------------------------------------
     @_never_raises
-    def started(self, run_id: str) -> None:
+    def started(self, run_id: str, *, resumed: bool = False) -> None:
+        """``run.started`` once per run; ``run.resumed`` each time it starts again in a new sandbox."""
         run = self.runs.get(run_id)
         if run is not None:
-            self.webhooks.emit("run.started", run)
+            if resumed:  # keyed by its sandbox: each resume is sent once, across replicas too
+                self.webhooks.emit("run.resumed", run, key=str(run.sandboxes))
+            else:
+                self.webhooks.emit("run.started", run)
+
+    @_never_raises
+    def parked(self, run_id: str) -> None:
+        """It gave its sandbox back while it waits for a person."""
+        run = self.runs.get(run_id)
+        if run is not None:
+            self.webhooks.emit("run.parked", run, key=str(run.sandboxes))
 
     @_never_raises
     def asked(self, run: Run, ev: Event) -> None:

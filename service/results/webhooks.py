@@ -4,7 +4,7 @@ The scheduler hands each event over in one call (through ``service.results``) an
 in the registry (``deliveries``) at once, and a task of this module's sends it — never the run, never in a pass.
 A POST of the JSON ``WebhookBody``, with
 
-    X-Flower-Event: run.started | question.asked | run.ended
+    X-Flower-Event: run.started | question.asked | run.parked | run.resumed | run.ended
     X-Flower-Delivery: <delivery id>           (the same on every try of it)
     X-Flower-Signature-256: sha256=<hex HMAC-SHA256 of the body, keyed with webhook_secret_file's contents>
 
@@ -51,7 +51,7 @@ __all__ = ["Webhooks", "WebhookBody", "EventName", "sign", "SIGNATURE_HEADER", "
 
 log = get_logger("flower.service.webhooks")
 
-EventName = Literal["run.started", "question.asked", "run.ended"]
+EventName = Literal["run.started", "question.asked", "run.parked", "run.resumed", "run.ended"]
 SIGNATURE_HEADER = "X-Flower-Signature-256"
 TRIES = 5  # 1 + 4 retries: with webhook_retry_s = 15, over about four minutes
 TRY_S = 10.0  # a whole try: connect, send, status line and headers — a receiver trickling bytes gets no longer

@@ -160,6 +160,19 @@ def test_sync_lookups_need_no_event_loop(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_transcript_of_bookkeeping_alone_is_no_session_to_resume(tmp_path: Path) -> None:
+    """The CLI's process killed before its first message reached the store leaves a transcript of bookkeeping
+    lines: resumed, the CLI answers "No conversation found" — every retry, every resume of a run — so it is no
+    session: the step starts afresh (found by killing a run's sandbox right after it asked its first question)."""
+    store = SqliteSessionStore(tmp_path / "s.db")
+    asyncio.run(store.append(KEY, [{"type": "api-request-route"}, {"type": "queue-operation", "operation": "enqueue"},  # type: ignore[arg-type]
+                                   {"type": "attachment", "attachment": {"type": "user"}}]))
+    assert not store.has_session("p", "s")
+    asyncio.run(store.append(KEY, [{"type": "user", "uuid": "u1", "message": {"role": "user", "content": "go"}}]))  # type: ignore[arg-type]
+    assert store.has_session("p", "s")
+    store.close()
+
+
 async def test_two_stores_on_one_file_skip_each_others_uuids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each store trusts its memory of a key's uuids only while the key's write stamp is the one it wrote.
 
