@@ -103,9 +103,10 @@ class Finisher:
                 self.following.let_go(run.id)
             return None  # fenced, or ended meanwhile: whoever holds it decides
         await self.grants.close(held, run.id, self.layout(run))
-        if live.handle is not None:
+        leftover = live.handle or (Handle(run.handle) if run.handle else None)  # gone, yet processes may remain
+        if leftover is not None:
             try:
-                await asyncio.to_thread(self.backend.remove, live.handle)
+                await asyncio.to_thread(self.backend.remove, leftover)
             except Exception as e:  # noqa: BLE001 - the new sandbox is started all the same
                 log.warning("run.remove_failed", tenant=run.tenant, run=run.id, error=one_line(e))
         self.metrics.resumed(run.tenant, cause)

@@ -62,8 +62,9 @@ class Rounds:
             return not req.results or RESUMED_NOTE in req.user
 
         return [
-            Rule(tool(ASK, {"question": "用什么语言?", "options": ["Python", "Go"]}), system=CLARIFIER, prompt=ASK_TEXT,
-                 repeat=True, when=lambda req: "Python" not in req.result_text),
+            # a tool use of its own each time (the real API never gives two the same id; a repeated one would)
+            Rule(lambda req: tool(ASK, {"question": "用什么语言?", "options": ["Python", "Go"]}), system=CLARIFIER,
+                 prompt=ASK_TEXT, repeat=True, when=lambda req: "Python" not in req.result_text),
             Rule(say(BRIEF), system=CLARIFIER, result="Python", repeat=True),
             Rule(say(GOAL), system=JUDGE, prompt="请为它设定目标", repeat=True),
             Rule(self.verdict, system=JUDGE, prompt="轮工作结束了", repeat=True),

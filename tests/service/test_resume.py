@@ -96,7 +96,7 @@ def test_a_run_killed_three_times_resumes_each_time_and_succeeds_docker(docker_e
 
 def test_a_fourth_loss_fails_the_run_with_the_four_causes_listed(tmp_path: Path, services: list[Service]):
     deployment = Deployment(tmp_path, extra_config=FAST)
-    rules = [Rule(tool(ASK, {"question": "等着"}), system=CLARIFIER, repeat=True)]
+    rules = [Rule(lambda req: tool(ASK, {"question": "等着"}), system=CLARIFIER, repeat=True)]
     with ScriptedModel(rules) as model:
         service = serve(deployment, services, model)
         acme = service.client("acme")

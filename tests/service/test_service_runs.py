@@ -243,16 +243,19 @@ def test_a_run_that_cannot_start_fails_with_the_reason_and_leaves_nothing(deploy
 
 
 # -- 4. restart -----------------------------------------------------------------------------------------
-def test_a_restarted_service_reattaches_to_a_live_run_and_fails_a_vanished_one(
+def test_a_restarted_service_reattaches_to_a_live_run_and_resumes_a_vanished_one(
         deployment: Deployment, services: list[Service]):
-    rules = clarify_rules("重启之后继续") + clarify_rules("重启期间消失")
+    rules = clarify_rules("重启之后继续") + [  # the vanished one asks again once resumed: its question went with it
+        Rule(lambda req: tool(ASK, {"question": "用什么语言?", "options": ["Python", "Go"]}), system=CLARIFIER,
+             prompt="重启期间消失", repeat=True, when=lambda req: "Python" not in req.result_text + req.user),
+        Rule(say(BRIEF), system=CLARIFIER, prompt="重启期间消失", repeat=True)]
     with ScriptedModel(rules) as model:
         first = serve(deployment, services, model, "first")
         acme, beta = first.client("acme"), first.client("beta")
         keep = acme.post("/v1/runs", json={"ask": "重启之后继续", "options": {"clarify_only": True}}).json()["id"]
         gone = beta.post("/v1/runs", json={"ask": "重启期间消失", "options": {"clarify_only": True}}).json()["id"]
         q = wait_question(acme, keep)
-        wait_question(beta, gone)
+        lost_question = wait_question(beta, gone)
         seen = run_status(acme, keep)["events"]
         assert seen > 0
         first.stop(signal.SIGKILL)  # a crash: nothing is cleaned up
@@ -272,11 +275,16 @@ def test_a_restarted_service_reattaches_to_a_live_run_and_fails_a_vanished_one(
         reattached = [line for line in second.lines() if line.get("event") == "run.reattached"]
         assert [line["run"] for line in reattached] == [keep]
         vanished = run_status(beta, gone)
-        assert vanished["status"] == "failed" and "service restarted" in vanished["error"]
-        assert "no longer has this run's sandbox" in vanished["error"]
-        # what the killed sandbox still ran (its processes sit in its own pid namespace, out of live()'s sight)
-        # goes with it: the service removes a missing run through the handle it stored
-        wait_for(lambda: not marked_pids(gone), 20, what="the vanished run's leftover processes to end")
+        assert vanished["status"] in ("queued", "starting", "running") and vanished["error"] is None, vanished
+        [loss] = vanished["losses"]
+        assert loss["cause"] == "vanished" and "service restarted" in loss["error"], loss
+        assert "no longer has this run's sandbox" in loss["error"]
+        # resumed on its folder in a new sandbox, it asks again (its question went with the old one) and goes on
+        again = wait_for(lambda: [x for x in beta.get(f"/v1/runs/{gone}/questions").json()["questions"]
+                                  if x["id"] != lost_question["id"]], 90, what="the resumed run's question")[0]
+        assert beta.post(f"/v1/runs/{gone}/answers", json={"question_id": again["id"], "text": "Python"}).status_code \
+            == 200
+        assert wait_status(beta, gone, ("succeeded", "failed"))["status"] == "succeeded"
 
         assert [x["id"] for x in acme.get(f"/v1/runs/{keep}/questions").json()["questions"]] == [q["id"]]
         acme.post(f"/v1/runs/{keep}/answers", json={"question_id": q["id"], "text": "1"})
