@@ -11,6 +11,7 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     max_queued = 500                         # optional: runs waiting to start (default: max_queued_per_tenant)
     requests_per_s = 50.0                    # optional: API requests a second per replica (default: the config's)
     request_burst = 500                      # optional: requests at once before the rate paces them
+    park_after_s = 600                       # optional: a run waiting this long for an answer gives its sandbox back
     allowed_options = ["rounds", "max_asks", "timeout_s"]
     egress = "closed"                        # "open": the run's sandbox gets a network (package installs)
     budget_usd = { run = 5.0, day = 50.0 }   # optional: measured by the model gateway, either may be left out
@@ -93,6 +94,7 @@ class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     quota: Annotated[int, msgspec.Meta(ge=1)] = 1
     max_queued: Annotated[int, msgspec.Meta(ge=1)] | None = None
     requests_per_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
+    park_after_s: Annotated[float, msgspec.Meta(ge=0)] | None = None
     request_burst: Annotated[int, msgspec.Meta(ge=1)] | None = None
     allowed_options: list[str] = []
     egress: Egress = "closed"
@@ -129,6 +131,9 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
     """API requests a second to one replica; None: the service's ``requests_per_s``."""
     request_burst: int | None = None
     """API requests at once before ``requests_per_s`` paces them; None: the service's ``request_burst``."""
+    park_after_s: float | None = None
+    """A run of this tenant that has waited this long for an answer gives its sandbox back (``parked``: no process,
+    no slot, no token) until the answer comes; None: never parked."""
     egress: Egress = "closed"
     budget_usd: Budget = Budget()
     server_tools: frozenset[str] = frozenset()
@@ -253,7 +258,8 @@ def _parse(path: Path) -> list[Tenant]:
             push = PushTarget(entry.push_url, str((base / Path(push_file).expanduser()).resolve()))
         out.append(Tenant(name=entry.name, token_hash=digest, repo=repo, credentials=cred, quota=entry.quota,
                           allowed_options=frozenset(entry.allowed_options), max_queued=entry.max_queued,
-                          requests_per_s=entry.requests_per_s, request_burst=entry.request_burst, egress=entry.egress,
+                          requests_per_s=entry.requests_per_s, request_burst=entry.request_burst,
+                          park_after_s=entry.park_after_s, egress=entry.egress,
                           budget_usd=entry.budget_usd, server_tools=frozenset(entry.server_tools),
                           webhook=webhook, push=push))
     return out

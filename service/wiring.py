@@ -46,6 +46,7 @@ from .control.launcher import Launcher
 from .control.leases import Leases
 from .control.live import LiveRuns, layout_of
 from .control.mailbox import Mailbox
+from .control.parking import Parking
 from .control.recovery import Recovery
 from .control.retention import Retention
 from .control.scheduler import Scheduler
@@ -155,11 +156,13 @@ def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: 
     starter = Starter(config, registry.runs, tenants, following=following, finisher=finisher, gate=gate,
                       budgets=budgets, launcher=launcher, grants=grants, results=results, metrics=metrics,
                       clock=clock)
-    recovery = Recovery(config, registry.runs, backend, following=following, finisher=finisher, grants=grants,
-                        harvest=harvest)
+    parking = Parking(config, registry.runs, tenants, backend, following=following, grants=grants, harvest=harvest,
+                      mailbox=mailbox, results=results, metrics=metrics, hooks=hooks, clock=clock)
+    recovery = Recovery(config, registry.runs, backend, following=following, finisher=finisher, parking=parking,
+                        grants=grants, harvest=harvest)
     scheduler = Scheduler(config, registry.runs, tenants, backend, listen=registry.listen, clock=clock, hooks=hooks,
                           following=following, starter=starter, finisher=finisher, recovery=recovery,
-                          grants=grants, results=results, feed=feed, harvest=harvest, warm=warm,
+                          parking=parking, grants=grants, results=results, feed=feed, harvest=harvest, warm=warm,
                           retention=retention)
     return Service(config=config, registry=registry, tenants=tenants, backend=backend, clock=clock, gate=gate,
                    hooks=hooks, metrics=metrics, gateway=gateway, health=health, budgets=budgets, slots=slots,

@@ -1,4 +1,6 @@
-"""A running run's human channel: its open questions, answers to them, messages and interrupts."""
+"""A live run's human channel: its open questions, answers to them, messages and interrupts. A parked run takes them
+too: what is written for it wakes it (``Mailbox.wake``), and the sandbox it is resumed in reads it; so does a run
+waiting to be resumed after a loss (it reads them when its new sandbox starts)."""
 
 from __future__ import annotations
 
@@ -28,10 +30,20 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def _reachable(run: Run) -> bool:
+    """Live, parked, or in line to be resumed: a sandbox of it reads its mailbox now or will."""
+    return run.status in ACTIVE or run.status == "parked" or (run.status == "queued" and run.sandboxes > 0)
+
+
 def _need_active(run: RunDep, what: str) -> None:
-    if run.status not in ACTIVE:
+    if not _reachable(run):
         hint = "it has not started yet" if run.status == "queued" else "it has ended"
-        raise Conflict(f"run {run.id} is {run.status} ({hint}); {what} only reach a running run")
+        raise Conflict(f"run {run.id} is {run.status} ({hint}); {what} only reach a running or parked run")
+
+
+def _woken(mailbox: MailboxDep, run: Run, why: str) -> None:
+    if run.status == "parked":
+        mailbox.wake(run, why)
 
 
 class MailboxController(Controller):
@@ -43,7 +55,7 @@ class MailboxController(Controller):
          responses={**ok(200, QUESTIONS, "the open questions (none once the run ended)"), **errors(404)})
     async def questions(self, run: RunDep, mailbox: MailboxDep) -> QuestionList:
         """What the run is waiting on a person for; answer one with POST …/answers and its `id`."""
-        if run.status not in ACTIVE:
+        if not _reachable(run):
             return QuestionList(questions=[])
         found = await asyncio.to_thread(mailbox.questions, run)
         return QuestionList(questions=[QuestionOut(**msgspec.structs.asdict(q)) for q in found])
@@ -61,6 +73,7 @@ class MailboxController(Controller):
         await asyncio.to_thread(mailbox.mail, run, f"answers/{data.question_id}.json",
                                 {"text": data.text, "answered_at": _now()})
         log.info("run.answered", tenant=tenant.name, run=run.id, question=data.question_id)
+        await asyncio.to_thread(_woken, mailbox, run, "its question was answered")
         return AnswerOut(question_id=data.question_id, accepted=True)
 
     @post("/messages", status_code=202, operation_id="send_message",
@@ -73,6 +86,7 @@ class MailboxController(Controller):
         mid = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(8)}"
         await asyncio.to_thread(mailbox.mail, run, f"inbox/{mid}.json", {"text": data.text, "sent_at": _now()})
         log.info("run.message", tenant=tenant.name, run=run.id, chars=len(data.text))
+        await asyncio.to_thread(_woken, mailbox, run, "a message reached it")
         return MessageOut(id=mid, accepted=True)
 
     @post("/interrupt", status_code=202, operation_id="interrupt_run",
@@ -84,4 +98,5 @@ class MailboxController(Controller):
         _need_active(run, "interrupts")
         await asyncio.to_thread(mailbox.mail, run, "interrupt.json", {"words": data.text, "at": _now()})
         log.info("run.interrupt", tenant=tenant.name, run=run.id, chars=len(data.text))
+        await asyncio.to_thread(_woken, mailbox, run, "it was interrupted")
         return AcceptedOut(accepted=True)

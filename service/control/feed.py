@@ -62,6 +62,7 @@ class EventFeed:
                 cost += claimed_cost(ev.payload.get("cost_usd"), 0.0)
             elif ev.kind == "ask":
                 self.results.asked(run, ev)
+                _asking(ev, live)
             self.publish(run.id, n, ev)
         self.runs.under(live.lease).record_progress(run.id, event_offset=offset, event_seq=seq,
                                                     claimed_cost_usd=cost, step=step)
@@ -145,3 +146,14 @@ def _in_flight(ev: Event, was: str) -> str:
     if ev.kind == "result":
         return "between steps"
     return was
+
+
+def _asking(ev: Event, live: LiveRun) -> None:
+    """Its open questions, from its ``ask`` events (a claim: at worst a run gets itself parked, or not)."""
+    qid, state = ev.payload.get("id"), ev.payload.get("state")
+    if not isinstance(qid, str) or ev.payload.get("kind") == "mail":
+        return
+    if state == "asked":
+        live.asking.add(qid)
+    else:
+        live.asking.discard(qid)

@@ -83,6 +83,10 @@ class LiveRun:
     """When it last handed its work back (its ``checkpoint`` event): a loss costs at most what came after."""
     progressed: bool = False
     """Its sandbox got something done — a model turn or a tool call ended — since it started (or was re-attached)."""
+    asking: set[str] = field(default_factory=set)
+    """The ids of its questions open now (its ``ask`` events: asked, and not yet settled)."""
+    waiting_since: float | None = None
+    """Since when (the service's clock) it has had a question open: past the tenant's ``park_after_s`` it parks."""
     parking: bool = False
     """Its sandbox is being given back while it waits for a person (its row is ``parked`` already)."""
 

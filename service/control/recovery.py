@@ -17,6 +17,7 @@ from .following import Following, ours
 from .grants import Grants
 from .harvest import Harvest
 from .health import is_engine_down
+from .parking import Parking
 
 __all__ = ["Recovery"]
 
@@ -25,12 +26,13 @@ log = get_logger("flower.service.scheduler")
 
 class Recovery:
     def __init__(self, config: ServiceConfig, runs: RunsTable, backend: Backend, *, following: Following,
-                 finisher: Finisher, grants: Grants, harvest: Harvest) -> None:
+                 finisher: Finisher, parking: Parking, grants: Grants, harvest: Harvest) -> None:
         self.config = config
         self.runs = runs
         self.backend = backend
         self.following = following
         self.finisher = finisher
+        self.parking = parking
         self.grants = grants
         self.harvest = harvest
         self.recovered = False
@@ -52,6 +54,10 @@ class Recovery:
                     raise
                 f.backoff.failed(run.id)  # the passes try it again, and end it alone if it keeps failing
                 f.failed("scheduler.recover_failed", run.id, e, tenant=run.tenant, run=run.id)
+        for run in self.runs.list(statuses=["parked"], oldest_first=True):  # parked by a replica that died meanwhile:
+            if (run.handle or run.token_sha256) and f.leases.hold(run.id):  # its sandbox or token may remain
+                f.live.of(run.id).handle = live.get(run.id)
+                await self.parking.settle(run, f.live.get(run.id))
         for run_id in set(live) - set(f.live.handles()):
             row = self.runs.get(run_id)
             log.warning("run.orphan_sandbox", run=run_id, status=row.status if row else None,
@@ -95,7 +101,11 @@ class Recovery:
         sandboxes = await asyncio.to_thread(self.backend.live)
         for run_id in changes.orphans:
             run = self.runs.get(run_id)
-            if run is None or run.status not in ACTIVE or not f.leases.hold(run_id):
+            if run is None or run.status not in (*ACTIVE, "parked") or not f.leases.hold(run_id):
+                continue
+            if run.status == "parked":  # its replica died while parking it: the rest of the parking
+                f.live.of(run.id).handle = sandboxes.get(run.id)
+                await self.parking.settle(run, f.live.get(run.id))
                 continue
             log.info("run.taken_over", tenant=run.tenant, run=run.id, replica=f.owner)
             try:

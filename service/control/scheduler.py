@@ -7,7 +7,8 @@ through the registry's LISTEN/NOTIFY):
 2. start queued runs (``Starter``: shared between tenants, within ``max_running``, each tenant's quota and
    budget; the ``Launcher`` prepares and starts each — layout → a checkout of its own on ``flower/<run>`` → a
    gateway token of its own → env file → spec → ``backend.start``, or a claim from the warm pool);
-3. follow every running run this replica holds — its new events (``EventFeed``: folded into the registry,
+3. follow every running run this replica holds — parked (``Parking``) when it has waited for a person past its
+   tenant's ``park_after_s``, else its new events (``EventFeed``: folded into the registry,
    logged, fanned out to SSE), its checkpoints (``Harvest``), its disk (``Retention``), what the gateway metered
    (``grants.metering``), its stop when cancelled, over budget, over its disk or its tenant removed; when the
    sandbox has exited it is finished (``Finisher``: drain → decide → collect → record → release, once).
@@ -43,6 +44,7 @@ from .harvest import Harvest
 from .health import is_engine_down
 from .hooks import Hooks
 from .live import LiveRuns, layout_of, one_line
+from .parking import Parking
 from .recovery import Recovery
 from .retention import Retention
 from .starting import Starter
@@ -66,8 +68,8 @@ class Scheduler:
 
     def __init__(self, config: ServiceConfig, runs: RunsTable, tenants: Tenants, backend: Backend, *,
                  listen: Listen, clock: Clock, hooks: Hooks, following: Following, starter: Starter,
-                 finisher: Finisher, recovery: Recovery, grants: Grants, results: Results, feed: EventFeed,
-                 harvest: Harvest, warm: WarmKeeper, retention: Retention) -> None:
+                 finisher: Finisher, recovery: Recovery, parking: Parking, grants: Grants, results: Results,
+                 feed: EventFeed, harvest: Harvest, warm: WarmKeeper, retention: Retention) -> None:
         """Built by ``service.wiring``, which makes the parts; the scheduler binds its ``hooks``."""
         self.config = config
         self.runs = runs
@@ -79,6 +81,7 @@ class Scheduler:
         self.starter = starter
         self.finisher = finisher
         self.recovery = recovery
+        self.parking = parking
         self.grants = grants
         self.results = results
         """Told when a run started, asked and ended: the tenant's webhooks and the push of its branch."""
@@ -211,6 +214,9 @@ class Scheduler:
             if not self.backoff.ready(run.id):
                 continue
             try:
+                if self.parking.due(run, record):
+                    await self.parking.park(run, record)
+                    continue
                 await self._follow(run)
             except asyncio.CancelledError:
                 raise
@@ -225,6 +231,7 @@ class Scheduler:
             else:
                 self.backoff.succeeded(run.id)
                 self.errors.ok(run.id)
+        self.parking.wake_due()  # a parked run whose question timed out goes back in line
         self.warm.check_due()  # a waiting sandbox that died is replaced, a failed start tried again
         await self.retention.sweep_due()
 

@@ -41,9 +41,11 @@ class LeasesTable:
         return {str(r["run_id"]): msgspec.convert(plain(r), Lease) for r in rows}
 
     def unheld(self, *, now: float) -> tuple[str, ...]:
-        """The live runs no replica holds: never taken, or their lease expired (their replica stopped renewing)."""
+        """The live runs no replica holds: never taken, or their lease expired (their replica stopped renewing) —
+        and the parked ones whose parking a replica left half done (their sandbox or token not yet let go)."""
         held = select(leases.c.run_id).where(leases.c.expires >= now)
-        q = (select(runs.c.id).where(runs.c.status.in_(ACTIVE), runs.c.id.not_in(held))
+        unsettled = (runs.c.status == "parked") & (runs.c.handle.is_not(None) | runs.c.token_sha256.is_not(None))
+        q = (select(runs.c.id).where(runs.c.status.in_(ACTIVE) | unsettled, runs.c.id.not_in(held))
              .order_by(runs.c.created))
         return tuple(str(r["id"]) for r in self._db.rows(q))
 
