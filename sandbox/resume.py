@@ -28,6 +28,7 @@ __all__ = ["Left", "ask_of", "left_questions", "note_of", "resumed_flow", "RESUM
 RESUMED = {
     "crashed": "上一个沙箱在运行途中被杀掉了(进程被结束、内存不足,或容器引擎重启)",
     "vanished": "上一个沙箱在运行途中没了(容器或 Pod 被删除,或所在机器失联)",
+    "killed": "上一个沙箱在运行途中被外面停掉了(容器引擎重启、节点腾空或 Pod 被驱逐)",
     "unparked": "你在等人回答时,这次运行交还了沙箱;现在有了回音,在新沙箱里接着做",
 }
 STILL_OPEN = "还没有人回答;如果仍然需要,请重新提问。"

@@ -99,7 +99,8 @@ class Metrics:
         self.cost = Counter("flower_model_cost_usd", "Model cost in USD by tenant (from the gateway).", ["tenant"],
                             registry=r)
         self.resumes = Counter("flower_run_resumes", "Runs started again in a new sandbox on their own folder, by "
-                               "cause: the sandbox was lost (crashed: exited without exit.json; vanished: gone), "
+                               "cause: the sandbox was lost (crashed: exited without exit.json; vanished: gone; killed: "
+                               "stopped by its engine or node), "
                                "or a parked run was woken (unparked).", ["tenant", "cause"], registry=r)
         self.parks = Counter("flower_run_parks", "Runs that gave their sandbox back while they waited for a person.",
                              ["tenant"], registry=r)

@@ -152,8 +152,9 @@ class RunOut(msgspec.Struct):
 
 
 class LossOut(msgspec.Struct):
-    """A sandbox the run lost and was resumed after: ``cause`` "crashed" (exited without finishing: killed, out of
-    memory, its engine restarted) or "vanished" (gone: its container or pod removed, its node lost); ``place``: what
+    """A sandbox the run lost and was resumed after: ``cause`` "crashed" (exited without finishing: SIGKILL, out of
+    memory), "vanished" (gone: its container or pod removed, its node lost) or "killed" (stopped by its engine or
+    node, not by the service: a restart, a drain, an eviction); ``place``: what
     was in flight (a tool call, a model call, between steps); ``since_checkpoint_s``: the time from its last
     checkpoint to the loss — at most what the loss cost (its files stay: the new sandbox works on the same
     checkout)."""

@@ -119,11 +119,16 @@ def decide(d: Drained) -> Ended:
 
 
 def lost(d: Drained, ended: Ended) -> LossCause | None:
-    """Whether ``d`` is a lost sandbox rather than a run that ended: it left no exit.json, nobody stopped it, and not
-    for want of disk (a full disk fails the run: a resume would fail the same way). Its cause, or None."""
-    if ended.reason not in ("crashed", "vanished") or d.stops or d.cancel_requested or ended.disk_full:
+    """Whether ``d`` is a lost sandbox rather than a run that ended — it left no exit.json, or one saying it was
+    killed when the service stopped nothing (its engine stopped it: a restart, a node drained, a pod evicted) — and
+    not for want of disk (a full disk fails the run: a resume would fail the same way). Its cause, or None."""
+    if d.stops or d.cancel_requested or ended.disk_full:
         return None
-    return "vanished" if d.missing else "crashed"
+    if ended.reason in ("crashed", "vanished"):
+        return "vanished" if d.missing else "crashed"
+    if d.exit is not None and d.exit.status == "killed":
+        return "killed"
+    return None
 
 
 def give_up(losses: Sequence[Loss], max_resumes: int) -> str | None:

@@ -107,9 +107,10 @@ class Spent(msgspec.Struct, kw_only=True, frozen=True):
     day: float
 
 
-LossCause = Literal["crashed", "vanished"]
-"""How a sandbox was lost: it exited without writing exit.json (killed, OOM, its engine restarted), or it is gone
-(its container or pod removed, its node lost)."""
+LossCause = Literal["crashed", "vanished", "killed"]
+"""How a sandbox was lost: it exited without writing exit.json (SIGKILL, out of memory), it is gone (its container
+or pod removed, its node lost), or something other than the service stopped it (its engine restarted, its node
+drained, its pod evicted: SIGTERM, and its exit.json says killed)."""
 
 
 class Loss(msgspec.Struct, kw_only=True, frozen=True):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sandbox.records import ExitRecord
-from service.control.ending import Drained, Ended, claimed_cost, decide
+from service.control.ending import Drained, Ended, claimed_cost, decide, give_up, losses_text, lost
+from service.registry import Loss
 
 OK = ExitRecord(status="succeeded", cost_usd=0.5)
 FULL = ExitRecord(status="failed", error="OSError: [Errno 28] No space left on device")
@@ -67,3 +68,43 @@ def test_decide_names_the_one_way_a_run_ended(drained: Drained, ended: Ended) ->
                                              (-1, 7.0), (1e12, 7.0), (None, 7.0), ([1], 7.0), ("lots", 7.0)])
 def test_a_cost_the_run_claims_is_believed_only_when_finite_and_sane(claim: object, believed: float) -> None:
     assert claimed_cost(claim, 7.0) == believed
+
+
+LOSSES: list[tuple[str, Drained, str | None]] = [
+    ("exited without exit.json: crashed (SIGKILL, out of memory)",
+     Drained(stops={}, cancel_requested=False, exit=None, exit_code=137), "crashed"),
+    ("gone: vanished (its container or pod removed)",
+     Drained(stops={}, cancel_requested=False, exit=None, missing=True), "vanished"),
+    ("its exit.json says killed and the service stopped nothing: its engine or node stopped it",
+     Drained(stops={}, cancel_requested=False, exit=ExitRecord(status="killed", error="stopped by SIGTERM")), "killed"),
+    ("killed by the service's own stop (its budget): its end, not a loss",
+     Drained(stops={"budget": "too dear"}, cancel_requested=False, exit=ExitRecord(status="killed")), None),
+    ("cancelled: its end", Drained(stops={}, cancel_requested=True, exit=None, missing=True), None),
+    ("it ended by itself", Drained(stops={}, cancel_requested=False, exit=OK), None),
+    ("a bad exit.json is the run's doing, not a loss",
+     Drained(stops={}, cancel_requested=False, exit=None, bad_exit="not a record"), None),
+    ("died for want of disk: a resume would die the same way",
+     Drained(stops={}, cancel_requested=False, exit=None, exit_code=1, disk_was_full=True), None),
+]
+
+
+@pytest.mark.parametrize("drained,cause", [c[1:] for c in LOSSES], ids=[c[0] for c in LOSSES])
+def test_a_lost_sandbox_is_told_from_a_run_that_ended(drained: Drained, cause: str | None) -> None:
+    assert lost(drained, decide(drained)) == cause
+
+
+def _loss(place: str = "model call", progressed: bool = True, step: str = "工作") -> Loss:
+    return Loss(cause="crashed", at=1.0, error="exited with code 137", step=step, place=place, progressed=progressed)
+
+
+def test_a_run_is_resumed_up_to_max_resumes_and_not_when_lost_twice_at_one_place_having_done_nothing() -> None:
+    assert give_up([_loss()] * 3, 3) is None
+    assert "lost 4 times, more than max_resumes = 3" in (give_up([_loss()] * 4, 3) or "")
+    assert give_up([_loss()], 0) is not None, "max_resumes = 0: never resumed"
+    bash = "tool Bash: npm test"
+    assert give_up([_loss(bash), _loss(bash, progressed=True)], 3) is None, "it got further, then was lost there again"
+    assert "twice in a row the same way" in (give_up([_loss(bash), _loss(bash, progressed=False)], 3) or "")
+    assert give_up([_loss(bash), _loss("model call", progressed=False)], 3) is None, "another place"
+    assert give_up([_loss(bash), _loss(bash, progressed=False, step="确认需求")], 3) is None, "another step"
+    text = losses_text([_loss(), _loss(bash)])
+    assert text.startswith("1) crashed — exited with code 137 (step 工作, model call); 2) crashed") and bash in text
