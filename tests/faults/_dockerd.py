@@ -21,7 +21,10 @@ __all__ = ["OwnDockerd"]
 
 
 class OwnDockerd:
-    def __init__(self, state: Path, data_root: Path | None = None) -> None:
+    def __init__(self, state: Path, data_root: Path | None = None, *, live_restore: bool = True) -> None:
+        self.live_restore = live_restore
+        """Containers outlive the engine's restart (what service/README.md tells operators); without it a restart
+        stops them — the loss issue 33 resumes runs after."""
         self.state = state
         state.mkdir(parents=True, exist_ok=True)
         self.data_root = data_root or Path(os.environ.get("FLOWER_FAULTS_DOCKER_ROOT", "/var/tmp/flower-faults-dockerd"))
@@ -37,7 +40,7 @@ class OwnDockerd:
         self.proc = subprocess.Popen(
             ["unshare", "--net", "dockerd", "-H", self.host, "--data-root", str(self.data_root), "--exec-root", str(self.state / "exec"),
              "--pidfile", str(self.pidfile), "--bridge=none", "--iptables=false", "--ip6tables=false",
-             "--ip-masq=false", "--live-restore"],
+             "--ip-masq=false", *(["--live-restore"] if self.live_restore else [])],
             stdout=open(self.log, "ab"), stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -63,6 +66,31 @@ class OwnDockerd:
             self.proc.kill()
             self.proc.wait(10)
         self.proc = None
+
+    def kill(self) -> None:
+        """SIGKILL to our engine: its dockerd and its containerd (found by our state folder in their command lines);
+        the containers' shims live on, as after a crash of the engine."""
+        if self.proc is None:
+            return
+        ours = []
+        for entry in Path("/proc").iterdir():
+            try:
+                cmd = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+            except OSError:
+                continue
+            if cmd and Path(os.fsdecode(cmd[0])).name in ("dockerd", "containerd") \
+                    and any(os.fsencode(self.state) in a for a in cmd):
+                ours.append(int(entry.name))
+        for pid in ours:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(30)
+        self.proc = None
+        deadline = time.monotonic() + 30
+        while any(Path(f"/proc/{pid}").exists() for pid in ours) and time.monotonic() < deadline:
+            time.sleep(0.1)
 
     def client(self):  # noqa: ANN201 - docker.DockerClient
         import docker
