@@ -147,7 +147,8 @@ async function refreshRun() {
   try { run = await api("/runs/" + encodeURIComponent(id)); } catch (e) { if (e.status === 404) notice(e.message, true); return; }
   if (id !== state.current) return;
   const was = state.run ? state.run.status : "", wasEnded = !!(state.run && state.run.ended);
-  if (was && rank(was) > rank(run.status)) run.status = was;  // a poll sent before the events it lags behind
+  const wasAt = state.run ? rank(was, state.run.sandboxes) : -1;
+  if (was && wasAt > rank(run.status, run.sandboxes)) run.status = was;  // a poll sent before the events it lags behind
   state.run = run;
   if (was && was !== run.status) refreshRuns();
   $("run-step").textContent = run.step ? T("run.step", { step: stepName(run.step) }) : "";
@@ -159,13 +160,20 @@ async function refreshRun() {
   else if (was && !wasEnded && run.ended) { $("questions").replaceChildren(); loadDiff(); }  // its final diff, or none
 }
 
-// A run only moves forward: queued -> starting -> running -> ended. Its events say so before a poll does.
-const rank = (status) => ENDED.includes(status) ? 3 : Math.max(0, ["queued", "starting", "running"].indexOf(status));
+// A run only moves forward: queued -> starting -> running -> ended. Its events say so before a poll does. A run that
+// outlives its sandbox goes round again — parked or lost, back in line, starting, running in its next sandbox — so
+// each sandbox it has had counts: running in its 2nd is past parked after its 1st.
+const rank = (status, sandboxes = 0) => ENDED.includes(status) ? Infinity
+  : status === "running" ? 10 * Math.max(1, sandboxes || 0)
+  : 10 * (sandboxes || 0) + 5 + ["parked", "queued", "starting"].indexOf(status);
+// A sandbox of it reads its mailbox now, or will: live, parked, or in line to be resumed.
+const reachable = (run) => ACTIVE.includes(run.status) || run.status === "parked"
+  || (run.status === "queued" && run.sandboxes > 0);
 
 function drawStatus() {
   const run = state.run, status = run.status, ended = ENDED.includes(status);
   $("run-status").textContent = status; $("run-status").className = "badge " + status;
-  ["message-btn", "interrupt-btn"].forEach((b) => { $(b).disabled = !ACTIVE.includes(status); });
+  ["message-btn", "interrupt-btn"].forEach((b) => { $(b).disabled = !reachable(run); });
   $("cancel-btn").disabled = ended;
   if (ended && !state.endSeen) state.endSeen = Date.now() / 1000;
   ticking(!ended && !!run.started);
@@ -189,6 +197,10 @@ function drawWhere() {
   if (run.commit) parts.push([T("run.commit"), short(run.commit)]);
   else if (state.diffCommit && state.diffCommit !== run.base) {
     parts.push([T("run.checkpoint"), short(state.diffCommit)]);
+  }
+  if (run.sandboxes > 1) parts.push([T("run.resumed"), T("run.resumed_times", { n: run.sandboxes - 1 })]);
+  if (run.losses && run.losses.length) {
+    parts.push([T("run.lost"), run.losses.map((x) => T("loss." + x.cause)).join(", ")]);
   }
   box.replaceChildren(...parts.flatMap(([k, v], i) => [i ? " · " : "", el("span", "k", k), " ", el("code", "", v)]));
 }
@@ -221,7 +233,8 @@ function ticking(on) {
 }
 
 function advanceStatus(status) {
-  if (!state.run || rank(status) <= rank(state.run.status)) return;
+  const run = state.run;
+  if (!run || rank(status, run.sandboxes) <= rank(run.status, run.sandboxes)) return;
   state.run.status = status;
   drawStatus();
   refreshRuns();
@@ -422,6 +435,7 @@ function show(ev) {
     case "system":
       if (ev.text === "sandbox started") line("muted", T("ev.sandbox"));
       else if (p.subtype === "killed") line("bad", T("ev.killed"));
+      else if (p.subtype === "resumed") line("warn", T("ev.resumed", { why: T("resumed." + p.cause) }));
       break;
     default: break;
   }

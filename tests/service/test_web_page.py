@@ -19,8 +19,8 @@ import pytest
 
 from _hello import ASK_TEXT, QUESTION, hello_rules, interrupt_rules
 from _service_helpers import TOKENS, Deployment, Service, git, serve, sse, wait_status
-from flower.testing import Rule, ScriptedModel, say
-from sandbox.testing import BRIEF, CLARIFIER
+from flower.testing import Rule, ScriptedModel, say, tool
+from sandbox.testing import ASK, BRIEF, CLARIFIER
 
 pytestmark = pytest.mark.cli
 
@@ -339,3 +339,37 @@ def test_a_run_page_says_who_where_how_long_and_why_and_fits_a_phone(
         until(driver, lambda d: text_of(d, "diff") == NOTHING_BACK, "the diff to say nothing was handed back")
         driver.save_screenshot(str(ARTIFACTS / "11-failed-run-reason.png"))
     assert model.unmatched == [], [(r.system[:40], r.user[:80]) for r in model.unmatched]
+
+
+
+def test_a_parked_run_shows_parked_keeps_its_question_and_resumes_when_answered_in_the_page(
+        tmp_path: Path, services: list[Service], browser: Any):
+    """The tenant parks runs that wait half a second: the page says parked (its list too), keeps the question
+    answerable, and once it is answered there shows the run resumed in a new sandbox and succeeding."""
+    driver = browser
+    deployment = Deployment(tmp_path)
+    deployment.write_tenants(acme={"park_after_s": 0.5})
+    rules = [Rule(say(BRIEF), system=CLARIFIER, prompt="停着等", repeat=True, when=lambda req: "Go" in req.user),
+             Rule(lambda req: tool(ASK, {"question": "停着等:用什么语言?", "options": ["Python", "Go"]}),
+                  system=CLARIFIER, prompt="停着等", repeat=True)]
+    with ScriptedModel(rules) as model:
+        service = serve(deployment, services, model)
+        driver.get(service.url + "/")
+        sign_in(driver, service, TOKENS["acme"])
+        until(driver, lambda d: d.find_element("id", "app").is_displayed(), "the signed-in page")
+        run_id = submit(driver, "停着等", '{"clarify_only": true}')
+        until(driver, lambda d: text_of(d, "run-status") == "parked", "the run to be parked")
+        badge = f"#runs li[data-id='{run_id}'] .badge"
+        until(driver, lambda d: d.find_element("css selector", badge).text == "parked", "the list to say parked")
+        question = until(driver, lambda d: d.find_elements("css selector", "#questions .question"), "the question")[0]
+        assert "停着等:用什么语言?" in question.text
+        assert driver.find_element("id", "message-btn").is_enabled(), "a parked run takes messages (they wake it)"
+        driver.save_screenshot(str(ARTIFACTS / "20-parked.png"))
+        question.find_element("xpath", ".//button[text()='Go']").click()
+        until(driver, lambda d: "resumed in a new sandbox: it was parked while it waited, and woken" in log_of(d),
+              "the resume in the event log")
+        until(driver, lambda d: text_of(d, "run-status") == "succeeded", "the run to succeed")
+        until(driver, lambda d: "resumed 1×" in text_of(d, "run-where"), "the page to say it was resumed once")
+        driver.save_screenshot(str(ARTIFACTS / "21-resumed-and-succeeded.png"))
+    done = wait_status(service.client("acme"), run_id, ("succeeded",), timeout=10)
+    assert done["sandboxes"] == 2
