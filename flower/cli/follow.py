@@ -64,12 +64,19 @@ class RemoteView:
         if item.kind == "system" and item.payload.get("subtype") == "killed":
             self.screen.say(t("remote.killed"))
             return
+        if item.kind == "system" and item.payload.get("subtype") == "resumed":
+            cause = str(item.payload.get("cause") or "")
+            self.screen.say(t("remote.resumed", why=t(f"remote.resumed.{cause}") if cause in RESUME_CAUSES else cause))
+            return
         text = item.text
         if item.kind == "task" and isinstance(item.payload.get("summary"), str) and item.payload.get("tool_use_id"):
             self._reports[str(item.payload["tool_use_id"])] = item.payload["summary"]
         if item.kind == "tool_result":  # the stream cuts a result at 500 characters: the report's gist is past that
             text = self._reports.pop(str(item.payload.get("tool_use_id") or ""), text)
         self.screen.event(Event(item.kind, text, item.tool, dict(item.payload), step=item.step, at=item.at))
+
+
+RESUME_CAUSES = ("crashed", "vanished", "killed", "unparked")
 
 
 def said(error: RemoteError | BadSetting) -> str:

@@ -241,6 +241,12 @@ async def _show(api: Remote, args: argparse.Namespace) -> int:
             ("events", str(run.events)), ("branch", run.branch or "-"), ("base", run.base or "-"),
             ("commit", run.commit or "-"), ("created", run.created or "-"), ("started", run.started or "-"),
             ("ended", run.ended or "-")]
+    if run.parked_at:
+        rows.append(("parked", t("remote.parked_since", at=run.parked_at)))
+    if run.sandboxes > 1:
+        rows.append(("resumed", t("remote.resumed_times", n=run.sandboxes - 1)))
+    for loss in run.losses:
+        rows.append(("lost", f"{loss.cause} {loss.at} · {one_line(loss.place or '-', 80)} · {one_line(loss.error, 200)}"))
     if run.error:
         rows.append(("error", one_line(run.error, 300)))
     for key, value in rows:

@@ -35,8 +35,20 @@ class DiffFiles(msgspec.Struct):
     truncated: bool = False
 
 
+class Loss(msgspec.Struct):
+    """A sandbox the run lost and was resumed after (``RunInfo.losses``)."""
+
+    cause: str
+    at: str = ""
+    error: str = ""
+    step: str | None = None
+    place: str = ""
+    since_checkpoint_s: float | None = None
+
+
 class RunInfo(msgspec.Struct):
-    """One run as ``GET /v1/runs/{id}`` shows it."""
+    """One run as ``GET /v1/runs/{id}`` shows it; ``parked``: it waits for a person with no sandbox (an answer, a
+    message or an interrupt wakes it); ``sandboxes`` above 1: it was resumed (``losses``: the sandboxes it lost)."""
 
     id: str
     status: str
@@ -54,6 +66,9 @@ class RunInfo(msgspec.Struct):
     diffstat: Diffstat | None = None
     events: int = 0
     cancel_requested: bool = False
+    sandboxes: int = 0
+    losses: list[Loss] = []
+    parked_at: str | None = None
 
     @property
     def ended_already(self) -> bool:

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from _service_helpers import Deployment, Service, run_status, serve, wait_for, wait_question, wait_status
+from _service_helpers import TOKENS, Deployment, Service, run_status, serve, wait_for, wait_question, wait_status
 from flower.core.channel import TIMEOUT
 from flower.testing import Rule, ScriptedModel, say, tool
 from flower.testing.script import Request
 from sandbox.testing import ASK, BRIEF, CLARIFIER, marked_pids
+from test_remote_cli import client_env, flower
 from test_results import SECRET, Receiver
 
 pytestmark = pytest.mark.cli
@@ -69,8 +70,15 @@ def test_a_waiting_run_parks_with_nothing_running_and_an_answer_resumes_its_sess
         assert _metric(service, "flower_run_parks_total") == 1
         assert [x["id"] for x in acme.get(f"/v1/runs/{run_id}/questions").json()["questions"]] == [q["id"]], \
             "its question stays open while it is parked"
-        page = acme.get(f"/v1/runs/{run_id}").json()
-        assert page["status"] == "parked"
+        env = client_env(tmp_path / "home")
+        (tmp_path / "home").mkdir()
+        env["FLOWER_LANG"] = "en"
+        assert flower(env, "--server", service.url, "--token", TOKENS["acme"], "login").returncode == 0
+        shown = flower(env, "show", run_id)
+        assert shown.returncode == 0, shown.stderr
+        assert re.search(r"status\s+parked", shown.stdout) and "no sandbox until it is answered" in shown.stdout, \
+            shown.stdout
+        assert q["id"] in shown.stdout, "its open question, answerable while it is parked"
 
         r = acme.post(f"/v1/runs/{run_id}/answers", json={"question_id": q["id"], "text": ANSWER})
         assert r.status_code == 200, r.text
@@ -80,6 +88,12 @@ def test_a_waiting_run_parks_with_nothing_running_and_an_answer_resumes_its_sess
         assert _metric(service, "flower_run_resumes_total", cause="unparked") == 1
         wait_for(lambda: {"run.parked", "run.resumed", "run.ended"} <= {g["event"] for g in receiver.got}, 30,
                  what="the parked, resumed and ended webhooks")
+    logs = flower(env, "logs", run_id)
+    assert logs.returncode == 0, logs.stderr
+    assert "x the run's sandbox was stopped" in logs.stdout
+    assert "~ resumed in a new sandbox: it was parked while it waited, and woken" in logs.stdout, logs.stdout
+    shown = flower(env, "show", run_id)
+    assert re.search(r"resumed\s+1×", shown.stdout), shown.stdout
     events = [g["event"] for g in receiver.got]
     assert events.count("run.parked") == 1 and events.count("run.resumed") == 1 and events.count("run.started") == 1
     assert all(g["signed"] for g in receiver.got)
