@@ -141,3 +141,31 @@ def test_a_parked_run_survives_the_services_sigkill_and_resumes_once_when_answer
     assert done["status"] == "succeeded" and done["sandboxes"] == 2, done
     resumed = [x for x in second.lines() if x.get("event") == "run.resumed" and x.get("run") == run_id]
     assert len(resumed) == 1
+
+
+def test_on_postgresql_a_parked_run_outlives_the_replica_that_parked_it_and_another_resumes_it_once(
+        tmp_path: Path, services: list[Service], postgres_url: str):
+    import signal
+
+    dep = Deployment(tmp_path, extra_config=f'database_url = "{postgres_url}"\nlease_s = 4\n')
+    dep.write_tenants(acme={"park_after_s": 0.5})
+    with ScriptedModel(_rules("换个副本")) as model:
+        dep.set_credentials(model.env)
+        replicas = [Service(dep, name, env={"FLOWER_SERVICE_REPLICA": name}).start(timeout=180) for name in ("r1", "r2")]
+        services.extend(replicas)
+        acme = replicas[0].client("acme")
+        run_id = acme.post("/v1/runs", json={"ask": "换个副本", "options": {"clarify_only": True}}).json()["id"]
+        q = wait_question(acme, run_id)
+        _parked(acme, run_id)
+        wait_for(lambda: not marked_pids(run_id), 30, what="the parked run's processes to end")
+        parked_by = [s for s in replicas if any(x.get("event") == "run.parked" for x in s.lines())]
+        assert len(parked_by) == 1
+        parked_by[0].stop(signal.SIGKILL)
+        other = next(s for s in replicas if s is not parked_by[0]).client("acme")
+        assert run_status(other, run_id)["status"] == "parked"
+        assert other.post(f"/v1/runs/{run_id}/answers", json={"question_id": q["id"], "text": ANSWER}).status_code \
+            == 200
+        done = wait_status(other, run_id, ("succeeded", "failed"), timeout=120)
+    assert done["status"] == "succeeded" and done["sandboxes"] == 2, done
+    resumed = [x for s in replicas for x in s.lines() if x.get("event") == "run.resumed" and x.get("run") == run_id]
+    assert len(resumed) == 1, "resumed once, by the replica left"
