@@ -19,6 +19,10 @@
    JSON line of ``events.jsonl``: ``{kind, text, tool, payload, step, at}``; audit lines have
    ``kind="audit"``, ``text=<audit kind>`` and the audit fields in ``payload`` (``payload.audit`` too).
 6. ``outbox/exit.json`` at the end: ``{status, error, cost_usd, steps, exit_code, ...}``.
+7. A spec with ``resume`` starts a run again on its own folder, after its sandbox was lost or it was parked
+   (``sandbox/resume.py``): the flow wakes up where it stood, the step in flight continuing its session, told why
+   first, with the questions it left open settled; a ``system`` event ``resumed`` says so. The mailbox files it
+   takes are remembered in its run dir (``.mailbox-taken``), so a resumed run takes none twice.
 
 Exit codes: 0 succeeded, 1 failed, 2 the run could not start (spec, credentials, workspace),
 3 aborted (a step gave up on purpose, e.g. nobody answered), 143 killed (SIGTERM/SIGINT/SIGHUP).
