@@ -48,7 +48,7 @@ from flower.core.files import write_atomic
 
 from .checkpoint import CheckpointError, checkpoint
 from .layout import RunLayout
-from .resume import ask_of, left_questions, note_of, resumed_flow
+from .resume import ask_of, left_questions, note_of, resumed_flow, stale_locks
 from .spec import RunSpec, SpecError, read_spec
 
 __all__ = ["main", "EventLog", "write_exit", "exit_document", "jsonable", "EXIT_CODES", "STATUSES"]
@@ -307,7 +307,7 @@ class _Run:
             resumed_flow(wf, note_of(self.spec, left), left, layout)
             log.write("system", f"resumed in a new sandbox ({resume.cause})", payload={
                 "subtype": "resumed", "cause": resume.cause, "sandboxes": resume.n + 1,
-                "since_checkpoint_s": resume.since_checkpoint_s,
+                "since_checkpoint_s": resume.since_checkpoint_s, "git_locks_removed": stale_locks(layout),
                 "questions": [{"id": q.id, "answered": q.answer is not None, "timed_out": q.timed_out} for q in left]})
         wf.channel.answers = MailboxAnswers(
             layout.mailbox, poll_s=0.2, questions=layout.questions, taken=layout.run_dir / MAIL_TAKEN,

@@ -8,7 +8,8 @@ brief makes the flow a wake-up — so the entrypoint adds only what a new sandbo
   could take them back) are settled here: answered while it had no sandbox (the answer is the person's words to the
   step's question), timed out (the channel's own "nobody answered" — never an invented answer), or still open
   (the step is told to ask again if it still needs to); their files go, so nobody answers a question nobody reads;
-* the step that continues its session is told, first, that it was resumed and why.
+* the step that continues its session is told, first, that it was resumed and why;
+* the git locks a killed sandbox left in the checkout go (``stale_locks``), or no checkpoint would succeed again.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from .layout import RunLayout
 from .spec import RunSpec
 
-__all__ = ["Left", "ask_of", "left_questions", "note_of", "resumed_flow", "RESUMED"]
+__all__ = ["Left", "ask_of", "left_questions", "note_of", "resumed_flow", "stale_locks", "RESUMED"]
 
 RESUMED = {
     "crashed": "上一个沙箱在运行途中被杀掉了(进程被结束、内存不足,或容器引擎重启)",
@@ -117,6 +118,21 @@ def resumed_flow(wf: Any, note: str, left: list[Left], layout: RunLayout) -> Non
             elif q.timed_out:
                 log.answer(q.id, "timeout", "(没有人回答)")
         (layout.questions / f"{q.id}.json").unlink(missing_ok=True)
+
+
+def stale_locks(layout: RunLayout) -> list[str]:
+    """Remove the git locks a killed sandbox left in the run's checkout (``index.lock``, a ref's ``.lock``): nothing
+    else uses the checkout now, and with them every checkpoint of the resumed run would fail. The ones removed."""
+    git = layout.workspace / ".git"
+    if not git.is_dir() or git.is_symlink():
+        return []
+    gone = []
+    for lock in [git / "index.lock", git / "HEAD.lock", git / "config.lock", git / "packed-refs.lock",
+                 *(git / "refs").rglob("*.lock")]:
+        if lock.is_file() and not lock.is_symlink():
+            lock.unlink()
+            gone.append(str(lock.relative_to(git)))
+    return gone
 
 
 def _json(path: Path) -> object:

@@ -44,7 +44,7 @@ class Rounds:
         name = self.missing()
         if name is None:
             return say("三个文件都在了")
-        gate = f"&& while [ ! -e .gate ]; do sleep 0.1; done " if name == "round1.txt" else ""
+        gate = "&& while [ ! -e .gate ]; do sleep 0.1; done " if name == "round1.txt" else ""
         task = f"WORKER-TASK 写 {name}: `true {gate}&& printf done > {name} && echo WROTE-{name}`"
         return tool("Agent", {"description": f"写 {name}", "prompt": task, "subagent_type": "coder",
                               "run_in_background": False})

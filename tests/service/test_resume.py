@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from _resume import ASK_TEXT, FILES, RESUMED_NOTE, Rounds, events, kill_sandbox, sessions_of, wait_event
-from _service_helpers import Deployment, Service, git, run_status, serve, sse, wait_for, wait_question, wait_status
+from _resume import ASK_TEXT, FILES, RESUMED_NOTE, Rounds, kill_sandbox, sessions_of, wait_event
+from _service_helpers import Deployment, Service, git, serve, sse, wait_question, wait_status
 from flower.store.prune import PrunePolicy
 from flower.testing import Rule, ScriptedModel, tool
 from sandbox.testing import ASK, CLARIFIER, LEAD
@@ -50,6 +50,8 @@ def _three_losses(deployment: Deployment, services: list[Service], backend: str)
         done = wait_status(acme, run_id, ("succeeded", "failed"), timeout=300)
         assert done["status"] == "succeeded", done
         stream = sse(acme, run_id)
+    broken = [e["data"]["text"] for e in stream if e["event"] == "system" and "checkpoint failed" in e["data"]["text"]]
+    assert broken == [], "every checkpoint of the resumed sandboxes held (a killed git leaves its locks)"
     for name in FILES:  # every round's file, in the run's branch
         assert git(deployment.repos["acme"], "show", f"flower/{run_id}:{name}").strip() == "done", name
     assert done["sandboxes"] == 4 and [x["cause"] for x in done["losses"]] == ["crashed"] * 3, done

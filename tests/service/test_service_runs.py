@@ -22,7 +22,7 @@ from _service_helpers import (
     wait_status,
 )
 from flower.testing import Rule, ScriptedModel, say, tool
-from sandbox.testing import ACHIEVED, ASK, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT, marked_pids
+from sandbox.testing import ACHIEVED, ASK, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
 
 pytestmark = pytest.mark.cli
 
