@@ -97,18 +97,20 @@ class Finisher:
             log.warning("run.not_resumed", tenant=run.tenant, run=run.id, losses=len(losses), why=why)
             await asyncio.to_thread(held.record_losses, run.id, losses)
             return f"{why}: {losses_text(losses)}"
-        delay = min(self.config.resume_backoff_s * 2 ** (len(losses) - 1), 300.0)
-        if await asyncio.to_thread(held.lost, run.id, losses, not_before=now + delay) is None:
-            if not self.following.taken(run.id):
-                self.following.let_go(run.id)
-            return None  # fenced, or ended meanwhile: whoever holds it decides
-        await self.grants.close(held, run.id, self.layout(run))
-        leftover = live.handle or (Handle(run.handle) if run.handle else None)  # gone, yet processes may remain
+        # what is left of the old sandbox goes first (gone, yet processes may remain), and its token: once the row
+        # says queued, any replica may start the new one
+        leftover = live.handle or (Handle(run.handle) if run.handle else None)
         if leftover is not None:
             try:
                 await asyncio.to_thread(self.backend.remove, leftover)
             except Exception as e:  # noqa: BLE001 - the new sandbox is started all the same
                 log.warning("run.remove_failed", tenant=run.tenant, run=run.id, error=one_line(e))
+        await self.grants.close(held, run.id, self.layout(run))
+        delay = min(self.config.resume_backoff_s * 2 ** (len(losses) - 1), 300.0)
+        if await asyncio.to_thread(held.lost, run.id, losses, not_before=now + delay) is None:
+            if not self.following.taken(run.id):
+                self.following.let_go(run.id)
+            return None  # fenced, or ended meanwhile: whoever holds it decides
         self.metrics.resumed(run.tenant, cause)
         log.warning("run.lost", tenant=run.tenant, run=run.id, cause=cause, error=loss.error, step=loss.step,
                     place=loss.place, since_checkpoint_s=loss.since_checkpoint_s, loss=len(losses),
