@@ -116,10 +116,9 @@ class Launcher:
 
 
 def _resume_cause(run: Run) -> str:
-    """Why the run starts again: its last loss when that is what brought it back, else it was woken from parked."""
-    if run.losses and run.losses[-1].at >= (run.parked_at or 0) and run.not_before is not None:
-        return run.losses[-1].cause
-    return "unparked"
+    """Why the run starts again: a loss puts it back in line with a backoff (``not_before``, cleared once it runs
+    again), a wake-up from parked without one."""
+    return run.losses[-1].cause if run.losses and run.not_before is not None else "unparked"
 
 
 def _since_checkpoint(run: Run) -> float | None:
