@@ -34,13 +34,17 @@ def _git(workspace: Path, *args: str) -> str:
     return out.stdout
 
 
-def checkpoint(workspace: str | Path, bundle: str | Path, *, branch: str, base: str, message: str) -> str | None:
+def checkpoint(workspace: str | Path, bundle: str | Path, *, branch: str, base: str, message: str,
+               changed_only: bool = False) -> str | None:
     """Commit everything changed in ``workspace`` onto ``branch``; write ``bundle`` (temp + rename) when the
-    branch is past ``base``. Returns the branch's tip, or None when there is nothing past the base."""
+    branch is past ``base``. Returns the branch's tip, or None when there is nothing past the base — or, with
+    ``changed_only``, when nothing changed since the last commit (the bundle is not written again)."""
     ws, bundle = Path(workspace), Path(bundle)
     _git(ws, "add", "-A", ".")
     if _git(ws, "status", "--porcelain", "--untracked-files=no").strip():
         _git(ws, "commit", "-q", "--no-verify", "-m", message)
+    elif changed_only:
+        return None
     tip = _git(ws, "rev-parse", "--verify", f"refs/heads/{branch}^{{commit}}").strip()
     if tip == base:
         return None

@@ -13,8 +13,9 @@
    subagent worktrees under the *main* checkout (``<repo>/.claude/worktrees``), on branches nothing merges.
 4. The human channel is the mailbox folder (read-only here: the service writes it); questions go to
    ``outbox/questions/``; ``mailbox/interrupt.json`` interrupts the step in flight.
-5. After every step, and once more at the end or when stopped, the run's work is committed on its branch
-   and handed back as ``outbox/work.bundle`` (``sandbox.checkpoint``), with a ``checkpoint`` event.
+5. After every step, every ``CHECKPOINT_EVERY_S`` (300 s) while a step runs when something changed, and once more at
+   the end or when stopped, the run's work is committed on its branch and handed back as ``outbox/work.bundle``
+   (``sandbox.checkpoint``), with a ``checkpoint`` event.
    Every ``flower.Event`` and every audit event (guard denials, spills, isolation injections) becomes one
    JSON line of ``events.jsonl``: ``{kind, text, tool, payload, step, at}``; audit lines have
    ``kind="audit"``, ``text=<audit kind>`` and the audit fields in ``payload`` (``payload.audit`` too).
@@ -232,6 +233,8 @@ def commit_message(run_id: str, why: str) -> str:
     may set it): after which step (its name as the reference fixes it, glossed in English), or the run's end."""
     from flower.cli.messages import name, t
 
+    if why.startswith(PERIODIC):
+        return t("commit.periodic", run=run_id, step=name(why[len(PERIODIC):]))
     return t({"end": "commit.end", "stopped": "commit.stopped"}.get(why, "commit.step"), run=run_id, step=name(why))
 
 
@@ -253,13 +256,22 @@ class _Run:
         with self._checkpointing:
             try:
                 tip = checkpoint(self.layout.workspace, self.layout.bundle, branch=self.layout.branch,
-                                 base=self.spec.base, message=commit_message(self.spec.run_id, why))
+                                 base=self.spec.base, message=commit_message(self.spec.run_id, why),
+                                 changed_only=why.startswith(PERIODIC))
             except (CheckpointError, OSError, subprocess.SubprocessError) as e:
                 self.log.write("system", f"checkpoint failed: {_one_line(e, 300)}",
                                payload={"subtype": "checkpoint_failed"})
                 return
         if tip is not None:
             self.log.write("checkpoint", why, payload={"commit": tip})
+
+    async def _every(self, seconds: float) -> None:
+        """Hand the work back every ``seconds`` while a step runs too (a commit only when something changed): what a
+        lost sandbox can cost the branch is bounded by this, however long the step."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(seconds)
+            await loop.run_in_executor(None, self.checkpoint, PERIODIC + (self.log.step or ""))
 
     def finish(self, status: str, error: str | None = None, **extra: Any) -> None:
         self.checkpoint("end" if status != "killed" else "stopped")
@@ -320,6 +332,7 @@ class _Run:
         # the step in flight names events that do not carry one; every finished step hands its work back
         self.runtime.on_attempt.append(lambda name: setattr(log, "step", name))
         self.runtime.on_result.append(lambda result: loop.run_in_executor(None, self.checkpoint, result.step))
+        periodic = loop.create_task(self._every(CHECKPOINT_EVERY_S))
         log.write("system", "sandbox started", payload={
             "subtype": "sandbox", "run_id": self.spec.run_id, "tenant": self.spec.tenant,
             "workspace": str(layout.workspace), "workbench": str(layout.workbench), "pid": os.getpid(),
@@ -328,6 +341,7 @@ class _Run:
             with audit.listen(log.audit):
                 ctx = await wf.run(self.runtime, on_event=log.event)
         finally:
+            periodic.cancel()
             self.runtime.close()
         failed = ctx.get("_failed_at")
         if not failed:
@@ -342,6 +356,8 @@ class _Run:
         return EXIT_CODES["failed"]
 
 
+CHECKPOINT_EVERY_S = float(os.environ.get("FLOWER_CHECKPOINT_EVERY_S") or 300)  # the work handed back mid-step too
+PERIODIC = "periodic:"  # a checkpoint's ``why`` that is not a step's end
 MAIL_TAKEN = ".mailbox-taken"  # in the run dir: the mailbox files taken, so a resumed run takes none twice
 WAIT_EVERY_S = 1.0  # a warm sandbox looks for its spec this often even without word from inotify
 IN_CREATE, IN_MOVED_TO, IN_ATTRIB = 0x100, 0x80, 0x4

@@ -542,6 +542,8 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "commit.step": ("flower run {run}: the work up to step {step}", "flower 运行 {run}:到步骤 {step} 为止的成果"),
     "commit.end": ("flower run {run}: its work at the end", "flower 运行 {run}:结束时的成果"),
     "commit.stopped": ("flower run {run}: its work when it was stopped", "flower 运行 {run}:被停下时的成果"),
+    "commit.periodic": ("flower run {run}: its work so far, during step {step}",
+                        "flower 运行 {run}:步骤 {step} 进行中的成果"),
     # -- demo ------------------------------------------------------------------------------------------
     "demo.title": ("flower demo — the main job, offline: a service, a team's repository, a scripted model",
                    "flower demo —— 离线看一遍主流程:一个服务、一个团队的仓库、一个脚本模型"),

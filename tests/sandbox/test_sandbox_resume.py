@@ -73,3 +73,41 @@ def test_a_killed_sandboxs_git_locks_go_and_the_resumed_run_checkpoints_again(tm
     assert sorted(stale_locks(layout)) == ["index.lock", f"refs/heads/flower/{RUN}.lock"]
     assert checkpoint(layout.workspace, layout.bundle, branch=layout.branch, base=base, message="x")
     assert "b.txt" in _git(layout.workspace, "show", "--stat", "HEAD")
+
+
+@pytest.mark.cli
+def test_the_work_is_handed_back_while_a_long_step_runs_not_only_at_its_end(git_workspace: Path, tmp_path: Path):
+    """A step may run for hours: every CHECKPOINT_EVERY_S (set to 1 s here) what changed is committed and handed
+    back, so a lost sandbox costs the branch at most that much — here while the clarifier waits for its answer."""
+    import os
+    import sys
+    import time
+
+    from flower.testing import Rule, ScriptedModel, say, tool
+    from sandbox.testing import ASK, BRIEF, CLARIFIER, answer, prepare
+
+    rules = [Rule(tool(ASK, {"question": "等一会儿?"}), system=CLARIFIER),
+             Rule(say(BRIEF), system=CLARIFIER, result="好")]
+    with ScriptedModel(rules) as model:
+        layout, _ = prepare(git_workspace, tmp_path / "runs", RUN, model, ask="长步骤", options={"clarify_only": True})
+        env = {"PATH": os.environ["PATH"], "HOME": str(layout.home), "FLOWER_ENV": str(layout.env_file),
+               "FLOWER_CHECKPOINT_EVERY_S": "1"}
+        proc = subprocess.Popen([sys.executable, "-m", "sandbox.entrypoint", str(layout.spec_file)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 90
+            while not list(layout.questions.glob("*.json")) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            (layout.workspace / "half.txt").write_text("done so far\n")  # work in the middle of the step
+            while not layout.bundle.exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert layout.bundle.exists(), "no checkpoint while the step ran"
+            events = [json.loads(x) for x in layout.events.read_text().splitlines()]
+            periodic = [e for e in events if e["kind"] == "checkpoint" and e["text"].startswith("periodic:")]
+            assert periodic and periodic[0]["text"] == "periodic:确认需求", events[-5:]
+            assert "half.txt" in _git(layout.workspace, "show", "--stat", periodic[0]["payload"]["commit"])
+            assert not [e for e in events if e["kind"] == "result"], "handed back before the step ended"
+            answer(layout.mailbox, next(layout.questions.glob("*.json")).stem, "好")
+            assert proc.wait(90) == 0, proc.stderr.read() if proc.stderr else ""
+        finally:
+            proc.kill()
