@@ -70,7 +70,7 @@ class Recovery:
             self.following.live.of(run.id).handle = live[run.id]
             await self.grants.reopen(run, layout)
             if run.status == "starting":  # its branch and base were stored before the backend started it
-                self.following.held(run.id).record_running(run.id, str(live[run.id]))
+                self.following.held(run.id).record_running(run.id, str(live[run.id]), sandboxes=run.sandboxes + 1)
             log.info("run.reattached", tenant=run.tenant, run=run.id, events=run.event_seq)
         elif run.status == "starting" and run.sandboxes:  # a resume stopped before its sandbox started: its folder
             self.following.held(run.id).requeue(run.id, resumed=True)  # is its work so far, kept for the next try
