@@ -227,6 +227,10 @@ class Screen:
                 self.say(f"{bar}* {ev.tool} {one_line(ev.text, self.width - len(ev.tool) - 8)}".rstrip())
         elif k == "tool_result":
             tool = self._tools.get(p.get("tool_use_id") or "", "")
+            if p.get("interrupted"):
+                if tool != ASK_TOOL:  # the question's own line says it was skipped
+                    self.say(bar + t("screen.call_interrupted", tool=tool or t("screen.guard_a_call")))
+                return
             if p.get("is_error") and self._said_by_guard(ev.text):
                 return  # the guard's line said it, in the person's language
             if p.get("is_error"):
@@ -255,7 +259,10 @@ class Screen:
             elif self.verbose and p.get("description"):
                 self.say(f"{bar}# {one_line(p.get('description') or '', 80)} {p.get('status') or ''}".rstrip())
         elif k == "prompt":
-            if self.verbose:
+            if p.get("interrupt") and p.get("by") == "person":  # the person's words; the CLI's note is the model's
+                words = one_line(ev.text, self.width - 30)
+                self.say(t("screen.interrupt_words", words=words) if words else t("screen.interrupt_plain"))
+            elif self.verbose:
                 self.say(f"{bar}  » {one_line(ev.text, self.width - 8)}")
         elif k == "system":
             if self.verbose and ev.text == "init" and p.get("session_id"):

@@ -384,6 +384,7 @@ function show(ev) {
     }
     case "tool_result": {
       const tool = state.tools[p.tool_use_id || ""] || "";
+      if (p.interrupted) { if (tool !== ASK_TOOL) line("muted", T("ev.call_interrupted", { tool: tool || T("ev.a_call") }), sub); break; }
       if (p.is_error && saidByGuard(ev.text)) break;  // the guard's line said it, in the reader's language
       if (p.is_error) line("bad", "x " + oneLine(ev.text, 300), sub);
       else if ((tool === "Agent" || tool === "Task") && !sub)  // the stream cuts results at 500 characters: the report comes whole with the task
@@ -415,10 +416,18 @@ function show(ev) {
       if (typeof p.summary === "string" && p.tool_use_id) state.reports[p.tool_use_id] = p.summary;
       if (ev.text) line("warn", "! " + oneLine(ev.text, 400));
       break;
-    case "prompt": if (!sub && /interrupt/i.test(ev.text || "")) line("warn", "! " + oneLine(ev.text, 200)); break;
+    case "prompt":  // only the person's words, from an interrupt: what the CLI says to the model stays in the stream
+      if (p.interrupt && p.by === "person")
+        line("answer", ev.text ? T("ev.interrupt_words", { words: oneLine(ev.text, 300) }) : T("ev.interrupt_plain"));
+      break;
     case "result": {
       const c = Number(p.cost_usd || 0);
       state.streamedCost += c;
+      if (p.interrupted) {
+        line("muted", T("ev.result_interrupted", { step: stepName(ev.step || "-"), cost: money(c), total: money(state.streamedCost) }));
+        $("run-cost").textContent = money(Math.max(state.run ? state.run.cost_usd || 0 : 0, state.streamedCost));
+        break;
+      }
       line(p.is_error ? "bad" : "cost", T("ev.result", { mark: p.is_error ? "x" : "+", step: stepName(ev.step || "-"), cost: money(c),
         turns: p.num_turns || 0, total: money(state.streamedCost) }));
       $("run-cost").textContent = money(Math.max(state.run ? state.run.cost_usd || 0 : 0, state.streamedCost));

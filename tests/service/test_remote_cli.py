@@ -143,7 +143,13 @@ def test_ctrl_c_at_the_terminal_interrupts_the_run_on_the_service(deployment: De
     # the brief came from the rule that needs the interrupt's words in the conversation: they reached the model
     assert any("别问了,用 Python" in json.dumps(r.messages, ensure_ascii=False) for r in model.requests)
     events = [json.loads(line) for line in flower(env, "logs", run_id, "--json").stdout.splitlines()]
-    assert any(e["kind"] == "prompt" and "interrupted" in e["text"] for e in events), events
+    said = [e for e in events if e["kind"] == "prompt"]  # the person's words, and nothing the CLI told the model
+    assert [(e["text"], e["payload"]) for e in said] == [("别问了,用 Python", {"by": "person", "interrupt": True})], said
+    cut = [e for e in events if e["kind"] in ("tool_result", "result") and e["payload"].get("interrupted")]
+    assert [e["kind"] for e in cut] == ["tool_result", "result"] and not any(e["payload"]["is_error"] for e in cut)
+    logs = flower(env, "logs", run_id)
+    assert logs.returncode == 0 and "! 打断了,你说:别问了,用 Python" in logs.stdout, logs.stdout
+    assert not any(w in logs.stdout for w in ("STOP what you are doing", "Request interrupted", "\nx ")), logs.stdout
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
 
 

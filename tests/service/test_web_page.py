@@ -209,7 +209,12 @@ def test_interrupt_message_and_cancel_from_the_page(deployment: Deployment, serv
         driver.find_element("id", "say").send_keys("别问了,用 Python")
         driver.find_element("id", "interrupt-btn").click()
         until(driver, lambda d: text_of(d, "run-status") == "succeeded", "the interrupted run to finish")
-        assert "interrupted" in log_of(driver)
+        # the person's words, as theirs; the cut turn reads as interrupted, not failed; none of the CLI's internals
+        log = log_of(driver)
+        assert "! interrupted, with your words: 别问了,用 Python" in log, log
+        assert "确认需求 (clarify) · interrupted, it carries on" in log, log
+        assert not any(w in log for w in ("STOP what you are doing", "Request interrupted", "doesn't want")), log
+        assert not driver.find_elements("css selector", "#events .bad"), log
         driver.save_screenshot(str(ARTIFACTS / "05-interrupted-run.png"))
         assert wait_status(acme, run_id, ("succeeded",), timeout=10)["status"] == "succeeded"
 
