@@ -434,6 +434,8 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "help.remote.attach": ("follow a run live (interactive), from its first event", "从第一条事件起实时跟着一个运行(可交互)"),
     "help.remote.list": ("your runs, newest first", "你的运行,最新的在前"),
     "help.remote.status": ("only these statuses (comma-separated)", "只看这些状态(逗号分隔)"),
+    "help.remote.run": ("the run: its short id (`flower remote list` shows it), `last` (your newest), or its whole id",
+                        "哪个运行:它的简称(`flower remote list` 里有)、`last`(你最新的那个),或完整 id"),
     "help.remote.show": ("one run: status, step, cost, branch, changed files, open questions",
                          "一个运行:状态、步骤、花费、分支、改动的文件、没回答的提问"),
     "help.remote.diff": ("the run's diff against its base (its last checkpoint while live)",
@@ -460,8 +462,9 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "remote.options_not_object": ("--options must be a JSON object, e.g. '{{\"rounds\": 2}}'",
                                   "--options 必须是一个 JSON 对象,例如 '{{\"rounds\": 2}}'"),
     "remote.blank_ask": ("the ask is blank: say what you want done", "诉求是空的:说说要做什么"),
-    "remote.submitted": ("- run {run} submitted to {server} ({status}); Ctrl-C interrupts, twice stops following",
-                         "- 运行 {run} 已提交到 {server}({status});Ctrl-C 打断,按两次不再跟看"),
+    "remote.submitted": ("- run {run} submitted to {server} ({status}; `{short}` for short); Ctrl-C interrupts, "
+                         "twice stops following",
+                         "- 运行 {run} 已提交到 {server}({status};简称 `{short}`);Ctrl-C 打断,按两次不再跟看"),
     "remote.attached": ("- run {run} ({status}) on {server}", "- 运行 {run}({status}),在 {server}"),
     "remote.no_terminal": ("! not at a terminal: nobody here answers its questions (answer them in the web page, or "
                            "with `flower remote attach {run}` at a terminal)",
@@ -473,6 +476,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "remote.none": ("no runs yet (flower remote submit \"...\")", "还没有运行(flower remote submit \"……\")"),
     "remote.cancel_requested": (" (cancel requested)", "(已请求取消)"),
     "remote.field.run": ("run", "运行"),
+    "remote.field.short": ("short", "简称"),
     "remote.field.status": ("status", "状态"),
     "remote.field.ask": ("ask", "诉求"),
     "remote.field.step": ("step", "步骤"),

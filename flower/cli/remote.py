@@ -48,20 +48,20 @@ def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
     s.add_argument("-d", "--detach", action="store_true", help=t("help.remote.detach"))
     s.add_argument("--wait", action="store_true", help=t("help.remote.wait", code=ASKED_EXIT))
     a = acts.add_parser("attach", help=t("help.remote.attach"))
-    a.add_argument("run_id")
+    a.add_argument("run_id", help=t("help.remote.run"))
     ls = acts.add_parser("list", help=t("help.remote.list"))
     ls.add_argument("--status", default=None, help=t("help.remote.status"))
     ls.add_argument("--limit", type=int, default=50)
     sh = acts.add_parser("show", help=t("help.remote.show"))
-    sh.add_argument("run_id")
+    sh.add_argument("run_id", help=t("help.remote.run"))
     d = acts.add_parser("diff", help=t("help.remote.diff"))
-    d.add_argument("run_id")
+    d.add_argument("run_id", help=t("help.remote.run"))
     d.add_argument("--files", action="store_true", help=t("help.remote.files"))
     d.add_argument("--path", default=None, metavar="FILE", help=t("help.remote.path"))
     c = acts.add_parser("cancel", help=t("help.remote.cancel"))
-    c.add_argument("run_id")
+    c.add_argument("run_id", help=t("help.remote.run"))
     lg = acts.add_parser("logs", help=t("help.remote.logs"))
-    lg.add_argument("run_id")
+    lg.add_argument("run_id", help=t("help.remote.run"))
     lg.add_argument("-f", "--follow", action="store_true", help=t("help.remote.follow"))
     for action in acts.choices.values():
         _shared(action, sub=True)
@@ -174,7 +174,7 @@ async def _submit(api: Remote, args: argparse.Namespace) -> int:
     from .screen import Screen
 
     screen = Screen(verbose=getattr(args, "verbose", False))
-    screen.say(t("remote.submitted", run=run.id, server=api.server, status=run.status))
+    screen.say(t("remote.submitted", run=run.id, server=api.server, status=run.status, short=run.short or run.id))
     return await _follow_to_end(api, run.id, screen, wait=args.wait)
 
 
@@ -224,7 +224,8 @@ async def _list(api: Remote, args: argparse.Namespace) -> int:
         echo(t("remote.none"))
         return 0
     for r in runs:
-        echo(f"{r.id}  {r.status:<10} ${r.cost_usd:>8.4f}  {name(r.step or '-'):<8}  {one_line(r.ask, 60)}")
+        echo(f"{r.short or r.id}  {r.status:<10} ${r.cost_usd:>8.4f}  {name(r.step or '-'):<8}  {one_line(r.ask, 60):<60}"
+             + (f"  {r.id}" if r.short else ""))
     return 0
 
 
@@ -236,7 +237,7 @@ async def _show(api: Remote, args: argparse.Namespace) -> int:
     if args.json:
         echo(_json({**msgspec.to_builtins(run), "questions": msgspec.to_builtins(questions)}, indent=2))
         return 0
-    rows = [("run", run.id), ("status", run.status + (t("remote.cancel_requested") if run.cancel_requested else "")),
+    rows = [("run", run.id), *([("short", run.short)] if run.short else []), ("status", run.status + (t("remote.cancel_requested") if run.cancel_requested else "")),
             ("ask", one_line(run.ask, 200)), ("step", name(run.step or "-")), ("cost", f"${run.cost_usd:.4f}"),
             ("events", str(run.events)), ("branch", run.branch or "-"), ("base", run.base or "-"),
             ("commit", run.commit or "-"), ("created", run.created or "-"), ("started", run.started or "-"),

@@ -18,6 +18,7 @@ from ..control.admission import BadSubmit, DiskLow, NotTakingRuns, QueueFull, ne
 from ..gateway.budgets import day_of
 from ..logging import get_logger
 from ..registry import STATUSES, Run
+from ..registry.short_ids import short_of
 from ..tenants import Tenant, TenantNotReady
 from ..wiring import RunControl
 from .deps import AdmissionDep, ClockDep, ConfigDep, ControlDep, RunDep, RunsDep, SpendDep, TenantDep, provide_run
@@ -87,7 +88,7 @@ class RunController(Controller):
         except QueueFull as e:
             raise TooManyRequests(str(e), headers={"Retry-After": "30"}) from None
         run = admitted.run
-        return Response(SubmitOut(id=run.id, status=run.status, branch=admitted.branch),
+        return Response(SubmitOut(id=run.id, short=short_of(run.id), status=run.status, branch=admitted.branch),
                         status_code=201, headers={"Location": f"/v1/runs/{run.id}"})
 
     @get("/", operation_id="list_runs", summary="The tenant's runs, newest first",

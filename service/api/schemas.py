@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from ..registry import Delivery, Push, Run, RunStatus
+from ..registry.short_ids import short_of
 
 __all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
            "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget",
@@ -47,6 +48,7 @@ class TextIn(msgspec.Struct, forbid_unknown_fields=True):
 # -- responses -------------------------------------------------------------------------------
 class SubmitOut(msgspec.Struct):
     id: str
+    short: str
     status: Status
     branch: str
 
@@ -119,10 +121,12 @@ class DeliveryList(msgspec.Struct):
 
 
 class RunOut(msgspec.Struct):
-    """One run as its tenant sees it. Times are ISO 8601 UTC; ``events`` is how many events it has written
+    """One run as its tenant sees it. ``short`` is what a person types for it (unique among the tenant's runs;
+    ``last`` names the newest, the whole ``id`` always works). Times are ISO 8601 UTC; ``events`` is how many events it has written
     (the last SSE id); ``deleted`` is set once its files were removed (the row stays as a tombstone).
     ``cost_usd`` and ``usage`` are the model gateway's figures; ``claimed_cost_usd`` is what the run reported."""
     id: str
+    short: str
     status: Status
     ask: str
     options: dict[str, JSON]
@@ -253,7 +257,7 @@ def _iso(t: float | None) -> str | None:
 
 def run_out(run: Run) -> RunOut:
     stat = msgspec.convert(run.diffstat, DiffStat) if run.diffstat else None
-    return RunOut(id=run.id, status=run.status, ask=run.ask, options=run.options,
+    return RunOut(id=run.id, short=short_of(run.id), status=run.status, ask=run.ask, options=run.options,
                   branch=run.branch, base=run.base, commit=run.commit_sha, created=_iso(run.created) or "",
                   started=_iso(run.started), ended=_iso(run.ended), cost_usd=round(run.cost_usd, 6),
                   error=run.error, step=run.step, diffstat=stat, events=run.event_seq,

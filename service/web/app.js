@@ -77,8 +77,8 @@ function showApp() {
   }, () => {});
   refreshRuns();
   state.timers.push(setInterval(refreshRuns, 2000), setInterval(refreshRun, 2000));
-  const id = decodeURIComponent(location.hash.slice(1));
-  if (id) selectRun(id);
+  const named = decodeURIComponent(location.hash.slice(1));  // a whole id, a short id or `last`: the API resolves it
+  if (named) api("/runs/" + encodeURIComponent(named)).then((run) => selectRun(run.id), (e) => notice(e.message, true));
 }
 
 // -- the runs -----------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ async function refreshRuns() {
     const li = el("li", r.id === state.current ? "selected" : "");
     li.dataset.id = r.id;
     const top = el("div");
-    top.append(el("span", "badge " + r.status, r.status), " ", el("span", "meta", money(r.cost_usd) + (r.step ? " · " + stepName(r.step) : "")));
+    top.append(el("code", "short", r.short || ""), " ", el("span", "badge " + r.status, r.status), " ", el("span", "meta", money(r.cost_usd) + (r.step ? " · " + stepName(r.step) : "")));
     li.append(top, el("span", "ask", oneLine(r.ask, 80)), el("span", "meta", (r.created || "").replace("T", " ").slice(0, 19)));
     li.addEventListener("click", () => selectRun(r.id));
     return li;
@@ -130,7 +130,7 @@ function selectRun(id) {
   history.replaceState(null, "", "#" + encodeURIComponent(id));
   document.querySelectorAll("#runs li").forEach((li) => li.classList.toggle("selected", li.dataset.id === id));
   $("run").hidden = false;
-  $("run-id").textContent = id;
+  $("run-id").textContent = id; $("run-short").textContent = "";
   $("events").replaceChildren(); $("questions").replaceChildren(); $("diff").replaceChildren(); $("diff-files").replaceChildren();
   ["run-where", "run-elapsed", "run-step", "diff-state"].forEach((e) => { $(e).textContent = ""; });
   $("run-why").hidden = true; $("patch-btn").hidden = true;
@@ -150,6 +150,7 @@ async function refreshRun() {
   const wasAt = state.run ? rank(was, state.run.sandboxes) : -1;
   if (was && wasAt > rank(run.status, run.sandboxes)) run.status = was;  // a poll sent before the events it lags behind
   state.run = run;
+  $("run-short").textContent = run.short || "";
   if (was && was !== run.status) refreshRuns();
   $("run-step").textContent = run.step ? T("run.step", { step: stepName(run.step) }) : "";
   $("run-cost").textContent = money(Math.max(run.cost_usd || 0, state.streamedCost));

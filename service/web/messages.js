@@ -73,6 +73,8 @@ const MESSAGES = {
   "ev.retry": ["- {label}: retrying", "- {label}:重来一次"],
   "ev.skipped": [". {step} — already done, skipped", ". {step} —— 已经有了,跳过"],
   "ev.step_head": ["== {step} · step {i} of {n}", "== {step} ({i}/{n})"],
+  "run.short_title": ["its short id: type it in flower remote, or after # in this page's address",
+                      "它的简称:在 flower remote 里输入,或写在本页地址的 # 后面"],
   "ev.fold": ["click to fold or unfold this step's events", "点击折叠或展开这一步的事件"],
   "ev.resumed": ["<- resumes the last session", "<- 接着上次的会话"],
   "ev.verdict": ["verdict: {verdict}", "判定:{verdict}"],

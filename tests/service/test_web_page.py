@@ -230,6 +230,14 @@ def test_interrupt_message_and_cancel_from_the_page(deployment: Deployment, serv
         badge = f"#runs li[data-id='{other}'] .badge"
         until(driver, lambda d: d.find_element("css selector", badge).text == "cancelled", "the list to show it")
         driver.save_screenshot(str(ARTIFACTS / "06-cancelled-run.png"))
+        # each run shows its short id, in the list and beside its id; the address takes one, or `last`
+        shorts = {r: acme.get(f"/v1/runs/{r}").json()["short"] for r in (run_id, other)}
+        assert text_of(driver, "run-short") == shorts[other]
+        assert [e.text for e in driver.find_elements("css selector", "#runs li .short")] == [shorts[other], shorts[run_id]]
+        for typed, named in ((shorts[run_id], run_id), ("last", other), (run_id, run_id)):
+            driver.get(f"{service.url}/#{typed}")
+            driver.refresh()  # a new page: the token stays in the tab
+            until(driver, lambda d: text_of(d, "run-id") == named, f"the page at #{typed} to open {named}")
     assert wait_status(acme, other, ("cancelled",), timeout=10)["status"] == "cancelled"
     assert any("别问了,用 Python" in str(r.messages) for r in model.requests)
     mailbox = deployment.data / "runs" / run_id / "mailbox"  # the message went where the run's inbox reads
