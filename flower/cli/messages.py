@@ -402,12 +402,14 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "help.remote": ("drive runs on a flower service: submit, follow, answer, list, show, diff, cancel, logs",
                     "操作 flower 服务上的运行:提交、跟看、回答、列出、查看、差异、取消、日志"),
     "help.remote.description": ("Drive runs on a flower service: submit, follow, answer, list, show, diff, cancel, "
-                                "logs. Config: --server/--token, FLOWER_SERVER/FLOWER_TOKEN, or "
-                                "~/.config/flower/remote.toml (written by `flower remote login`). A run id may be "
-                                "shortened to any unique start of at least 8 characters.",
-                                "操作 flower 服务上的运行:提交、跟看、回答、列出、查看、差异、取消、日志。配置:"
-                                "--server/--token,或 FLOWER_SERVER/FLOWER_TOKEN,或 ~/.config/flower/remote.toml"
-                                "(由 `flower remote login` 写)。运行 id 可以只写开头,至少 8 个字符且不重复即可。"),
+                                "logs; for scripts answer, message, interrupt, delete. Config: --server/--token, "
+                                "FLOWER_SERVER/FLOWER_TOKEN, or ~/.config/flower/remote.toml (written by `flower "
+                                "remote login`). A run goes by its short id (`list` shows it; 4 of its characters "
+                                "are enough when they are unique), `last` (your newest), or its whole id.",
+                                "操作 flower 服务上的运行:提交、跟看、回答、列出、查看、差异、取消、日志;给脚本用的"
+                                "回答、发消息、打断、删除。配置:--server/--token,或 FLOWER_SERVER/FLOWER_TOKEN,或 "
+                                "~/.config/flower/remote.toml(由 `flower remote login` 写)。运行可以用简称(`list` "
+                                "里有;不重复时写 4 个字符就够)、`last`(你最新的那个)或完整 id 来指。"),
     "help.remote.exit_status": ("exit status: 0 done (the run succeeded, or you stopped following), 1 the run did "
                                 "not succeed or the service said no, 2 a usage mistake, {code} `submit` without a "
                                 "terminal: the run asked a question (printed) and nobody here can answer it (--wait "
@@ -436,6 +438,22 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "help.remote.status": ("only these statuses (comma-separated)", "只看这些状态(逗号分隔)"),
     "help.remote.run": ("the run: its short id (`flower remote list` shows it), `last` (your newest), or its whole id",
                         "哪个运行:它的简称(`flower remote list` 里有)、`last`(你最新的那个),或完整 id"),
+    "help.remote.answer": ("answer the run's oldest open question (for scripts; --question picks another)",
+                           "回答运行最早的一个待答问题(给脚本用;--question 指定别的)"),
+    "help.remote.answer_text": ("the answer, or an option's number; none = let it decide; - = read stdin",
+                                "回答,或选项的编号;不给 = 让它自己判断;- = 从标准输入读"),
+    "help.remote.question": ("the id of the question to answer (`flower remote show` lists them)",
+                             "要回答的问题 id(`flower remote show` 会列出)"),
+    "help.remote.message": ("tell a running run something; it reads it between tool calls",
+                            "给运行中的运行发一句话;它在工具调用之间读"),
+    "help.remote.words": ("the words; - = read stdin", "要说的话;- = 从标准输入读"),
+    "help.remote.interrupt": ("cut the run's turn where it is; it carries on from your words",
+                              "在当前位置打断运行这一轮;它带着你的话接着干"),
+    "help.remote.interrupt_words": ("what it should carry on with (none: just carry on); - = read stdin",
+                                    "它接着干时要听的话(不给:直接接着干);- = 从标准输入读"),
+    "help.remote.delete": ("delete an ended run's files (its branch stays unless --branch)",
+                           "删掉一个已结束运行的文件(分支保留,除非 --branch)"),
+    "help.remote.delete_branch": ("delete its branch flower/<run> too", "连它的分支 flower/<run> 一起删"),
     "help.remote.show": ("one run: status, step, cost, branch, changed files, open questions",
                          "一个运行:状态、步骤、花费、分支、改动的文件、没回答的提问"),
     "help.remote.diff": ("the run's diff against its base (its last checkpoint while live)",
@@ -498,6 +516,23 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "remote.more_files": ("(more files than listed: git fetch <your repository> {branch})",
                           "(改动的文件比列出的多:git fetch <你的仓库> {branch})"),
     "remote.unchanged": ("run {run} changed nothing (yet)", "运行 {run} (还)没有改动"),
+    "remote.nothing_asked": ("run {run} has no open question: nothing to answer (`flower remote show {run}` says "
+                             "what it is doing)", "运行 {run} 没有待答的问题:没什么可回答的(`flower remote show {run}` "
+                             "看它在做什么)"),
+    "remote.no_such_question": ("run {run} has no open question {question}: `flower remote show {run}` lists the open "
+                                "ones", "运行 {run} 没有待答的问题 {question}:`flower remote show {run}` 会列出待答的"),
+    "remote.answered": ("+ answered run {run}'s question \"{question}\": {answer}",
+                        "+ 已回答运行 {run} 的问题“{question}”:{answer}"),
+    "remote.empty_answer": ("(nothing: it decides for itself)", "(没说:它自己判断)"),
+    "remote.blank_message": ("the message is blank: say something, or - to read it from stdin",
+                             "消息是空的:说点什么,或用 - 从标准输入读"),
+    "remote.messaged": ("+ sent to run {run} (it reads its inbox between tool calls)",
+                        "+ 已发给运行 {run}(它在工具调用之间查收件箱)"),
+    "remote.interrupted": ("! interrupted run {run}", "! 已打断运行 {run}"),
+    "remote.interrupted_with": (", it carries on with your words: {text}", ",它带着你的话接着干:{text}"),
+    "remote.deleted": ("- run {run} deleted (its events, manifest and folder)", "- 运行 {run} 已删除(事件、清单和目录)"),
+    "remote.kept_branch": ("; its branch {branch} stays", ";分支 {branch} 保留"),
+    "remote.deleted_branch": ("; its branch {branch} too", ";分支 {branch} 也删了"),
     "remote.cancelled": ("run {run} {status}", "运行 {run} {status}"),
     "remote.stopping": (" (stopping; flower remote show to check)", "(正在停;用 flower remote show 查看)"),
     "remote.result": ("{mark} {step} · ${cost:.4f} · {turns} turns · total ${total:.4f}",

@@ -1,5 +1,6 @@
 """``flower remote``: the same runs, on a flower service — submit an ask and follow it live, answer its
-questions at the prompt, Ctrl-C to interrupt; ``list``, ``show``, ``diff``, ``cancel``, ``logs``, ``attach``.
+questions at the prompt, Ctrl-C to interrupt; ``list``, ``show``, ``diff``, ``cancel``, ``logs``, ``attach``; and
+for scripts ``answer``, ``message``, ``interrupt``, ``delete`` (``remote_tell``).
 
 The service and the token come from ``--server``/``--token``, else ``FLOWER_SERVER``/``FLOWER_TOKEN``, else
 ``~/.config/flower/remote.toml`` (``flower remote login`` writes it). Only the public API is used.
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import remote_tell
 from .errors import Exit
 from .messages import name, t
 from .terminal import OUT, Style, ask, clean, echo, isatty, one_line
@@ -26,7 +28,7 @@ if TYPE_CHECKING:  # the screen and the client are loaded when used, not when ar
 P = TypeVar("P", bound=argparse.ArgumentParser)
 ASKED_EXIT = 3
 """``flower remote submit`` without a terminal (and without --wait): the run asked a question nobody here answers."""
-ACTIONS = ("login", "submit", "attach", "list", "show", "diff", "cancel", "logs")
+ACTIONS = ("login", "submit", "attach", "list", "show", "diff", "cancel", "logs", *remote_tell.VERBS)
 
 
 def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
@@ -63,12 +65,14 @@ def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
     lg = acts.add_parser("logs", help=t("help.remote.logs"))
     lg.add_argument("run_id", help=t("help.remote.run"))
     lg.add_argument("-f", "--follow", action="store_true", help=t("help.remote.follow"))
+    remote_tell.add_parsers(acts)
     for action in acts.choices.values():
         _shared(action, sub=True)
     return p
 
 
-JSON_HELP = {"list": "help.json", "show": "help.json", "logs": "help.remote.json_lines"}
+JSON_HELP = {"list": "help.json", "show": "help.json", "logs": "help.remote.json_lines",
+             **{verb: "help.json" for verb in remote_tell.VERBS}}
 """The verbs with JSON output, and the help of their --json."""
 
 
@@ -334,5 +338,6 @@ def _json(value: object, *, indent: int | None = None) -> str:
 
 _HANDLERS: dict[str, Callable[["Remote", argparse.Namespace], Awaitable[int]]] = {
     "submit": _submit, "attach": _attach, "list": _list, "show": _show, "diff": _diff, "cancel": _cancel,
-    "logs": _logs,
+    "logs": _logs, "answer": remote_tell.answer, "message": remote_tell.message, "interrupt": remote_tell.interrupt,
+    "delete": remote_tell.delete,
 }

@@ -71,6 +71,7 @@ class RunInfo(msgspec.Struct):
     sandboxes: int = 0
     losses: list[Loss] = []
     parked_at: str | None = None
+    deleted: str | None = None
 
     @property
     def ended_already(self) -> bool:
