@@ -31,6 +31,9 @@ def t(key: str, /, **fields: object) -> str:
     """The message ``key`` in the user's language, its ``{fields}`` filled in."""
     en, zh = MESSAGES[key]
     text = zh if language() == "zh" else en
+    n = fields.get("n")
+    if isinstance(n, int) and "s" not in fields:  # English plurals: "{n} turn{s}" reads "1 turn", "2 turns"
+        fields["s"] = "" if n == 1 else "s"
     return text.format(**fields) if fields else text
 
 
@@ -259,11 +262,11 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "state.goal_line": ("  goal: {text}", "  目标:{text}"),
     "state.brief_missing": ("requirement not confirmed yet", "需求还没确认"),
     "state.brief_incomplete": (" (the brief is incomplete)", "(确认书不完整)"),
-    "state.checks": ("goal: {n} checks{unverifiable}: {path}", "目标 {n} 条检查{unverifiable}({path})"),
+    "state.checks": ("goal: {n} check{s}{unverifiable}: {path}", "目标 {n} 条检查{unverifiable}({path})"),
     "state.unverifiable": (" ({n} of them cannot be verified here)", "(其中 {n} 条此环境无法验证)"),
     "state.sessions": ("sessions: {list}", "会话:{list}"),
-    "state.woke": ("ran here {n} times", "这里跑过 {n} 次"),
-    "state.last_run": ("last run {run}: {n} steps, ${cost:.4f}", "上次运行 {run}:{n} 步,${cost:.4f}"),
+    "state.woke": ("ran here {n} time{s}", "这里跑过 {n} 次"),
+    "state.last_run": ("last run {run}: {n} step{s}, ${cost:.4f}", "上次运行 {run}:{n} 步,${cost:.4f}"),
     "state.handoff": ("handoff {path}", "交接书 {path}"),
     "state.done": ("done: the judge said achieved ({when})", "已完成:判定为达成({when})"),
     # -- go --------------------------------------------------------------------------------------------
@@ -288,7 +291,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
                   "! 标准输入不是终端,没人能回答提问:输入一结束,提问就让它自己判断。无人值守就加 --timeout 0"),
     "go.banner": ("<- continuing the last one in {ws}  {bits}", "<- 在 {ws} 接上上次  {bits}"),
     "go.banner.brief": ("requirement confirmed", "需求已确认"),
-    "go.banner.checks": ("goal: {n} checks", "目标 {n} 条"),
+    "go.banner.checks": ("goal: {n} check{s}", "目标 {n} 条"),
     "go.banner.context": ("work context {k}", "干活上下文 {k}"),
     "go.banner.woke": ("wake-up {n}", "第 {n} 次唤醒"),
     "go.done": ("+ done · {brief}", "+ 完成 · 需求 {brief}"),
@@ -314,7 +317,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
                              "words. A running subagent loses its half-done work. (Ctrl-C again = quit)",
                              "! 要打断这一轮:说句话再回车,它会带着你的话接着干。正在跑的 subagent 会丢掉半成品。"
                              "(再按一次 Ctrl-C = 退出)"),
-    "console.still_waiting": ("  ({n} questions still wait; the interrupt does not touch them)",
+    "console.still_waiting": ("  ({n} question{s} still open; the interrupt does not touch them)",
                               "  (有 {n} 个提问还等着,打断不影响它们)"),
     "console.bad_line": ("x could not handle that line: {error}", "x 没处理好这行输入:{error}"),
     "console.interrupted": ("! interrupted this round", "! 已打断这一轮"),
@@ -339,7 +342,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
     # -- screen ----------------------------------------------------------------------------------------
     "screen.skipped": (". {step} — already there, skipped", ". {step} —— 已经有了,跳过"),
     "screen.resumed": ("<- continuing the last session", "<- 接着上次的会话"),
-    "screen.more_lines": ("…({n} more lines, -v shows them all)", "…(还有 {n} 行,-v 看全部)"),
+    "screen.more_lines": ("…({n} more line{s}, -v shows them all)", "…(还有 {n} 行,-v 看全部)"),
     "screen.interrupt_words": ("! interrupted, with your words: {words}", "! 打断了,你说:{words}"),
     "screen.interrupt_plain": ("! interrupted, without words: it carries on", "! 打断了,没留话:它接着干"),
     "screen.call_interrupted": ("~ {tool} interrupted (not a failure)", "~ {tool} 被打断(不是失败)"),
@@ -353,7 +356,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "screen.mail_saved": ("added to the brief", "已追加进确认书"),
     "screen.mail_unsaved": ("no brief to keep it in — it may not outlive the next step",
                             "没有确认书可落盘 —— 它可能活不过下一个步骤"),
-    "screen.asks_left": ("     ({n} questions left)", "     (还能问 {n} 次)"),
+    "screen.asks_left": ("     ({n} question{s} left)", "     (还能问 {n} 次)"),
     "screen.empty_reply": ("(empty reply)", "(空回复)"),
     "screen.unattended": ("  ! nobody is watching (--timeout 0) — it decides itself and writes the assumption "
                           "into its unknowns", "  ! 没人值守(--timeout 0)—— 它自己判断,把假设记进「未知与假设」"),
@@ -375,10 +378,10 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "screen.round": ("- {label}: not achieved, another round in the same session",
                      "- {label}:没达成,接着同一个会话再干一轮"),
     "screen.retry": ("- {label}: once more", "- {label}:重来一次"),
-    "screen.turns": ("{n} turns", "{n} 轮"),
+    "screen.turns": ("{n} turn{s}", "{n} 轮"),
     "screen.context": ("context {k}", "上下文 {k}"),
-    "screen.attempts": ("tried {n} times", "试了 {n} 次"),
-    "screen.retired": ("{n} handoffs", "换代 {n} 次"),
+    "screen.attempts": ("tried {n} time{s}", "试了 {n} 次"),
+    "screen.retired": ("{n} handoff{s}", "换代 {n} 次"),
     "screen.total": ("total ${cost:.4f}", "累计 ${cost:.4f}"),
     "screen.step_failed": ("x {step} did not work: {error} · {bits}", "x {step} 没成:{error} · {bits}"),
     "screen.thinking": ("{label} · {elapsed:.0f}s", "{label} · {elapsed:.0f} 秒"),
@@ -487,7 +490,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "remote.no_terminal": ("! not at a terminal: nobody here answers its questions (answer them in the web page, or "
                            "with `flower remote attach {run}` at a terminal)",
                            "! 不在终端里:这里没人回答它的提问(到网页上回答,或在终端里跑 `flower remote attach {run}`)"),
-    "remote.changed_files": (" · {n} file(s) changed on {branch} (flower remote diff {run})",
+    "remote.changed_files": (" · {n} file{s} changed on {branch} (flower remote diff {run})",
                              " · 分支 {branch} 上改了 {n} 个文件(flower remote diff {run})"),
     "remote.ended": ("{mark} run {run} {status}{why} · ${cost:.4f}{tail}",
                      "{mark} 运行 {run} {status}{why} · ${cost:.4f}{tail}"),
@@ -535,8 +538,8 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "remote.deleted_branch": ("; its branch {branch} too", ";分支 {branch} 也删了"),
     "remote.cancelled": ("run {run} {status}", "运行 {run} {status}"),
     "remote.stopping": (" (stopping; flower remote show to check)", "(正在停;用 flower remote show 查看)"),
-    "remote.result": ("{mark} {step} · ${cost:.4f} · {turns} turns · total ${total:.4f}",
-                      "{mark} {step} · ${cost:.4f} · {turns} 轮 · 累计 ${total:.4f}"),
+    "remote.result": ("{mark} {step} · ${cost:.4f} · {n} turn{s} · total ${total:.4f}",
+                      "{mark} {step} · ${cost:.4f} · {n} 轮 · 累计 ${total:.4f}"),
     "remote.checkpoint": ("  # work handed back ({commit})", "  # 成果已交回({commit})"),
     "remote.sandbox_started": ("- sandbox started", "- 沙箱已启动"),
     "remote.killed": ("x the run's sandbox was stopped", "x 运行的沙箱被停掉了"),

@@ -430,7 +430,7 @@ function show(ev) {
         break;
       }
       line(p.is_error ? "bad" : "cost", T("ev.result", { mark: p.is_error ? "x" : "+", step: stepName(ev.step || "-"), cost: money(c),
-        turns: p.num_turns || 0, total: money(state.streamedCost) }));
+        n: Number(p.num_turns || 0), total: money(state.streamedCost) }));
       $("run-cost").textContent = money(Math.max(state.run ? state.run.cost_usd || 0 : 0, state.streamedCost));
       break;
     }

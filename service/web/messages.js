@@ -78,7 +78,7 @@ const MESSAGES = {
   "ev.fold": ["click to fold or unfold this step's events", "点击折叠或展开这一步的事件"],
   "ev.resumed": ["<- resumes the last session", "<- 接着上次的会话"],
   "ev.verdict": ["verdict: {verdict}", "判定:{verdict}"],
-  "ev.more_lines": ["…({n} more lines)", "…(还有 {n} 行)"],
+  "ev.more_lines": ["…({n} more line{s})", "…(还有 {n} 行)"],
   "ev.inbox": ["* checks its inbox", "* 查收件箱"],
   "ev.dispatch": ["> dispatched to {who}: {what}", "> 派给 {who}:{what}"],
   "ev.report": ["<- report handed back: {gist}", "<- 报告交回来了:{gist}"],
@@ -98,7 +98,7 @@ const MESSAGES = {
   "ev.handoff_near": ["# context {used}, close to the handoff line {at}", "# 上下文 {used},快到交接线 {at}"],
   "ev.handoff_writing": ["# the context is full — writing a handoff for a new session", "# 上下文满了 —— 写交接书准备换代"],
   "ev.reset": ["# context compacted", "# 上下文被压缩了"],
-  "ev.result": ["{mark} {step} · {cost} · {turns} turns · total {total}", "{mark} {step} · {cost} · {turns} 轮 · 累计 {total}"],
+  "ev.result": ["{mark} {step} · {cost} · {n} turn{s} · total {total}", "{mark} {step} · {cost} · {n} 轮 · 累计 {total}"],
   "ev.guard": ["  ! guard stopped {who}'s {tool}: {why}", "  ! 守卫拦下了 {who} 的 {tool}:{why}"],
   "ev.a_call": ["tool call", "工具调用"],
   "ev.checkpoint": ["  ✓ work handed back {commit}", "  ✓ 成果已交回 {commit}"],
@@ -139,7 +139,7 @@ const MESSAGES = {
   "diff.large": ["A large diff: files over {n} changed lines are collapsed, open one to fetch it.",
                  "差异很大:改动超过 {n} 行的文件已折叠,点开才取。"],
   "diff.show": ["Show diff ({what})", "显示差异({what})"],
-  "diff.lines": ["{n} lines", "{n} 行"],
+  "diff.lines": ["{n} line{s}", "{n} 行"],
   "diff.binary": ["binary", "二进制"],
 };
 
@@ -155,6 +155,7 @@ const LABEL = /^([^#·]+)(?:·判定#(\d+))?(?:#round(\d+))?(?:#retry(\d+))?$/;
 function T(key, fields = {}) {
   const pair = MESSAGES[key];
   const text = pair ? pair[LANG === "zh" ? 1 : 0] : key;
+  if (typeof fields.n === "number" && !("s" in fields)) fields = { ...fields, s: fields.n === 1 ? "" : "s" };  // "1 turn", "2 turns"
   return text.replace(/\{(\w+)\}/g, (m, k) => (k in fields ? String(fields[k]) : m));
 }
 

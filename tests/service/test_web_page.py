@@ -131,6 +131,9 @@ def test_a_run_is_submitted_its_question_answered_in_the_page_and_its_diff_shown
                          "<- report handed back: 写好了 hello.py",
                          "- 工作·判定#1 (work, verdict 1): the judge checks this round", "verdict: achieved (达成)"):
             assert expected in log, (expected, log)
+        assert "+ 设定目标 (set the goal) · $0.0000 · 1 turn · total" in log, log  # not "1 turns"
+        # the work was handed back once (by the work step): the steps after it changed nothing and say nothing
+        assert log.count("work handed back") == 1, log
         diff = driver.execute_script(  # read in one go: the page may redraw the diff between two reads
             "const all = (q) => [...document.querySelectorAll(q)].map((e) => e.textContent);"
             "return {add: all('#diff .add'), str: all('#diff .add .str'), file: all('#diff .file')}")
