@@ -498,6 +498,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "remote.cancel_requested": (" (cancel requested)", "(已请求取消)"),
     "remote.field.run": ("run", "运行"),
     "remote.field.short": ("short", "简称"),
+    "remote.field.waiting": ("waiting", "在等"),
     "remote.field.status": ("status", "状态"),
     "remote.field.ask": ("ask", "诉求"),
     "remote.field.step": ("step", "步骤"),

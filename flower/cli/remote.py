@@ -241,7 +241,8 @@ async def _show(api: Remote, args: argparse.Namespace) -> int:
     if args.json:
         echo(_json({**msgspec.to_builtins(run), "questions": msgspec.to_builtins(questions)}, indent=2))
         return 0
-    rows = [("run", run.id), *([("short", run.short)] if run.short else []), ("status", run.status + (t("remote.cancel_requested") if run.cancel_requested else "")),
+    rows = [("run", run.id), *([("short", run.short)] if run.short else []),
+            ("status", run.status + (t("remote.cancel_requested") if run.cancel_requested else "")),
             ("ask", one_line(run.ask, 200)), ("step", name(run.step or "-")), ("cost", f"${run.cost_usd:.4f}"),
             ("events", str(run.events)), ("branch", run.branch or "-"), ("base", run.base or "-"),
             ("commit", run.commit or "-"), ("created", run.created or "-"), ("started", run.started or "-"),
@@ -252,6 +253,8 @@ async def _show(api: Remote, args: argparse.Namespace) -> int:
         rows.append(("resumed", t("remote.resumed_times", n=run.sandboxes - 1)))
     for loss in run.losses:
         rows.append(("lost", f"{loss.cause} {loss.at} · {one_line(loss.place or '-', 80)} · {one_line(loss.error, 200)}"))
+    if run.waiting:
+        rows.append(("waiting", one_line(run.waiting, 300)))
     if run.error:
         rows.append(("error", one_line(run.error, 300)))
     for key, value in rows:

@@ -72,6 +72,7 @@ class RunInfo(msgspec.Struct):
     losses: list[Loss] = []
     parked_at: str | None = None
     deleted: str | None = None
+    waiting: str | None = None
 
     @property
     def ended_already(self) -> bool:

@@ -154,6 +154,8 @@ class RunOut(msgspec.Struct):
     """While ``status`` is "parked": since when it waits for a person with no sandbox (an answer, a message or
     an interrupt wakes it)."""
 
+    waiting: str | None = None
+    """Why a queued run has not started yet, in a sentence (only ``GET /v1/runs/{id}`` says it)."""
 
 class LossOut(msgspec.Struct):
     """A sandbox the run lost and was resumed after: ``cause`` "crashed" (exited without finishing: SIGKILL, out of
@@ -255,7 +257,7 @@ def _iso(t: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
-def run_out(run: Run) -> RunOut:
+def run_out(run: Run, *, waiting: str | None = None) -> RunOut:
     stat = msgspec.convert(run.diffstat, DiffStat) if run.diffstat else None
     return RunOut(id=run.id, short=short_of(run.id), status=run.status, ask=run.ask, options=run.options,
                   branch=run.branch, base=run.base, commit=run.commit_sha, created=_iso(run.created) or "",
@@ -267,7 +269,8 @@ def run_out(run: Run) -> RunOut:
                   claimed_cost_usd=round(run.claimed_cost_usd, 6), push=push_out(run.push),
                   sandboxes=run.sandboxes, parked_at=_iso(run.parked_at),
                   losses=[LossOut(cause=x.cause, at=_iso(x.at) or "", error=x.error, step=x.step, place=x.place,
-                                  since_checkpoint_s=x.since_checkpoint_s) for x in run.losses])
+                                  since_checkpoint_s=x.since_checkpoint_s) for x in run.losses],
+                  waiting=waiting)
 
 
 def push_out(push: Push | None) -> PushOut | None:

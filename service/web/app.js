@@ -181,6 +181,11 @@ function drawStatus() {
   drawTimes();
   // why it ended, once the row says so: the service's sentence (it may quote the run's own: text only)
   const why = $("run-why"), known = ended && run.ended;
+  if (status === "queued" && run.waiting) {  // why it has not started: the service's sentence, like GitHub's "Waiting for a runner"
+    why.hidden = false; why.className = "ended";
+    $("run-why-label").textContent = T("run.why_waiting"); $("run-error").textContent = run.waiting;
+    return;
+  }
   why.hidden = !(known && (run.error || status !== "succeeded"));
   if (why.hidden) return;
   why.className = status === "succeeded" ? "note" : status === "cancelled" ? "ended" : "bad";
@@ -252,7 +257,7 @@ async function follow(id, signal) {
       const r = await fetch("/v1/runs/" + encodeURIComponent(id) + "/events", { headers, signal });
       if (r.status === 401) { signOut(T("auth.refused")); return; }
       if (r.status === 429) { setStream(T("stream.too_many")); await sleep(5000); continue; }
-      if (!r.ok) { setStream(T("stream.unavailable", { status: r.status })); return; }
+      if (!r.ok) { setStream(r.status === 410 ? T("stream.deleted") : T("stream.unavailable", { status: r.status })); return; }
       setStream(T("stream.live"), true);
       const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
       let buf = "", msg = { event: "message", data: [], id: null };

@@ -9,7 +9,10 @@ from __future__ import annotations
 import calendar
 import math
 import os
+import re
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -246,6 +249,42 @@ def test_interrupt_message_and_cancel_from_the_page(deployment: Deployment, serv
     mailbox = deployment.data / "runs" / run_id / "mailbox"  # the message went where the run's inbox reads
     assert any("先记一下:只用标准库" in f.read_text() for f in mailbox.rglob("*") if f.is_file()), \
         [str(f) for f in mailbox.rglob("*")]
+
+
+def test_a_queued_run_says_why_it_waits_and_a_deleted_one_why_it_has_no_events(
+        deployment: Deployment, services: list[Service], browser: Any, tmp_path: Path):
+    """A run queued behind its tenant's quota says so (the page, the API, `flower remote show`), until it starts;
+    a deleted run's events read as deleted, not as an HTTP status."""
+    driver = browser
+    with ScriptedModel(interrupt_rules("先占着") + interrupt_rules("排队的")) as model:
+        service = serve(deployment, services, model)
+        acme = service.client("acme")
+        driver.get(service.url + "/")
+        sign_in(driver, service, TOKENS["acme"])
+        until(driver, lambda d: d.find_element("id", "app").is_displayed(), "the signed-in page")
+        first = submit(driver, "先占着", '{"clarify_only": true}')
+        until(driver, lambda d: d.find_elements("css selector", "#questions .question"), "the first run's question")
+        second = submit(driver, "排队的", '{"clarify_only": true}')
+        waits = "your tenant's quota of 1 run at once is in use: it starts when one of them ends"
+        until(driver, lambda d: text_of(d, "run-why") == f"Why it waits: {waits}", "why the run waits")
+        assert text_of(driver, "run-status") == "queued"
+        driver.save_screenshot(str(ARTIFACTS / "09-queued-run-waits.png"))
+        assert acme.get(f"/v1/runs/{second}").json()["waiting"] == waits
+        assert acme.get(f"/v1/runs/{first}").json()["waiting"] is None
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWER_")}
+        shown = subprocess.run([sys.executable, "-m", "flower.cli", "remote", "show", "last"], capture_output=True,
+                               text=True, timeout=120, env={**env, "HOME": str(tmp_path), "FLOWER_LANG": "en",
+                                                            "FLOWER_SERVER": service.url, "FLOWER_TOKEN": TOKENS["acme"]})
+        assert re.search(rf"^\s*waiting\s+{re.escape(waits)}$", shown.stdout, re.M), shown
+        assert acme.post(f"/v1/runs/{first}/cancel").status_code == 200
+        until(driver, lambda d: text_of(d, "run-status") == "running", "the queued run to start")
+        assert not driver.find_element("id", "run-why").is_displayed()
+        assert acme.post(f"/v1/runs/{second}/cancel").status_code == 200
+        assert acme.delete(f"/v1/runs/{first}").status_code == 200
+        driver.find_element("css selector", f"#runs li[data-id='{first}']").click()
+        until(driver, lambda d: text_of(d, "run-id") == first, "the deleted run to be selected")
+        until(driver, lambda d: text_of(d, "stream-state") != "(live)" and text_of(d, "stream-state"), "the stream")
+        assert text_of(driver, "stream-state") == "(none: the run was deleted, its events with its files)"
 
 
 def took(seconds: float) -> str:
