@@ -58,6 +58,7 @@ class Screen:
         self._prompt_shown = False
         self._prompt_rows = 0
         self._seen_asks: set[str] = set()
+        self._open_asks: set[str] = set()  # questions waiting on the person: the run is not thinking meanwhile
         self._denials: dict[str, str] = {}  # a guard's words to the model → what the person was shown instead
         self._tools: dict[str, str] = {}
         self._events = None
@@ -122,8 +123,8 @@ class Screen:
     # -- signs of life: the spinner during a model call --------------------------------
     def _spinner(self) -> str | None:
         quiet = time.monotonic() - self._quiet_since
-        if not self._busy or quiet < SPIN_AFTER_S:
-            return None
+        if not self._busy or self._open_asks or quiet < SPIN_AFTER_S:
+            return None  # waiting for the person is not the model's time: the prompt says whose turn it is
         frame = SPINNER[int(quiet * 8) % len(SPINNER)]
         what = name(self.label) or t("screen.waiting_model")
         if self._context:
@@ -295,6 +296,10 @@ class Screen:
             return
         state, qid = p.get("state"), str(p.get("id") or "")
         waited = qid in self._seen_asks
+        if state == "asked":
+            self._open_asks.add(qid)
+        else:
+            self._open_asks.discard(qid)
         if state == "asked" or not waited:
             self._seen_asks.add(qid)
             lines = clean(ev.text).strip().splitlines() or [""]

@@ -243,6 +243,33 @@ def test_the_english_screen_counts_one_turn_one_time_and_one_check_in_the_singul
     assert t("remote.result", mark="+", step="工作", cost=0.0, n=1, total=0.0) == "+ 工作 · $0.0000 · 1 turn · total $0.0000"
 
 
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_spinner_does_not_count_while_a_question_waits_for_the_person(monkeypatch):
+    """The spinner counts the model's seconds; while a question waits, the time is the person's and the prompt
+    line says so — a clock still counting there read as the run working."""
+    import time as clock
+
+    now = [1000.0]
+    monkeypatch.setattr(clock, "monotonic", lambda: now[0])
+    out = _Tty()
+    screen = cli.Screen(out=out)
+    screen.attempt("确认需求")
+    screen.event(_ask("asked"))
+    now[0] += 30
+    screen.refresh()
+    waiting = out.getvalue()
+    assert "确认需求 · 30 秒" not in waiting and "? 用什么语言?" in waiting
+    screen.event(_ask("answered", answer="1"))
+    now[0] += 30
+    screen.refresh()
+    assert "确认需求 · 30 秒" in out.getvalue()[len(waiting):], "the model's time is counted again"
+    screen.close()
+
+
 # -- where a typed line goes ----------------------------------------------------------------------
 class _Rt:
     def __init__(self) -> None:
