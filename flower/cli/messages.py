@@ -9,22 +9,11 @@ they are shown with a gloss (``name``, ``doc``, ``verdict``): ``工作 (work)``,
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
 from pathlib import PurePath
 
-LANG_VARS = ("FLOWER_LANG", "LC_ALL", "LC_MESSAGES", "LANG")
+from ..core.language import LANG_VARS as LANG_VARS, language as language  # re-exported for the callers
 
-
-def language(env: Mapping[str, str] | None = None) -> str:
-    """``"zh"`` or ``"en"``: the first of LANG_VARS that is set decides (``zh_CN.UTF-8``, ``zh`` …)."""
-    env = os.environ if env is None else env
-    for var in LANG_VARS:
-        value = env.get(var)
-        if value:
-            return "zh" if value.lower().startswith("zh") else "en"
-    return "en"
 
 
 def t(key: str, /, **fields: object) -> str:
@@ -51,9 +40,14 @@ def name(label: object) -> str:
     """A step name or attempt label (``工作``, ``工作·判定#1``, ``确认需求#retry1``) as the reference wrote it, with
     its meaning after it in English: ``工作·判定#1 (work, verdict 1)``. A name the reference does not fix (a
     workflow's own step) is the user's text and stays as written."""
+    return str(label or "") if language() == "zh" else gloss(label)
+
+
+def gloss(label: object) -> str:
+    """``name`` in English whatever the reader's language (the API's ``step_label``)."""
     text = str(label or "")
     m = _LABEL.fullmatch(text)
-    if language() == "zh" or m is None or m["step"] not in GLOSSARY:
+    if m is None or m["step"] not in GLOSSARY:
         return text
     parts = [GLOSSARY[m["step"]]] + [f"{word} {m[key]}" for key, word in
                                      (("judge", "verdict"), ("round", "round"), ("retry", "retry")) if m[key]]

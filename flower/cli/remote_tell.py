@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .messages import t
 from .terminal import echo, one_line
@@ -20,9 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["VERBS", "add_parsers", "answer", "message", "interrupt", "delete"]
 
 VERBS = ("answer", "message", "interrupt", "delete")
+P = TypeVar("P", bound=argparse.ArgumentParser)
 
 
-def add_parsers(acts: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def add_parsers(acts: "argparse._SubParsersAction[P]") -> None:
     a = acts.add_parser("answer", help=t("help.remote.answer"))
     a.add_argument("run_id", help=t("help.remote.run"))
     a.add_argument("text", nargs="*", help=t("help.remote.answer_text"))

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from flower.cli.messages import gloss
+
 from ..registry import Delivery, Push, Run, RunStatus
 from ..registry.short_ids import short_of
 
@@ -139,6 +141,8 @@ class RunOut(msgspec.Struct):
     cost_usd: float
     error: str | None
     step: str | None
+    step_label: str | None
+    """``step`` for a reader of English: the name the reference fixes, glossed (``工作·判定#1 (work, verdict 1)``)."""
     diffstat: DiffStat | None
     events: int
     cancel_requested: bool
@@ -262,7 +266,7 @@ def run_out(run: Run, *, waiting: str | None = None) -> RunOut:
     return RunOut(id=run.id, short=short_of(run.id), status=run.status, ask=run.ask, options=run.options,
                   branch=run.branch, base=run.base, commit=run.commit_sha, created=_iso(run.created) or "",
                   started=_iso(run.started), ended=_iso(run.ended), cost_usd=round(run.cost_usd, 6),
-                  error=run.error, step=run.step, diffstat=stat, events=run.event_seq,
+                  error=run.error, step=run.step, step_label=gloss(run.step) if run.step else None, diffstat=stat, events=run.event_seq,
                   cancel_requested=run.cancel_requested, disk_bytes=run.disk_bytes, deleted=_iso(run.deleted),
                   usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
                               cache_write_tokens=run.cache_write_tokens, cache_read_tokens=run.cache_read_tokens),
