@@ -115,10 +115,10 @@ class RunController(Controller):
     @get("/{run_id:str}", operation_id="get_run", summary="One run",
          responses={**ok(200, RUN, "the run as it is now"), **errors(404)})
     async def get_run(self, run: RunDep, tenant: TenantDep, runs: RunsDep, config: ConfigDep, gate: GateDep,
-                      health: HealthDep) -> RunOut:
+                      health: HealthDep, clock: ClockDep) -> RunOut:
         """Its status, times, cost, last step and, once it ended, its diffstat; a live run's counters move on
         between two reads. A queued one says why it waits (`waiting`)."""
-        return run_out(run, waiting=waiting_of(run, tenant, runs, config, gate, health))
+        return run_out(run, waiting=waiting_of(run, tenant, runs, config, gate, health, clock.now()))
 
     @delete("/{run_id:str}", status_code=200, operation_id="delete_run",
             summary="Delete an ended run's files (and, with branch=true, its branch); the row stays as a tombstone",

@@ -24,6 +24,8 @@ class Queue:
     """What a queued run's start depends on, as it is now."""
     refused: str | None
     held: str | None
+    resumes_in_s: float | None
+    """A run that lost its sandbox waits this long more before it starts again (its resume's backoff)."""
     disk_low: str | None
     engine_down: str | None
     tenant_busy: int
@@ -43,6 +45,8 @@ def why_waiting(q: Queue) -> str:
         return f"the service takes no runs: {q.refused}"
     if q.held:
         return f"the service holds queued runs for now: {q.held}"
+    if q.resumes_in_s is not None and q.resumes_in_s > 0:
+        return f"it lost its sandbox and starts again in a new one in {q.resumes_in_s:.0f}s"
     if q.disk_low:
         return f"the service is low on disk space ({q.disk_low}): it starts once the operator frees space"
     if q.engine_down:
@@ -58,14 +62,15 @@ def why_waiting(q: Queue) -> str:
 
 
 def waiting_of(run: Run, tenant: Tenant, runs: RunsTable, config: ServiceConfig, gate: Gate,
-               health: Health) -> str | None:
+               health: Health, now: float) -> str | None:
     """The sentence for a queued run (None for any other)."""
     if run.status != "queued":
         return None
     disk = health.disk()
     queued = [r.id for r in runs.list(tenant=tenant.name, statuses=["queued"], oldest_first=True, limit=1000)]
     return why_waiting(Queue(
-        refused=gate.refused, held=gate.held, disk_low=disk.sentence() if disk.low else None,
+        refused=gate.refused, held=gate.held, resumes_in_s=run.not_before - now if run.not_before else None,
+        disk_low=disk.sentence() if disk.low else None,
         engine_down=None if health.backend_up else f"{health.backend}: {health.backend_error}",
         tenant_busy=runs.count(statuses=ACTIVE, tenant=tenant.name), quota=tenant.quota,
         busy=runs.count(statuses=ACTIVE), max_running=config.max_running,
