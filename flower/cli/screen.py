@@ -13,6 +13,7 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
+from ..docs._sections import HEADINGS, heading
 from .messages import doc, language, name, t
 from .terminal import ERR, Terminal, clean, one_line, tilde, tokens_k
 
@@ -202,7 +203,7 @@ class Screen:
         elif k == "text":
             if sub and not self.verbose:
                 return
-            lines = clean(ev.text).strip("\n").splitlines() or [""]
+            lines = [_glossed(line) for line in clean(ev.text).strip("\n").splitlines()] or [""]
             limit = 10_000 if self.verbose else 40
             for line in lines[:limit]:
                 self.say(f"{bar}  {line}".rstrip())
@@ -386,6 +387,16 @@ def guard_said(fields: dict[str, Any]) -> str:
     role = name(str(fields.get("role") or "agent"))
     tool = str(fields.get("tool") or "") or t("screen.guard_a_call")
     return t(f"guard.{guard}" if guard in GUARDS else "guard.other", role=role, tool=tool, guard=guard or "?")
+
+
+_HEADING_LINE = re.compile(r"(?P<hashes>#{1,6})[ \t]*(?P<word>\S+?)[ \t]*")
+
+
+def _glossed(line: str) -> str:
+    """A heading line of a run's text that the reference fixes (the judge's ``## 结论``), glossed in English like a
+    step name (``## 结论 (verdict)``); any other line as it is."""
+    m = _HEADING_LINE.fullmatch(line)
+    return f"{m['hashes']} {heading(m['word'])}" if m and m["word"] in HEADINGS else line
 
 
 def _full_text(ev: Event) -> str:

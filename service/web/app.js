@@ -372,7 +372,7 @@ function show(ev) {
         const v = verdict[1].trim();
         line("verdict " + (/^(达成|achieved)/i.test(v) ? "achieved" : "missed"), T("ev.verdict", { verdict: verdictWord(v) }));
       }
-      const lines = String(ev.text || "").replace(/\n+$/, "").split("\n");
+      const lines = glossHeadings(String(ev.text || "").replace(/\n+$/, "")).split("\n");
       const shown = lines.slice(0, 40).map((s) => "  " + s).join("\n");
       line(sub ? "muted" : "", shown + (lines.length > 40 ? "\n  " + T("ev.more_lines", { n: lines.length - 40 }) : ""), sub);
       break;

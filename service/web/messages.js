@@ -152,6 +152,19 @@ const GLOSSARY = {
   "达成": "achieved", "未达成": "not achieved", "无法验证": "cannot be verified",
 };
 const VERDICTS = ["达成", "未达成", "无法验证"];
+// The documents' headings the reference fixes (flower/docs/_sections.py HEADINGS): a heading line in a run's text
+// (the judge's "## 结论", a brief's "## 验收标准") is glossed in English like a step name; the words under it stay.
+const HEADINGS = {
+  "需求": "requirement", "目标": "goal", "验收标准": "acceptance criteria", "边界": "bounds",
+  "未知与假设": "unknowns and assumptions", "目标与检查清单": "goal and checklist", "检查清单": "checklist",
+  "裁判结论": "the judge's verdict", "结论": "verdict", "理由": "reasons", "未通过": "failed checks",
+  "交接": "handoff", "正在做": "doing", "已决定": "decided", "死路": "dead ends", "下一步": "next", "现场": "scene",
+};
+
+function glossHeadings(text) {
+  if (LANG === "zh") return text;
+  return String(text).replace(/^(#{1,6})[ \t]*(\S+?)[ \t]*$/gm, (m, hashes, word) => word in HEADINGS ? hashes + " " + word + " (" + HEADINGS[word] + ")" : m);
+}
 const LABEL = /^([^#·]+)(?:·判定#(\d+))?(?:#round(\d+))?(?:#retry(\d+))?$/;
 
 function T(key, fields = {}) {

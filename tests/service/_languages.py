@@ -35,7 +35,7 @@ GLOSS = re.compile("|".join(
      if not word.endswith(".md")]
     + [rf"{re.escape(word)} \({re.escape(meaning)}\)" for word, meaning in GLOSSARY.items() if word.endswith(".md")]
     + [r"交接-[A-Za-z0-9_.-]*\.md \(handoff\)"]
-    + [rf"^#+ {re.escape(word)} \({re.escape(meaning)}\)$" for word, meaning in HEADINGS.items()]
+    + [rf"^\s*#+ {re.escape(word)} \({re.escape(meaning)}\)\s*$" for word, meaning in HEADINGS.items()]
     + [rf"{re.escape(meaning)} \({re.escape(word)}\)" for word, meaning in GLOSSARY.items()
        if word in ("达成", "未达成", "无法验证")]))
 """Every gloss the catalogue makes, and nothing wider: a name with its English meaning, a verdict after its own."""
@@ -45,7 +45,8 @@ def strays(screen: str, run_text: Iterable[str]) -> list[str]:
     """The lines of ``screen`` with a CJK character outside a gloss and outside the run's own text. A fragment of
     the run's text of three characters or more may stand anywhere in a line; a shorter one (a verdict word alone,
     ``无``) only as the whole line, so ``verdict: 达成`` is a stray and the judge's own ``达成`` line is not."""
-    fragments = sorted({f.strip() for text in run_text for f in text.splitlines() if f.strip()}, key=len, reverse=True)
+    fragments = sorted({f.strip() for text in run_text for f in text.splitlines() if f.strip() and not _heading(f)},
+                       key=len, reverse=True)  # the run's words, but not a heading the reference fixes: it is glossed
     found = []
     for line in screen.splitlines():
         bare = GLOSS.sub("", line)
@@ -57,6 +58,11 @@ def strays(screen: str, run_text: Iterable[str]) -> list[str]:
         if CJK.search(bare) and bare.strip() not in fragments:
             found.append(line)
     return found
+
+
+def _heading(line: str) -> bool:
+    m = re.fullmatch(r"\s*#{1,6}\s*(\S+?)\s*", line)
+    return bool(m and m[1] in HEADINGS)
 
 
 def chinese(screen: str) -> bool:

@@ -67,6 +67,8 @@ def test_remote_and_the_page_speak_the_readers_language(deployment: Deployment, 
                   "! guard stopped coordinator's Write: the coordinator does not do the work itself"):
         assert shown in logs, (shown, logs)
     assert "工作 (work)" in english[("list",)] and "step  工作 (work)" in english[("show", run_id)]
+    for screen in (logs, page):  # the judge's verdict body: its headings glossed, its words as it wrote them
+        assert "  ## 结论 (verdict)" in screen and "  ## 理由 (reasons)" in screen, screen
     for shown in ("verdict: achieved (达成)", "== 工作 (work) · step 3 of 3",
                   "guard stopped coordinator's Write: the coordinator does not do the work itself", "Send message"):
         assert shown in page, (shown, page)
