@@ -157,9 +157,9 @@ class RunOut(msgspec.Struct):
     parked_at: str | None
     """While ``status`` is "parked": since when it waits for a person with no sandbox (an answer, a message or
     an interrupt wakes it)."""
-
     waiting: str | None = None
     """Why a queued run has not started yet, in a sentence (only ``GET /v1/runs/{id}`` says it)."""
+
 
 class LossOut(msgspec.Struct):
     """A sandbox the run lost and was resumed after: ``cause`` "crashed" (exited without finishing: SIGKILL, out of
@@ -266,7 +266,8 @@ def run_out(run: Run, *, waiting: str | None = None) -> RunOut:
     return RunOut(id=run.id, short=short_of(run.id), status=run.status, ask=run.ask, options=run.options,
                   branch=run.branch, base=run.base, commit=run.commit_sha, created=_iso(run.created) or "",
                   started=_iso(run.started), ended=_iso(run.ended), cost_usd=round(run.cost_usd, 6),
-                  error=run.error, step=run.step, step_label=gloss(run.step) if run.step else None, diffstat=stat, events=run.event_seq,
+                  error=run.error, step=run.step, step_label=gloss(run.step) if run.step else None, diffstat=stat,
+                  events=run.event_seq,
                   cancel_requested=run.cancel_requested, disk_bytes=run.disk_bytes, deleted=_iso(run.deleted),
                   usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
                               cache_write_tokens=run.cache_write_tokens, cache_read_tokens=run.cache_read_tokens),
