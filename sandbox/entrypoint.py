@@ -247,6 +247,7 @@ class _Run:
         self.started = time.time()
         self.killed: str | None = None
         self._checkpointing = threading.Lock()
+        self._handed: str | None = None  # the tip last handed back: a step that changed nothing hands back nothing
 
     def checkpoint(self, why: str) -> None:
         """Hand the work so far back (see the module doc); a failure is an event, never the run's end.
@@ -262,8 +263,10 @@ class _Run:
                 self.log.write("system", f"checkpoint failed: {_one_line(e, 300)}",
                                payload={"subtype": "checkpoint_failed"})
                 return
-        if tip is not None:
-            self.log.write("checkpoint", why, payload={"commit": tip})
+            if tip is None or tip == self._handed:
+                return
+            self._handed = tip
+        self.log.write("checkpoint", why, payload={"commit": tip})
 
     async def _every(self, seconds: float) -> None:
         """Hand the work back every ``seconds`` while a step runs too (a commit only when something changed): what a

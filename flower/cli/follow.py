@@ -46,7 +46,7 @@ class RemoteView:
             turns = item.payload.get("num_turns")
             mark = "x" if item.payload.get("is_error") else "+"
             self.screen.say(t("remote.result", mark=mark, step=name(item.step or "-"), cost=float(cost or 0),
-                              turns=turns or 0, total=self.cost))
+                              n=int(turns or 0), total=self.cost))
             return
         if item.kind == "audit":
             if item.text == "deny":

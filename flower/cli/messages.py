@@ -9,28 +9,20 @@ they are shown with a gloss (``name``, ``doc``, ``verdict``): ``工作 (work)``,
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Mapping
 from pathlib import PurePath
 
-LANG_VARS = ("FLOWER_LANG", "LC_ALL", "LC_MESSAGES", "LANG")
+from ..core.language import LANG_VARS as LANG_VARS, language as language  # re-exported for the callers
 
-
-def language(env: Mapping[str, str] | None = None) -> str:
-    """``"zh"`` or ``"en"``: the first of LANG_VARS that is set decides (``zh_CN.UTF-8``, ``zh`` …)."""
-    env = os.environ if env is None else env
-    for var in LANG_VARS:
-        value = env.get(var)
-        if value:
-            return "zh" if value.lower().startswith("zh") else "en"
-    return "en"
 
 
 def t(key: str, /, **fields: object) -> str:
     """The message ``key`` in the user's language, its ``{fields}`` filled in."""
     en, zh = MESSAGES[key]
     text = zh if language() == "zh" else en
+    n = fields.get("n")
+    if isinstance(n, int) and "s" not in fields:  # English plurals: "{n} turn{s}" reads "1 turn", "2 turns"
+        fields["s"] = "" if n == 1 else "s"
     return text.format(**fields) if fields else text
 
 
@@ -48,9 +40,14 @@ def name(label: object) -> str:
     """A step name or attempt label (``工作``, ``工作·判定#1``, ``确认需求#retry1``) as the reference wrote it, with
     its meaning after it in English: ``工作·判定#1 (work, verdict 1)``. A name the reference does not fix (a
     workflow's own step) is the user's text and stays as written."""
+    return str(label or "") if language() == "zh" else gloss(label)
+
+
+def gloss(label: object) -> str:
+    """``name`` in English whatever the reader's language (the API's ``step_label``)."""
     text = str(label or "")
     m = _LABEL.fullmatch(text)
-    if language() == "zh" or m is None or m["step"] not in GLOSSARY:
+    if m is None or m["step"] not in GLOSSARY:
         return text
     parts = [GLOSSARY[m["step"]]] + [f"{word} {m[key]}" for key, word in
                                      (("judge", "verdict"), ("round", "round"), ("retry", "retry")) if m[key]]
@@ -259,11 +256,11 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "state.goal_line": ("  goal: {text}", "  目标:{text}"),
     "state.brief_missing": ("requirement not confirmed yet", "需求还没确认"),
     "state.brief_incomplete": (" (the brief is incomplete)", "(确认书不完整)"),
-    "state.checks": ("goal: {n} checks{unverifiable}: {path}", "目标 {n} 条检查{unverifiable}({path})"),
+    "state.checks": ("goal: {n} check{s}{unverifiable}: {path}", "目标 {n} 条检查{unverifiable}({path})"),
     "state.unverifiable": (" ({n} of them cannot be verified here)", "(其中 {n} 条此环境无法验证)"),
     "state.sessions": ("sessions: {list}", "会话:{list}"),
-    "state.woke": ("ran here {n} times", "这里跑过 {n} 次"),
-    "state.last_run": ("last run {run}: {n} steps, ${cost:.4f}", "上次运行 {run}:{n} 步,${cost:.4f}"),
+    "state.woke": ("ran here {n} time{s}", "这里跑过 {n} 次"),
+    "state.last_run": ("last run {run}: {n} step{s}, ${cost:.4f}", "上次运行 {run}:{n} 步,${cost:.4f}"),
     "state.handoff": ("handoff {path}", "交接书 {path}"),
     "state.done": ("done: the judge said achieved ({when})", "已完成:判定为达成({when})"),
     # -- go --------------------------------------------------------------------------------------------
@@ -288,7 +285,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
                   "! 标准输入不是终端,没人能回答提问:输入一结束,提问就让它自己判断。无人值守就加 --timeout 0"),
     "go.banner": ("<- continuing the last one in {ws}  {bits}", "<- 在 {ws} 接上上次  {bits}"),
     "go.banner.brief": ("requirement confirmed", "需求已确认"),
-    "go.banner.checks": ("goal: {n} checks", "目标 {n} 条"),
+    "go.banner.checks": ("goal: {n} check{s}", "目标 {n} 条"),
     "go.banner.context": ("work context {k}", "干活上下文 {k}"),
     "go.banner.woke": ("wake-up {n}", "第 {n} 次唤醒"),
     "go.done": ("+ done · {brief}", "+ 完成 · 需求 {brief}"),
@@ -314,7 +311,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
                              "words. A running subagent loses its half-done work. (Ctrl-C again = quit)",
                              "! 要打断这一轮:说句话再回车,它会带着你的话接着干。正在跑的 subagent 会丢掉半成品。"
                              "(再按一次 Ctrl-C = 退出)"),
-    "console.still_waiting": ("  ({n} questions still wait; the interrupt does not touch them)",
+    "console.still_waiting": ("  ({n} question{s} still open; the interrupt does not touch them)",
                               "  (有 {n} 个提问还等着,打断不影响它们)"),
     "console.bad_line": ("x could not handle that line: {error}", "x 没处理好这行输入:{error}"),
     "console.interrupted": ("! interrupted this round", "! 已打断这一轮"),
@@ -339,7 +336,10 @@ MESSAGES: dict[str, tuple[str, str]] = {
     # -- screen ----------------------------------------------------------------------------------------
     "screen.skipped": (". {step} — already there, skipped", ". {step} —— 已经有了,跳过"),
     "screen.resumed": ("<- continuing the last session", "<- 接着上次的会话"),
-    "screen.more_lines": ("…({n} more lines, -v shows them all)", "…(还有 {n} 行,-v 看全部)"),
+    "screen.more_lines": ("…({n} more line{s}, -v shows them all)", "…(还有 {n} 行,-v 看全部)"),
+    "screen.interrupt_words": ("! interrupted, with your words: {words}", "! 打断了,你说:{words}"),
+    "screen.interrupt_plain": ("! interrupted, without words: it carries on", "! 打断了,没留话:它接着干"),
+    "screen.call_interrupted": ("~ {tool} interrupted (not a failure)", "~ {tool} 被打断(不是失败)"),
     "screen.inbox": ("* checks the inbox", "* 查收件箱"),
     "screen.dispatch": ("> dispatched to {who}: {what}", "> 派给 {who}:{what}"),
     "screen.report": ("<- the report came back: {gist}", "<- 报告交回来了:{gist}"),
@@ -350,7 +350,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "screen.mail_saved": ("added to the brief", "已追加进确认书"),
     "screen.mail_unsaved": ("no brief to keep it in — it may not outlive the next step",
                             "没有确认书可落盘 —— 它可能活不过下一个步骤"),
-    "screen.asks_left": ("     ({n} questions left)", "     (还能问 {n} 次)"),
+    "screen.asks_left": ("     ({n} question{s} left)", "     (还能问 {n} 次)"),
     "screen.empty_reply": ("(empty reply)", "(空回复)"),
     "screen.unattended": ("  ! nobody is watching (--timeout 0) — it decides itself and writes the assumption "
                           "into its unknowns", "  ! 没人值守(--timeout 0)—— 它自己判断,把假设记进「未知与假设」"),
@@ -372,10 +372,10 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "screen.round": ("- {label}: not achieved, another round in the same session",
                      "- {label}:没达成,接着同一个会话再干一轮"),
     "screen.retry": ("- {label}: once more", "- {label}:重来一次"),
-    "screen.turns": ("{n} turns", "{n} 轮"),
+    "screen.turns": ("{n} turn{s}", "{n} 轮"),
     "screen.context": ("context {k}", "上下文 {k}"),
-    "screen.attempts": ("tried {n} times", "试了 {n} 次"),
-    "screen.retired": ("{n} handoffs", "换代 {n} 次"),
+    "screen.attempts": ("tried {n} time{s}", "试了 {n} 次"),
+    "screen.retired": ("{n} handoff{s}", "换代 {n} 次"),
     "screen.total": ("total ${cost:.4f}", "累计 ${cost:.4f}"),
     "screen.step_failed": ("x {step} did not work: {error} · {bits}", "x {step} 没成:{error} · {bits}"),
     "screen.thinking": ("{label} · {elapsed:.0f}s", "{label} · {elapsed:.0f} 秒"),
@@ -399,12 +399,14 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "help.remote": ("drive runs on a flower service: submit, follow, answer, list, show, diff, cancel, logs",
                     "操作 flower 服务上的运行:提交、跟看、回答、列出、查看、差异、取消、日志"),
     "help.remote.description": ("Drive runs on a flower service: submit, follow, answer, list, show, diff, cancel, "
-                                "logs. Config: --server/--token, FLOWER_SERVER/FLOWER_TOKEN, or "
-                                "~/.config/flower/remote.toml (written by `flower remote login`). A run id may be "
-                                "shortened to any unique start of at least 8 characters.",
-                                "操作 flower 服务上的运行:提交、跟看、回答、列出、查看、差异、取消、日志。配置:"
-                                "--server/--token,或 FLOWER_SERVER/FLOWER_TOKEN,或 ~/.config/flower/remote.toml"
-                                "(由 `flower remote login` 写)。运行 id 可以只写开头,至少 8 个字符且不重复即可。"),
+                                "logs; for scripts answer, message, interrupt, delete. Config: --server/--token, "
+                                "FLOWER_SERVER/FLOWER_TOKEN, or ~/.config/flower/remote.toml (written by `flower "
+                                "remote login`). A run goes by its short id (`list` shows it; 4 of its characters "
+                                "are enough when they are unique), `last` (your newest), or its whole id.",
+                                "操作 flower 服务上的运行:提交、跟看、回答、列出、查看、差异、取消、日志;给脚本用的"
+                                "回答、发消息、打断、删除。配置:--server/--token,或 FLOWER_SERVER/FLOWER_TOKEN,或 "
+                                "~/.config/flower/remote.toml(由 `flower remote login` 写)。运行可以用简称(`list` "
+                                "里有;不重复时写 4 个字符就够)、`last`(你最新的那个)或完整 id 来指。"),
     "help.remote.exit_status": ("exit status: 0 done (the run succeeded, or you stopped following), 1 the run did "
                                 "not succeed or the service said no, 2 a usage mistake, {code} `submit` without a "
                                 "terminal: the run asked a question (printed) and nobody here can answer it (--wait "
@@ -431,6 +433,24 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "help.remote.attach": ("follow a run live (interactive), from its first event", "从第一条事件起实时跟着一个运行(可交互)"),
     "help.remote.list": ("your runs, newest first", "你的运行,最新的在前"),
     "help.remote.status": ("only these statuses (comma-separated)", "只看这些状态(逗号分隔)"),
+    "help.remote.run": ("the run: its short id (`flower remote list` shows it), `last` (your newest), or its whole id",
+                        "哪个运行:它的简称(`flower remote list` 里有)、`last`(你最新的那个),或完整 id"),
+    "help.remote.answer": ("answer the run's oldest open question (for scripts; --question picks another)",
+                           "回答运行最早的一个待答问题(给脚本用;--question 指定别的)"),
+    "help.remote.answer_text": ("the answer, or an option's number; none = let it decide; - = read stdin",
+                                "回答,或选项的编号;不给 = 让它自己判断;- = 从标准输入读"),
+    "help.remote.question": ("the id of the question to answer (`flower remote show` lists them)",
+                             "要回答的问题 id(`flower remote show` 会列出)"),
+    "help.remote.message": ("tell a running run something; it reads it between tool calls",
+                            "给运行中的运行发一句话;它在工具调用之间读"),
+    "help.remote.words": ("the words; - = read stdin", "要说的话;- = 从标准输入读"),
+    "help.remote.interrupt": ("cut the run's turn where it is; it carries on from your words",
+                              "在当前位置打断运行这一轮;它带着你的话接着干"),
+    "help.remote.interrupt_words": ("what it should carry on with (none: just carry on); - = read stdin",
+                                    "它接着干时要听的话(不给:直接接着干);- = 从标准输入读"),
+    "help.remote.delete": ("delete an ended run's files (its branch stays unless --branch)",
+                           "删掉一个已结束运行的文件(分支保留,除非 --branch)"),
+    "help.remote.delete_branch": ("delete its branch flower/<run> too", "连它的分支 flower/<run> 一起删"),
     "help.remote.show": ("one run: status, step, cost, branch, changed files, open questions",
                          "一个运行:状态、步骤、花费、分支、改动的文件、没回答的提问"),
     "help.remote.diff": ("the run's diff against its base (its last checkpoint while live)",
@@ -457,19 +477,22 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "remote.options_not_object": ("--options must be a JSON object, e.g. '{{\"rounds\": 2}}'",
                                   "--options 必须是一个 JSON 对象,例如 '{{\"rounds\": 2}}'"),
     "remote.blank_ask": ("the ask is blank: say what you want done", "诉求是空的:说说要做什么"),
-    "remote.submitted": ("- run {run} submitted to {server} ({status}); Ctrl-C interrupts, twice stops following",
-                         "- 运行 {run} 已提交到 {server}({status});Ctrl-C 打断,按两次不再跟看"),
+    "remote.submitted": ("- run {run} submitted to {server} ({status}; `{short}` for short); Ctrl-C interrupts, "
+                         "twice stops following",
+                         "- 运行 {run} 已提交到 {server}({status};简称 `{short}`);Ctrl-C 打断,按两次不再跟看"),
     "remote.attached": ("- run {run} ({status}) on {server}", "- 运行 {run}({status}),在 {server}"),
     "remote.no_terminal": ("! not at a terminal: nobody here answers its questions (answer them in the web page, or "
                            "with `flower remote attach {run}` at a terminal)",
                            "! 不在终端里:这里没人回答它的提问(到网页上回答,或在终端里跑 `flower remote attach {run}`)"),
-    "remote.changed_files": (" · {n} file(s) changed on {branch} (flower remote diff {run})",
+    "remote.changed_files": (" · {n} file{s} changed on {branch} (flower remote diff {run})",
                              " · 分支 {branch} 上改了 {n} 个文件(flower remote diff {run})"),
     "remote.ended": ("{mark} run {run} {status}{why} · ${cost:.4f}{tail}",
                      "{mark} 运行 {run} {status}{why} · ${cost:.4f}{tail}"),
     "remote.none": ("no runs yet (flower remote submit \"...\")", "还没有运行(flower remote submit \"……\")"),
     "remote.cancel_requested": (" (cancel requested)", "(已请求取消)"),
     "remote.field.run": ("run", "运行"),
+    "remote.field.short": ("short", "简称"),
+    "remote.field.waiting": ("waiting", "在等"),
     "remote.field.status": ("status", "状态"),
     "remote.field.ask": ("ask", "诉求"),
     "remote.field.step": ("step", "步骤"),
@@ -491,10 +514,27 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "remote.more_files": ("(more files than listed: git fetch <your repository> {branch})",
                           "(改动的文件比列出的多:git fetch <你的仓库> {branch})"),
     "remote.unchanged": ("run {run} changed nothing (yet)", "运行 {run} (还)没有改动"),
+    "remote.nothing_asked": ("run {run} has no open question: nothing to answer (`flower remote show {run}` says "
+                             "what it is doing)", "运行 {run} 没有待答的问题:没什么可回答的(`flower remote show {run}` "
+                             "看它在做什么)"),
+    "remote.no_such_question": ("run {run} has no open question {question}: `flower remote show {run}` lists the open "
+                                "ones", "运行 {run} 没有待答的问题 {question}:`flower remote show {run}` 会列出待答的"),
+    "remote.answered": ("+ answered run {run}'s question \"{question}\": {answer}",
+                        "+ 已回答运行 {run} 的问题“{question}”:{answer}"),
+    "remote.empty_answer": ("(nothing: it decides for itself)", "(没说:它自己判断)"),
+    "remote.blank_message": ("the message is blank: say something, or - to read it from stdin",
+                             "消息是空的:说点什么,或用 - 从标准输入读"),
+    "remote.messaged": ("+ sent to run {run} (it reads its inbox between tool calls)",
+                        "+ 已发给运行 {run}(它在工具调用之间查收件箱)"),
+    "remote.interrupted": ("! interrupted run {run}", "! 已打断运行 {run}"),
+    "remote.interrupted_with": (", it carries on with your words: {text}", ",它带着你的话接着干:{text}"),
+    "remote.deleted": ("- run {run} deleted (its events, manifest and folder)", "- 运行 {run} 已删除(事件、清单和目录)"),
+    "remote.kept_branch": ("; its branch {branch} stays", ";分支 {branch} 保留"),
+    "remote.deleted_branch": ("; its branch {branch} too", ";分支 {branch} 也删了"),
     "remote.cancelled": ("run {run} {status}", "运行 {run} {status}"),
     "remote.stopping": (" (stopping; flower remote show to check)", "(正在停;用 flower remote show 查看)"),
-    "remote.result": ("{mark} {step} · ${cost:.4f} · {turns} turns · total ${total:.4f}",
-                      "{mark} {step} · ${cost:.4f} · {turns} 轮 · 累计 ${total:.4f}"),
+    "remote.result": ("{mark} {step} · ${cost:.4f} · {n} turn{s} · total ${total:.4f}",
+                      "{mark} {step} · ${cost:.4f} · {n} 轮 · 累计 ${total:.4f}"),
     "remote.checkpoint": ("  # work handed back ({commit})", "  # 成果已交回({commit})"),
     "remote.sandbox_started": ("- sandbox started", "- 沙箱已启动"),
     "remote.killed": ("x the run's sandbox was stopped", "x 运行的沙箱被停掉了"),

@@ -1,5 +1,6 @@
 """``flower remote``: the same runs, on a flower service — submit an ask and follow it live, answer its
-questions at the prompt, Ctrl-C to interrupt; ``list``, ``show``, ``diff``, ``cancel``, ``logs``, ``attach``.
+questions at the prompt, Ctrl-C to interrupt; ``list``, ``show``, ``diff``, ``cancel``, ``logs``, ``attach``; and
+for scripts ``answer``, ``message``, ``interrupt``, ``delete`` (``remote_tell``).
 
 The service and the token come from ``--server``/``--token``, else ``FLOWER_SERVER``/``FLOWER_TOKEN``, else
 ``~/.config/flower/remote.toml`` (``flower remote login`` writes it). Only the public API is used.
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from . import remote_tell
 from .errors import Exit
 from .messages import name, t
 from .terminal import OUT, Style, ask, clean, echo, isatty, one_line
@@ -26,7 +28,7 @@ if TYPE_CHECKING:  # the screen and the client are loaded when used, not when ar
 P = TypeVar("P", bound=argparse.ArgumentParser)
 ASKED_EXIT = 3
 """``flower remote submit`` without a terminal (and without --wait): the run asked a question nobody here answers."""
-ACTIONS = ("login", "submit", "attach", "list", "show", "diff", "cancel", "logs")
+ACTIONS = ("login", "submit", "attach", "list", "show", "diff", "cancel", "logs", *remote_tell.VERBS)
 
 
 def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
@@ -48,27 +50,29 @@ def add_parser(sub: "argparse._SubParsersAction[P]") -> P:
     s.add_argument("-d", "--detach", action="store_true", help=t("help.remote.detach"))
     s.add_argument("--wait", action="store_true", help=t("help.remote.wait", code=ASKED_EXIT))
     a = acts.add_parser("attach", help=t("help.remote.attach"))
-    a.add_argument("run_id")
+    a.add_argument("run_id", help=t("help.remote.run"))
     ls = acts.add_parser("list", help=t("help.remote.list"))
     ls.add_argument("--status", default=None, help=t("help.remote.status"))
     ls.add_argument("--limit", type=int, default=50)
     sh = acts.add_parser("show", help=t("help.remote.show"))
-    sh.add_argument("run_id")
+    sh.add_argument("run_id", help=t("help.remote.run"))
     d = acts.add_parser("diff", help=t("help.remote.diff"))
-    d.add_argument("run_id")
+    d.add_argument("run_id", help=t("help.remote.run"))
     d.add_argument("--files", action="store_true", help=t("help.remote.files"))
     d.add_argument("--path", default=None, metavar="FILE", help=t("help.remote.path"))
     c = acts.add_parser("cancel", help=t("help.remote.cancel"))
-    c.add_argument("run_id")
+    c.add_argument("run_id", help=t("help.remote.run"))
     lg = acts.add_parser("logs", help=t("help.remote.logs"))
-    lg.add_argument("run_id")
+    lg.add_argument("run_id", help=t("help.remote.run"))
     lg.add_argument("-f", "--follow", action="store_true", help=t("help.remote.follow"))
+    remote_tell.add_parsers(acts)
     for action in acts.choices.values():
         _shared(action, sub=True)
     return p
 
 
-JSON_HELP = {"list": "help.json", "show": "help.json", "logs": "help.remote.json_lines"}
+JSON_HELP = {"list": "help.json", "show": "help.json", "logs": "help.remote.json_lines",
+             **{verb: "help.json" for verb in remote_tell.VERBS}}
 """The verbs with JSON output, and the help of their --json."""
 
 
@@ -174,7 +178,7 @@ async def _submit(api: Remote, args: argparse.Namespace) -> int:
     from .screen import Screen
 
     screen = Screen(verbose=getattr(args, "verbose", False))
-    screen.say(t("remote.submitted", run=run.id, server=api.server, status=run.status))
+    screen.say(t("remote.submitted", run=run.id, server=api.server, status=run.status, short=run.short or run.id))
     return await _follow_to_end(api, run.id, screen, wait=args.wait)
 
 
@@ -224,7 +228,8 @@ async def _list(api: Remote, args: argparse.Namespace) -> int:
         echo(t("remote.none"))
         return 0
     for r in runs:
-        echo(f"{r.id}  {r.status:<10} ${r.cost_usd:>8.4f}  {name(r.step or '-'):<8}  {one_line(r.ask, 60)}")
+        echo(f"{r.short or r.id}  {r.status:<10} ${r.cost_usd:>8.4f}  {name(r.step or '-'):<8}  {one_line(r.ask, 60):<60}"
+             + (f"  {r.id}" if r.short else ""))
     return 0
 
 
@@ -236,7 +241,8 @@ async def _show(api: Remote, args: argparse.Namespace) -> int:
     if args.json:
         echo(_json({**msgspec.to_builtins(run), "questions": msgspec.to_builtins(questions)}, indent=2))
         return 0
-    rows = [("run", run.id), ("status", run.status + (t("remote.cancel_requested") if run.cancel_requested else "")),
+    rows = [("run", run.id), *([("short", run.short)] if run.short else []),
+            ("status", run.status + (t("remote.cancel_requested") if run.cancel_requested else "")),
             ("ask", one_line(run.ask, 200)), ("step", name(run.step or "-")), ("cost", f"${run.cost_usd:.4f}"),
             ("events", str(run.events)), ("branch", run.branch or "-"), ("base", run.base or "-"),
             ("commit", run.commit or "-"), ("created", run.created or "-"), ("started", run.started or "-"),
@@ -247,6 +253,8 @@ async def _show(api: Remote, args: argparse.Namespace) -> int:
         rows.append(("resumed", t("remote.resumed_times", n=run.sandboxes - 1)))
     for loss in run.losses:
         rows.append(("lost", f"{loss.cause} {loss.at} · {one_line(loss.place or '-', 80)} · {one_line(loss.error, 200)}"))
+    if run.waiting:
+        rows.append(("waiting", one_line(run.waiting, 300)))
     if run.error:
         rows.append(("error", one_line(run.error, 300)))
     for key, value in rows:
@@ -333,5 +341,6 @@ def _json(value: object, *, indent: int | None = None) -> str:
 
 _HANDLERS: dict[str, Callable[["Remote", argparse.Namespace], Awaitable[int]]] = {
     "submit": _submit, "attach": _attach, "list": _list, "show": _show, "diff": _diff, "cancel": _cancel,
-    "logs": _logs,
+    "logs": _logs, "answer": remote_tell.answer, "message": remote_tell.message, "interrupt": remote_tell.interrupt,
+    "delete": remote_tell.delete,
 }

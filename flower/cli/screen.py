@@ -13,6 +13,7 @@ import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, TextIO
 
+from ..docs._sections import HEADINGS, heading
 from .messages import doc, language, name, t
 from .terminal import ERR, Terminal, clean, one_line, tilde, tokens_k
 
@@ -58,6 +59,7 @@ class Screen:
         self._prompt_shown = False
         self._prompt_rows = 0
         self._seen_asks: set[str] = set()
+        self._open_asks: set[str] = set()  # questions waiting on the person: the run is not thinking meanwhile
         self._denials: dict[str, str] = {}  # a guard's words to the model → what the person was shown instead
         self._tools: dict[str, str] = {}
         self._events = None
@@ -122,8 +124,8 @@ class Screen:
     # -- signs of life: the spinner during a model call --------------------------------
     def _spinner(self) -> str | None:
         quiet = time.monotonic() - self._quiet_since
-        if not self._busy or quiet < SPIN_AFTER_S:
-            return None
+        if not self._busy or self._open_asks or quiet < SPIN_AFTER_S:
+            return None  # waiting for the person is not the model's time: the prompt says whose turn it is
         frame = SPINNER[int(quiet * 8) % len(SPINNER)]
         what = name(self.label) or t("screen.waiting_model")
         if self._context:
@@ -201,7 +203,7 @@ class Screen:
         elif k == "text":
             if sub and not self.verbose:
                 return
-            lines = clean(ev.text).strip("\n").splitlines() or [""]
+            lines = [_glossed(line) for line in clean(ev.text).strip("\n").splitlines()] or [""]
             limit = 10_000 if self.verbose else 40
             for line in lines[:limit]:
                 self.say(f"{bar}  {line}".rstrip())
@@ -227,6 +229,10 @@ class Screen:
                 self.say(f"{bar}* {ev.tool} {one_line(ev.text, self.width - len(ev.tool) - 8)}".rstrip())
         elif k == "tool_result":
             tool = self._tools.get(p.get("tool_use_id") or "", "")
+            if p.get("interrupted"):
+                if tool != ASK_TOOL:  # the question's own line says it was skipped
+                    self.say(bar + t("screen.call_interrupted", tool=tool or t("screen.guard_a_call")))
+                return
             if p.get("is_error") and self._said_by_guard(ev.text):
                 return  # the guard's line said it, in the person's language
             if p.get("is_error"):
@@ -255,7 +261,10 @@ class Screen:
             elif self.verbose and p.get("description"):
                 self.say(f"{bar}# {one_line(p.get('description') or '', 80)} {p.get('status') or ''}".rstrip())
         elif k == "prompt":
-            if self.verbose:
+            if p.get("interrupt") and p.get("by") == "person":  # the person's words; the CLI's note is the model's
+                words = one_line(ev.text, self.width - 30)
+                self.say(t("screen.interrupt_words", words=words) if words else t("screen.interrupt_plain"))
+            elif self.verbose:
                 self.say(f"{bar}  » {one_line(ev.text, self.width - 8)}")
         elif k == "system":
             if self.verbose and ev.text == "init" and p.get("session_id"):
@@ -288,6 +297,10 @@ class Screen:
             return
         state, qid = p.get("state"), str(p.get("id") or "")
         waited = qid in self._seen_asks
+        if state == "asked":
+            self._open_asks.add(qid)
+        else:
+            self._open_asks.discard(qid)
         if state == "asked" or not waited:
             self._seen_asks.add(qid)
             lines = clean(ev.text).strip().splitlines() or [""]
@@ -374,6 +387,16 @@ def guard_said(fields: dict[str, Any]) -> str:
     role = name(str(fields.get("role") or "agent"))
     tool = str(fields.get("tool") or "") or t("screen.guard_a_call")
     return t(f"guard.{guard}" if guard in GUARDS else "guard.other", role=role, tool=tool, guard=guard or "?")
+
+
+_HEADING_LINE = re.compile(r"(?P<hashes>#{1,6})[ \t]*(?P<word>\S+?)[ \t]*")
+
+
+def _glossed(line: str) -> str:
+    """A heading line of a run's text that the reference fixes (the judge's ``## 结论``), glossed in English like a
+    step name (``## 结论 (verdict)``); any other line as it is."""
+    m = _HEADING_LINE.fullmatch(line)
+    return f"{m['hashes']} {heading(m['word'])}" if m and m["word"] in HEADINGS else line
 
 
 def _full_text(ev: Event) -> str:

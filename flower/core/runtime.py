@@ -468,6 +468,8 @@ class Runtime:
             await self._watch_interrupts()
             if not stop:
                 stop["cause"] = self.INTERRUPTED
+                # The person's words, as theirs: the CLI's own account of the cut turn is dropped below.
+                _emit(on_event, "prompt", self._interrupt_words or "", name, by="person", interrupt=True)
                 self._drop_open_questions()
                 await client.interrupt()
 
@@ -492,7 +494,9 @@ class Runtime:
                             r.text = msg.result
                     full = False
                     for ev in normalize(msg):
-                        full = self._observe(ev, name, r, on_event) or full
+                        seen = after_interrupt(ev) if stop.get("cause") == self.INTERRUPTED else ev
+                        if seen is not None:
+                            full = self._observe(seen, name, r, on_event) or full
                     # The handoff turn itself runs above the line by definition: never cut it.
                     if not stop and full and not handing_off:
                         stop["cause"] = self.HANDOFF_DUE
@@ -597,6 +601,24 @@ class Runtime:
             shutil.move(str(path), target)
         doc.write(path)
         return path
+
+
+def after_interrupt(ev: Event) -> Event | None:
+    """An event of a turn the person interrupted, as the person should read it (None: not at all).
+
+    The CLI answers an interrupt in its own words, meant for the model: a stand-in result for the call it cut
+    ("The user doesn't want to proceed with this tool use … STOP what you are doing …"), a user turn
+    "[Request interrupted by user for tool use]" and an ``error_during_execution`` result. None of it is a
+    failure or the person's: the cut call and the turn are marked ``interrupted`` (their cost still counts),
+    the CLI's note is dropped (the runtime emitted the person's own words when the interrupt landed).
+    """
+    if ev.kind == "prompt":
+        return None
+    if ev.kind == "tool_result" and ev.payload.get("is_error"):
+        return replace(ev, text="", payload={**ev.payload, "is_error": False, "interrupted": True})
+    if ev.kind == "result" and ev.payload.get("is_error"):
+        return replace(ev, text="interrupted", payload={**ev.payload, "is_error": False, "interrupted": True})
+    return ev
 
 
 def _emit(on_event: OnEvent | None, kind: str, text: str, step: str, **payload: Any) -> None:

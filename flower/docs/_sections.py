@@ -23,11 +23,28 @@ from pathlib import Path
 from typing import ClassVar, Self
 
 from flower.core.files import write_atomic
+from flower.core.language import language
 
 UNFILLED = "(未填)"
 EMPTY = "(空)"
-_BLANKS = {"", UNFILLED, "（未填）", EMPTY, "（空）"}
-_NONE_ITEMS = {"无", "(无)", "（无）", "没有", "暂无", "none", "n/a", "-", UNFILLED, "（未填）", EMPTY, "（空）"}
+_ENGLISH_MARKS = {UNFILLED: "(unfilled)", EMPTY: "(empty)"}
+_BLANKS = {"", UNFILLED, "（未填）", EMPTY, "（空）", *_ENGLISH_MARKS.values()}
+_NONE_ITEMS = {"无", "(无)", "（无）", "没有", "暂无", "none", "n/a", "-", UNFILLED, "（未填）", EMPTY, "（空）",
+               *_ENGLISH_MARKS.values()}
+
+HEADINGS = {
+    "需求": "requirement", "目标": "goal", "验收标准": "acceptance criteria", "边界": "bounds",
+    "未知与假设": "unknowns and assumptions", "目标与检查清单": "goal and checklist", "检查清单": "checklist",
+    "裁判结论": "the judge's verdict", "结论": "verdict", "理由": "reasons", "未通过": "failed checks",
+    "交接": "handoff", "正在做": "doing", "已决定": "decided", "死路": "dead ends", "下一步": "next", "现场": "scene",
+}
+"""The documents' headings (the reference fixes them in Chinese) and what an English reader is told they mean:
+in English, the copy written for people reads ``## 验收标准 (acceptance criteria)`` (the parser reads it back)."""
+
+
+def heading(name: str) -> str:
+    """A heading as a person reads it: glossed in English (``flower.core.language``), as written in Chinese."""
+    return f"{name} ({HEADINGS[name]})" if name in HEADINGS and language() == "en" else name
 
 _FENCE = re.compile(r"^[ \t]*(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 _ITEM = re.compile(r"^[ \t]*(?:[-*+•]|\d{1,3}[.)、])[ \t]+(?:\[[ xX]\][ \t]+)?(?P<text>.*\S)")
@@ -153,18 +170,23 @@ class Sections:
         return [self.titles[k] for k in keys if blank(values.get(k))]
 
     def render(self, values: dict[str, str], *, title: str = "", skip_blank: bool = False,
-               meta: str = "", placeholder: str = UNFILLED) -> str:
+               meta: str = "", placeholder: str = UNFILLED, people: bool = False) -> str:
         """Markdown with canonical headings; empty sections get ``placeholder`` unless skipped.
 
-        ``meta`` is a header line under the title (for humans; parsing ignores it).
+        ``meta`` is a header line under the title (for humans; parsing ignores it). ``people``: the copy a person
+        reads (``to_markdown``), its headings glossed in English; the model's copy (``prompt_block``) stays as the
+        reference writes it.
         """
-        parts = [f"# {title}"] if title else []
+        named = heading if people else (lambda name: name)
+        if people and language() == "en":
+            placeholder = _ENGLISH_MARKS.get(placeholder, placeholder)
+        parts = [f"# {named(title)}"] if title else []
         if meta:
             parts.append(meta)
         for key, name in self.titles.items():
             body = "" if blank(values.get(key)) else (values.get(key) or "").strip()
             if body or not skip_blank:
-                parts.append(f"## {name}\n{body or placeholder}")
+                parts.append(f"## {named(name)}\n{body or placeholder}")
         return "\n\n".join(parts) + "\n"
 
 

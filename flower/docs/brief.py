@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from flower.core.language import language
+
 from ._sections import Doc, Sections
 
 SECTIONS = Sections(
@@ -48,9 +50,11 @@ class Brief(Doc):
 
     def to_markdown(self) -> str:
         """The whole document for people: a metadata line, all four sections, empty ones marked (未填)."""
-        meta = (f"> 需求确认书 · 写于 {datetime.now().strftime('%Y-%m-%d %H:%M')} · "
-                f"缺 {len(self.missing())} 节 · 手改时保留四个标题")
-        return SECTIONS.render(self._values(), title="需求", meta=meta)
+        when, missing = datetime.now().strftime('%Y-%m-%d %H:%M'), len(self.missing())
+        meta = (f"> 需求确认书 · 写于 {when} · 缺 {missing} 节 · 手改时保留四个标题" if language() == "zh" else
+                f"> the requirement as confirmed · written {when} · {missing} section{'' if missing == 1 else 's'} "
+                "missing · keep the four headings when you edit it")
+        return SECTIONS.render(self._values(), title="需求", meta=meta, people=True)
 
     def prompt_block(self) -> str:
         """What downstream steps get instead of the clarifier's raw reply: non-empty sections, no metadata."""

@@ -50,7 +50,7 @@ class Goal(Doc):
 
     def to_markdown(self) -> str:
         """Empty sections (an empty checklist in particular) are written as (空)."""
-        return SECTIONS.render(self._values(), title="目标与检查清单", placeholder=EMPTY)
+        return SECTIONS.render(self._values(), title="目标与检查清单", placeholder=EMPTY, people=True)
 
     def prompt_block(self) -> str:
         return SECTIONS.render(self._values(), title="目标与检查清单", skip_blank=True)

@@ -12,7 +12,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._sections import EMPTY, Doc, Sections
+from flower.core.language import language
+
+from ._sections import EMPTY, Doc, Sections, heading
 
 SECTIONS = Sections(
     ("doing", "正在做", ("当前在做", "进行中", "Doing", "In progress", "Current work")),
@@ -22,7 +24,7 @@ SECTIONS = Sections(
     ("scene", "现场", ("现场状态", "工作区现状", "Scene", "Workspace state")),
 )
 DEGRADED = "[降级:交接没写成]"
-_TITLE = re.compile(r"^#[ \t]*交接[ \t]*[:：][ \t]*(?P<step>.+?)[ \t]*$", re.M)
+_TITLE = re.compile(r"^#[ \t]*交接(?:[ \t]*\([^)\n]{0,40}\))?[ \t]*[:：][ \t]*(?P<step>.+?)[ \t]*$", re.M)
 
 # Normalised with _ → space and backticks dropped, so the API's
 # "input length and `max_tokens` exceed context limit" and
@@ -97,8 +99,11 @@ class Handoff(Doc):
         return any(DEGRADED in getattr(self, k) for k in SECTIONS.titles)
 
     def to_markdown(self) -> str:
-        return SECTIONS.render(self._values(), title=f"交接:{self.step}" if self.step else "交接",
-                               placeholder=EMPTY)
+        if self.step and language() == "en":
+            title = f"{heading('交接')}: {self.step}"
+        else:
+            title = f"交接:{self.step}" if self.step else "交接"
+        return SECTIONS.render(self._values(), title=title, placeholder=EMPTY, people=True)
 
     def prompt_block(self) -> str:
         """The whole prompt of the fresh session that takes over."""

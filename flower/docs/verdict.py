@@ -131,7 +131,7 @@ class Verdict(Doc):
         return "\n\n".join(parts)
 
     def to_markdown(self) -> str:
-        return SECTIONS.render(self._values(), title="裁判结论")
+        return SECTIONS.render(self._values(), title="裁判结论", people=True)
 
     def prompt_block(self) -> str:
         return SECTIONS.render(self._values(), title="裁判结论", skip_blank=True)

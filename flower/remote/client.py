@@ -104,6 +104,11 @@ class Remote:
                              timeout=wait + self._http.timeout.read if self._http.timeout.read else None)
         return msgspec.convert(r.json(), RunInfo)
 
+    async def delete(self, run_id: str, *, branch: bool = False) -> RunInfo:
+        """An ended run's files (and its branch with ``branch``); its tombstone comes back."""
+        r = await self._call("DELETE", f"/runs/{run_id}", params={"branch": "true" if branch else "false"})
+        return msgspec.convert(r.json(), RunInfo)
+
     async def diff(self, run_id: str, *, path: str | None = None) -> str:
         """The whole diff (or one file's) as one string; ``diff_lines`` for one that may be large."""
         return "".join([line async for line in self.diff_lines(run_id, path=path)])

@@ -47,11 +47,13 @@ class Loss(msgspec.Struct):
 
 
 class RunInfo(msgspec.Struct):
-    """One run as ``GET /v1/runs/{id}`` shows it; ``parked``: it waits for a person with no sandbox (an answer, a
-    message or an interrupt wakes it); ``sandboxes`` above 1: it was resumed (``losses``: the sandboxes it lost)."""
+    """One run as ``GET /v1/runs/{id}`` shows it; ``short`` is what a person types for it (empty from an older
+    service); ``parked``: it waits for a person with no sandbox (an answer, a message or an interrupt wakes it);
+    ``sandboxes`` above 1: it was resumed (``losses``: the sandboxes it lost)."""
 
     id: str
     status: str
+    short: str = ""
     ask: str = ""
     options: dict[str, Any] = {}
     branch: str | None = None
@@ -69,6 +71,8 @@ class RunInfo(msgspec.Struct):
     sandboxes: int = 0
     losses: list[Loss] = []
     parked_at: str | None = None
+    deleted: str | None = None
+    waiting: str | None = None
 
     @property
     def ended_already(self) -> bool:

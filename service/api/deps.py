@@ -25,6 +25,7 @@ from ..control.mailbox import Mailbox
 from ..control.streams import StreamSlots
 from ..metrics import Metrics
 from ..registry import DeliveriesTable, Run, RunsTable, SpendTable
+from ..registry.short_ids import HEX_AT, LAST, MIN_SHORT, SHORT_LEN, short_of
 from ..tenants import Tenant, Tenants
 from ..wiring import RunControl, Service
 from .errors import Conflict, TooManyRequests
@@ -88,24 +89,37 @@ def _tenant(request: Request[Any, Any, Any]) -> Tenant:
 
 
 def provide_run(runs: RunsDep, tenant: TenantDep, run_id: FromPath[str]) -> Run:
-    """The run ``run_id`` of the caller's tenant, or the one of its runs whose id starts with ``run_id`` (at least
-    ``MIN_PREFIX`` characters); 404 when it has none, 409 naming the candidates when several start so. An id
-    of other characters than a run id's is no run (asked of no database: PostgreSQL refuses a NUL byte)."""
+    """The run ``run_id`` names among the caller's tenant's: its whole id, ``last`` (the newest), its short id or
+    any prefix of its hex part (``MIN_SHORT`` digits or more), or a prefix of its whole id (``MIN_PREFIX``
+    characters or more); 404 when none, 409 naming the candidates when several. An id of other characters than
+    a run id's is no run (asked of no database: PostgreSQL refuses a NUL byte)."""
+    if run_id == LAST:
+        newest = runs.list(tenant=tenant.name, limit=1, deleted=False)
+        if not newest:
+            raise NotFoundException("you have no run yet, so `last` names none: submit one first")
+        return newest[0]
     if not RUN_ID_CHARS.issuperset(run_id):
-        raise NotFoundException(f"run {run_id[:100]!r} not found: a run id holds only digits, a-f and '-'")
+        raise NotFoundException(f"run {run_id[:100]!r} not found: a run id holds only digits, a-f and '-' "
+                                "(or say `last`)")
     run = runs.get(run_id, tenant=tenant.name)
     if run is not None:
         return run
-    if len(run_id) < MIN_PREFIX:
-        raise NotFoundException(f"run {run_id} not found (a shortened id needs at least {MIN_PREFIX} characters)")
-    found = runs.ids_starting(run_id, tenant=tenant.name, limit=AMBIGUOUS_SHOWN + 1)
+    if len(run_id) < MIN_SHORT:
+        raise NotFoundException(f"run {run_id} not found: give at least {MIN_SHORT} characters of its short id "
+                                "(`flower remote list` shows them), or `last`")
+    found = runs.ids_starting(run_id, tenant=tenant.name, limit=AMBIGUOUS_SHOWN + 1,
+                              hex_part="-" not in run_id)
+    if len(run_id) < MIN_PREFIX:  # so short it only names a hex part: not the first digits of a date
+        found = [f for f in found if short_of(f).startswith(run_id)]
     if len(found) > 1:
         more = ", …" if len(found) > AMBIGUOUS_SHOWN else ""
-        raise Conflict(f"run id {run_id} is ambiguous: more than one of your runs starts with it "
-                       f"({', '.join(found[:AMBIGUOUS_SHOWN])}{more}); give more of the id")
+        listed = ", ".join(f"{short_of(f)} ({f})" for f in found[:AMBIGUOUS_SHOWN])
+        raise Conflict(f"run id {run_id} is ambiguous: more than one of your runs goes by it ({listed}{more}); "
+                       "give more of it, or the short id")
     run = runs.get(found[0], tenant=tenant.name) if found else None
     if run is None:
-        raise NotFoundException(f"run {run_id} not found")
+        raise NotFoundException(f"run {run_id} not found" if len(run_id) >= HEX_AT + SHORT_LEN else
+                                f"run {run_id} not found among your runs: `flower remote list` shows their short ids")
     return run
 
 

@@ -14,6 +14,7 @@ from litestar.openapi import ResponseSpec
 from litestar.openapi.spec import Example
 from litestar.params import Body
 
+from ..registry.short_ids import short_of
 from .schemas import (AcceptedOut, AnswerIn, AnswerOut, Budget, DeliveryList, DeliveryOut, DiffFile, DiffFilesOut,
                       DiffStat, EventMessage, HealthOut, LossOut, ManifestOut, MessageOut, PushOut, QuestionList, QuestionOut,
                       RunList, RunOut, SubmitIn, SubmitOut, TextIn, Usage, UsageOut)
@@ -27,14 +28,15 @@ BRANCH = f"flower/{RUN_ID}"
 BASE, COMMIT = "9fceb02d0ae598e95dc970b74767f19372d61af8", "e83c5163316f89bfbde7d9ab23ca2e25604af290"
 
 SUBMIT = SubmitIn(ask="Add a --verbose flag to the CLI and a test for it", options={"rounds": 2})
-SUBMITTED = SubmitOut(id=RUN_ID, status="queued", branch=BRANCH)
+SUBMITTED = SubmitOut(id=RUN_ID, short=short_of(RUN_ID), status="queued", branch=BRANCH)
 STAT = DiffStat(files=[DiffFile(path="cli.py", insertions=12, deletions=1),
                        DiffFile(path="tests/test_cli.py", insertions=9, deletions=0)], insertions=21, deletions=1)
 PUSHED = PushOut(state="pushed", url="https://git.example.com/acme/app.git", ref=f"refs/heads/{BRANCH}",
                  commit=COMMIT, error=None, at="2025-06-12T09:41:04.118Z", attempts=1)
-RUN = RunOut(id=RUN_ID, status="succeeded", ask=SUBMIT.ask, options=SUBMIT.options, branch=BRANCH, base=BASE,
-             commit=COMMIT, created="2025-06-12T09:30:15.204Z", started="2025-06-12T09:30:16.911Z",
-             ended="2025-06-12T09:41:02.377Z", cost_usd=0.4182, error=None, step=None, diffstat=STAT, events=214,
+RUN = RunOut(id=RUN_ID, short=short_of(RUN_ID), status="succeeded", ask=SUBMIT.ask, options=SUBMIT.options,
+             branch=BRANCH, base=BASE, commit=COMMIT, created="2025-06-12T09:30:15.204Z",
+             started="2025-06-12T09:30:16.911Z", ended="2025-06-12T09:41:02.377Z", cost_usd=0.4182, error=None,
+             step="工作", step_label="工作 (work)", diffstat=STAT, events=214,
              cancel_requested=False, disk_bytes=18_874_368, deleted=None,
              usage=Usage(input_tokens=118_204, output_tokens=9_611, cache_write_tokens=20_480,
                          cache_read_tokens=401_336), claimed_cost_usd=0.4175, push=PUSHED, sandboxes=2,

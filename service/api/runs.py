@@ -18,13 +18,16 @@ from ..control.admission import BadSubmit, DiskLow, NotTakingRuns, QueueFull, ne
 from ..gateway.budgets import day_of
 from ..logging import get_logger
 from ..registry import STATUSES, Run
+from ..registry.short_ids import short_of
 from ..tenants import Tenant, TenantNotReady
 from ..wiring import RunControl
-from .deps import AdmissionDep, ClockDep, ConfigDep, ControlDep, RunDep, RunsDep, SpendDep, TenantDep, provide_run
+from .deps import (AdmissionDep, ClockDep, ConfigDep, ControlDep, GateDep, HealthDep, RunDep, RunsDep, SpendDep,
+                   TenantDep, provide_run)
 from .errors import Conflict, Gone, InsufficientStorage, TooManyRequests, Unprocessable, errors, example_error
 from .examples import DIFF, FILES, MANIFEST, RUN, RUNS, SUBMITTED, USAGE, SubmitBody, ok
 from .schemas import (Budget, DiffFile, DiffFilesOut, ErrorOut, ManifestOut, RunList, RunOut, SubmitOut, UsageOut,
                       run_out)
+from .waiting import waiting_of
 
 if TYPE_CHECKING:
     from sandbox.worktree import Changes
@@ -87,7 +90,7 @@ class RunController(Controller):
         except QueueFull as e:
             raise TooManyRequests(str(e), headers={"Retry-After": "30"}) from None
         run = admitted.run
-        return Response(SubmitOut(id=run.id, status=run.status, branch=admitted.branch),
+        return Response(SubmitOut(id=run.id, short=short_of(run.id), status=run.status, branch=admitted.branch),
                         status_code=201, headers={"Location": f"/v1/runs/{run.id}"})
 
     @get("/", operation_id="list_runs", summary="The tenant's runs, newest first",
@@ -111,10 +114,11 @@ class RunController(Controller):
 
     @get("/{run_id:str}", operation_id="get_run", summary="One run",
          responses={**ok(200, RUN, "the run as it is now"), **errors(404)})
-    async def get_run(self, run: RunDep) -> RunOut:
+    async def get_run(self, run: RunDep, tenant: TenantDep, runs: RunsDep, config: ConfigDep, gate: GateDep,
+                      health: HealthDep, clock: ClockDep) -> RunOut:
         """Its status, times, cost, last step and, once it ended, its diffstat; a live run's counters move on
-        between two reads."""
-        return run_out(run)
+        between two reads. A queued one says why it waits (`waiting`)."""
+        return run_out(run, waiting=waiting_of(run, tenant, runs, config, gate, health, clock.now()))
 
     @delete("/{run_id:str}", status_code=200, operation_id="delete_run",
             summary="Delete an ended run's files (and, with branch=true, its branch); the row stays as a tombstone",

@@ -11,7 +11,10 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from flower.cli.messages import gloss
+
 from ..registry import Delivery, Push, Run, RunStatus
+from ..registry.short_ids import short_of
 
 __all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
            "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget",
@@ -47,6 +50,7 @@ class TextIn(msgspec.Struct, forbid_unknown_fields=True):
 # -- responses -------------------------------------------------------------------------------
 class SubmitOut(msgspec.Struct):
     id: str
+    short: str
     status: Status
     branch: str
 
@@ -119,10 +123,12 @@ class DeliveryList(msgspec.Struct):
 
 
 class RunOut(msgspec.Struct):
-    """One run as its tenant sees it. Times are ISO 8601 UTC; ``events`` is how many events it has written
+    """One run as its tenant sees it. ``short`` is what a person types for it (unique among the tenant's runs;
+    ``last`` names the newest, the whole ``id`` always works). Times are ISO 8601 UTC; ``events`` is how many events it has written
     (the last SSE id); ``deleted`` is set once its files were removed (the row stays as a tombstone).
     ``cost_usd`` and ``usage`` are the model gateway's figures; ``claimed_cost_usd`` is what the run reported."""
     id: str
+    short: str
     status: Status
     ask: str
     options: dict[str, JSON]
@@ -135,6 +141,8 @@ class RunOut(msgspec.Struct):
     cost_usd: float
     error: str | None
     step: str | None
+    step_label: str | None
+    """``step`` for a reader of English: the name the reference fixes, glossed (``工作·判定#1 (work, verdict 1)``)."""
     diffstat: DiffStat | None
     events: int
     cancel_requested: bool
@@ -149,6 +157,8 @@ class RunOut(msgspec.Struct):
     parked_at: str | None
     """While ``status`` is "parked": since when it waits for a person with no sandbox (an answer, a message or
     an interrupt wakes it)."""
+    waiting: str | None = None
+    """Why a queued run has not started yet, in a sentence (only ``GET /v1/runs/{id}`` says it)."""
 
 
 class LossOut(msgspec.Struct):
@@ -251,19 +261,21 @@ def _iso(t: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
-def run_out(run: Run) -> RunOut:
+def run_out(run: Run, *, waiting: str | None = None) -> RunOut:
     stat = msgspec.convert(run.diffstat, DiffStat) if run.diffstat else None
-    return RunOut(id=run.id, status=run.status, ask=run.ask, options=run.options,
+    return RunOut(id=run.id, short=short_of(run.id), status=run.status, ask=run.ask, options=run.options,
                   branch=run.branch, base=run.base, commit=run.commit_sha, created=_iso(run.created) or "",
                   started=_iso(run.started), ended=_iso(run.ended), cost_usd=round(run.cost_usd, 6),
-                  error=run.error, step=run.step, diffstat=stat, events=run.event_seq,
+                  error=run.error, step=run.step, step_label=gloss(run.step) if run.step else None, diffstat=stat,
+                  events=run.event_seq,
                   cancel_requested=run.cancel_requested, disk_bytes=run.disk_bytes, deleted=_iso(run.deleted),
                   usage=Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
                               cache_write_tokens=run.cache_write_tokens, cache_read_tokens=run.cache_read_tokens),
                   claimed_cost_usd=round(run.claimed_cost_usd, 6), push=push_out(run.push),
                   sandboxes=run.sandboxes, parked_at=_iso(run.parked_at),
                   losses=[LossOut(cause=x.cause, at=_iso(x.at) or "", error=x.error, step=x.step, place=x.place,
-                                  since_checkpoint_s=x.since_checkpoint_s) for x in run.losses])
+                                  since_checkpoint_s=x.since_checkpoint_s) for x in run.losses],
+                  waiting=waiting)
 
 
 def push_out(push: Push | None) -> PushOut | None:

@@ -34,6 +34,7 @@ from ..config import ServiceConfig
 from ..errors import ServiceError, TenantNotReady
 from ..logging import get_logger
 from ..registry import Run, RunsTable
+from ..registry.short_ids import short_of
 from ..tenants import Tenant
 from .health import Health, is_disk_full
 
@@ -117,6 +118,8 @@ class Admission:
         if self.runs.count(statuses=["queued"], tenant=tenant.name) >= cap:  # before the slow checks below
             raise self._full(tenant, cap)
         run_id = new_run_id()
+        while self.runs.ids_starting(short_of(run_id), tenant=tenant.name, limit=1, hex_part=True):
+            run_id = new_run_id()  # its short id must name it alone among the tenant's runs
         try:
             spec = RunSpec(run_id=run_id, tenant=tenant.name, ask=ask, options=dict(options), env={})
         except (ValueError, TypeError, msgspec.ValidationError) as e:

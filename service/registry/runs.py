@@ -27,6 +27,7 @@ from . import dialects
 from .db import Database
 from .rows import ACTIVE, COLUMNS, STATUSES, TERMINAL, Ending, Kept, Lease, Loss, Push, Run, RunStatus, ordered, \
     run_of, stored
+from .short_ids import HEX_AT
 from .tables import leases, runs, wire_audit
 
 __all__ = ["RunsTable", "HeldRun"]
@@ -161,12 +162,14 @@ class RunsTable(_Writes):
         rows = self._db.rows(q)
         return run_of(rows[0]) if rows else None
 
-    def ids_starting(self, prefix: str, *, tenant: str, limit: int = 6) -> list[str]:
-        """The ids of ``tenant``'s runs that start with ``prefix`` (at most ``limit``, oldest first): how a short
-        id a person typed is resolved, never across tenants."""
-        q = (select(runs.c.id).where(runs.c.tenant == tenant,
-                                     dialects.starts_with(runs.c.id, prefix, self._db.dialect))
-             .order_by(*self._order).limit(int(limit)))
+    def ids_starting(self, prefix: str, *, tenant: str, limit: int = 6, hex_part: bool = False) -> list[str]:
+        """The ids of ``tenant``'s runs that start with ``prefix`` — or whose hex part does, with ``hex_part``
+        (``short_ids``) — at most ``limit``, oldest first: how an id a person typed is resolved, never across
+        tenants."""
+        where = dialects.starts_with(runs.c.id, prefix, self._db.dialect)
+        if hex_part:
+            where = where | (func.substr(runs.c.id, HEX_AT + 1, len(prefix)) == prefix)
+        q = select(runs.c.id).where(runs.c.tenant == tenant, where).order_by(*self._order).limit(int(limit))
         return [str(r["id"]) for r in self._db.rows(q)]
 
     def list(self, *, tenant: str | None = None, statuses: Iterable[str] | None = None,

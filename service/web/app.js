@@ -77,8 +77,8 @@ function showApp() {
   }, () => {});
   refreshRuns();
   state.timers.push(setInterval(refreshRuns, 2000), setInterval(refreshRun, 2000));
-  const id = decodeURIComponent(location.hash.slice(1));
-  if (id) selectRun(id);
+  const named = decodeURIComponent(location.hash.slice(1));  // a whole id, a short id or `last`: the API resolves it
+  if (named) api("/runs/" + encodeURIComponent(named)).then((run) => selectRun(run.id), (e) => notice(e.message, true));
 }
 
 // -- the runs -----------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ async function refreshRuns() {
     const li = el("li", r.id === state.current ? "selected" : "");
     li.dataset.id = r.id;
     const top = el("div");
-    top.append(el("span", "badge " + r.status, r.status), " ", el("span", "meta", money(r.cost_usd) + (r.step ? " · " + stepName(r.step) : "")));
+    top.append(el("code", "short", r.short || ""), " ", el("span", "badge " + r.status, r.status), " ", el("span", "meta", money(r.cost_usd) + (r.step ? " · " + stepName(r.step) : "")));
     li.append(top, el("span", "ask", oneLine(r.ask, 80)), el("span", "meta", (r.created || "").replace("T", " ").slice(0, 19)));
     li.addEventListener("click", () => selectRun(r.id));
     return li;
@@ -130,7 +130,7 @@ function selectRun(id) {
   history.replaceState(null, "", "#" + encodeURIComponent(id));
   document.querySelectorAll("#runs li").forEach((li) => li.classList.toggle("selected", li.dataset.id === id));
   $("run").hidden = false;
-  $("run-id").textContent = id;
+  $("run-id").textContent = id; $("run-short").textContent = "";
   $("events").replaceChildren(); $("questions").replaceChildren(); $("diff").replaceChildren(); $("diff-files").replaceChildren();
   ["run-where", "run-elapsed", "run-step", "diff-state"].forEach((e) => { $(e).textContent = ""; });
   $("run-why").hidden = true; $("patch-btn").hidden = true;
@@ -150,6 +150,7 @@ async function refreshRun() {
   const wasAt = state.run ? rank(was, state.run.sandboxes) : -1;
   if (was && wasAt > rank(run.status, run.sandboxes)) run.status = was;  // a poll sent before the events it lags behind
   state.run = run;
+  $("run-short").textContent = run.short || "";
   if (was && was !== run.status) refreshRuns();
   $("run-step").textContent = run.step ? T("run.step", { step: stepName(run.step) }) : "";
   $("run-cost").textContent = money(Math.max(run.cost_usd || 0, state.streamedCost));
@@ -180,6 +181,11 @@ function drawStatus() {
   drawTimes();
   // why it ended, once the row says so: the service's sentence (it may quote the run's own: text only)
   const why = $("run-why"), known = ended && run.ended;
+  if (status === "queued" && run.waiting) {  // why it has not started: the service's sentence, like GitHub's "Waiting for a runner"
+    why.hidden = false; why.className = "ended";
+    $("run-why-label").textContent = T("run.why_waiting"); $("run-error").textContent = run.waiting;
+    return;
+  }
   why.hidden = !(known && (run.error || status !== "succeeded"));
   if (why.hidden) return;
   why.className = status === "succeeded" ? "note" : status === "cancelled" ? "ended" : "bad";
@@ -251,7 +257,7 @@ async function follow(id, signal) {
       const r = await fetch("/v1/runs/" + encodeURIComponent(id) + "/events", { headers, signal });
       if (r.status === 401) { signOut(T("auth.refused")); return; }
       if (r.status === 429) { setStream(T("stream.too_many")); await sleep(5000); continue; }
-      if (!r.ok) { setStream(T("stream.unavailable", { status: r.status })); return; }
+      if (!r.ok) { setStream(r.status === 410 ? T("stream.deleted") : T("stream.unavailable", { status: r.status })); return; }
       setStream(T("stream.live"), true);
       const reader = r.body.pipeThrough(new TextDecoderStream()).getReader();
       let buf = "", msg = { event: "message", data: [], id: null };
@@ -366,7 +372,7 @@ function show(ev) {
         const v = verdict[1].trim();
         line("verdict " + (/^(达成|achieved)/i.test(v) ? "achieved" : "missed"), T("ev.verdict", { verdict: verdictWord(v) }));
       }
-      const lines = String(ev.text || "").replace(/\n+$/, "").split("\n");
+      const lines = glossHeadings(String(ev.text || "").replace(/\n+$/, "")).split("\n");
       const shown = lines.slice(0, 40).map((s) => "  " + s).join("\n");
       line(sub ? "muted" : "", shown + (lines.length > 40 ? "\n  " + T("ev.more_lines", { n: lines.length - 40 }) : ""), sub);
       break;
@@ -384,6 +390,7 @@ function show(ev) {
     }
     case "tool_result": {
       const tool = state.tools[p.tool_use_id || ""] || "";
+      if (p.interrupted) { if (tool !== ASK_TOOL) line("muted", T("ev.call_interrupted", { tool: tool || T("ev.a_call") }), sub); break; }
       if (p.is_error && saidByGuard(ev.text)) break;  // the guard's line said it, in the reader's language
       if (p.is_error) line("bad", "x " + oneLine(ev.text, 300), sub);
       else if ((tool === "Agent" || tool === "Task") && !sub)  // the stream cuts results at 500 characters: the report comes whole with the task
@@ -415,12 +422,20 @@ function show(ev) {
       if (typeof p.summary === "string" && p.tool_use_id) state.reports[p.tool_use_id] = p.summary;
       if (ev.text) line("warn", "! " + oneLine(ev.text, 400));
       break;
-    case "prompt": if (!sub && /interrupt/i.test(ev.text || "")) line("warn", "! " + oneLine(ev.text, 200)); break;
+    case "prompt":  // only the person's words, from an interrupt: what the CLI says to the model stays in the stream
+      if (p.interrupt && p.by === "person")
+        line("answer", ev.text ? T("ev.interrupt_words", { words: oneLine(ev.text, 300) }) : T("ev.interrupt_plain"));
+      break;
     case "result": {
       const c = Number(p.cost_usd || 0);
       state.streamedCost += c;
+      if (p.interrupted) {
+        line("muted", T("ev.result_interrupted", { step: stepName(ev.step || "-"), cost: money(c), total: money(state.streamedCost) }));
+        $("run-cost").textContent = money(Math.max(state.run ? state.run.cost_usd || 0 : 0, state.streamedCost));
+        break;
+      }
       line(p.is_error ? "bad" : "cost", T("ev.result", { mark: p.is_error ? "x" : "+", step: stepName(ev.step || "-"), cost: money(c),
-        turns: p.num_turns || 0, total: money(state.streamedCost) }));
+        n: Number(p.num_turns || 0), total: money(state.streamedCost) }));
       $("run-cost").textContent = money(Math.max(state.run ? state.run.cost_usd || 0 : 0, state.streamedCost));
       break;
     }

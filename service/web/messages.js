@@ -52,6 +52,7 @@ const MESSAGES = {
   "loss.vanished": ["vanished", "消失"],
   "loss.killed": ["stopped by its engine", "被引擎停掉"],
   "run.why_failed": ["Why it {status}:", "为什么{status}:"],
+  "run.why_waiting": ["Why it waits:", "为什么在等:"],
   "run.why_ended": ["Why it ended:", "为什么结束:"],
   "run.note": ["Note:", "备注:"],
   "run.no_reason": ["the service recorded no reason: the events below show how far it got.",
@@ -64,6 +65,7 @@ const MESSAGES = {
   "time.hm": ["{h}h {m}m", "{h} 小时 {m} 分"],
   "stream.live": ["live", "实时"],
   "stream.too_many": ["too many streams open: retrying", "打开的流太多:重试中"],
+  "stream.deleted": ["none: the run was deleted, its events with its files", "没有了:运行已删除,事件随文件一起删了"],
   "stream.unavailable": ["unavailable ({status})", "不可用({status})"],
   "stream.ended": ["ended", "已结束"],
   "stream.reconnecting": ["reconnecting…", "重新连接中…"],
@@ -73,14 +75,21 @@ const MESSAGES = {
   "ev.retry": ["- {label}: retrying", "- {label}:重来一次"],
   "ev.skipped": [". {step} — already done, skipped", ". {step} —— 已经有了,跳过"],
   "ev.step_head": ["== {step} · step {i} of {n}", "== {step} ({i}/{n})"],
+  "run.short_title": ["its short id: type it in flower remote, or after # in this page's address",
+                      "它的简称:在 flower remote 里输入,或写在本页地址的 # 后面"],
   "ev.fold": ["click to fold or unfold this step's events", "点击折叠或展开这一步的事件"],
   "ev.resumed": ["<- resumes the last session", "<- 接着上次的会话"],
   "ev.verdict": ["verdict: {verdict}", "判定:{verdict}"],
-  "ev.more_lines": ["…({n} more lines)", "…(还有 {n} 行)"],
+  "ev.more_lines": ["…({n} more line{s})", "…(还有 {n} 行)"],
   "ev.inbox": ["* checks its inbox", "* 查收件箱"],
   "ev.dispatch": ["> dispatched to {who}: {what}", "> 派给 {who}:{what}"],
   "ev.report": ["<- report handed back: {gist}", "<- 报告交回来了:{gist}"],
   "ev.mail": ["+ message received (it sees it when it next checks its inbox)", "+ 收到消息(它下次查收件箱时会看到)"],
+  "ev.interrupt_words": ["! interrupted, with your words: {words}", "! 打断了,你说:{words}"],
+  "ev.interrupt_plain": ["! interrupted, without words: it carries on", "! 打断了,没留话:它接着干"],
+  "ev.call_interrupted": ["~ {tool} interrupted (not a failure)", "~ {tool} 被打断(不是失败)"],
+  "ev.result_interrupted": ["~ {step} · interrupted, it carries on · {cost} · total {total}",
+                            "~ {step} · 被打断,接着干 · {cost} · 累计 {total}"],
   "ev.empty_answer": ["(empty answer)", "(空回答)"],
   "ev.timeout": ["! nobody answered: it decides for itself", "! 无人应答:它自己判断"],
   "ev.over_budget": ["! out of questions: it decides for itself", "! 提问额度用完:它自己判断"],
@@ -91,7 +100,7 @@ const MESSAGES = {
   "ev.handoff_near": ["# context {used}, close to the handoff line {at}", "# 上下文 {used},快到交接线 {at}"],
   "ev.handoff_writing": ["# the context is full — writing a handoff for a new session", "# 上下文满了 —— 写交接书准备换代"],
   "ev.reset": ["# context compacted", "# 上下文被压缩了"],
-  "ev.result": ["{mark} {step} · {cost} · {turns} turns · total {total}", "{mark} {step} · {cost} · {turns} 轮 · 累计 {total}"],
+  "ev.result": ["{mark} {step} · {cost} · {n} turn{s} · total {total}", "{mark} {step} · {cost} · {n} 轮 · 累计 {total}"],
   "ev.guard": ["  ! guard stopped {who}'s {tool}: {why}", "  ! 守卫拦下了 {who} 的 {tool}:{why}"],
   "ev.a_call": ["tool call", "工具调用"],
   "ev.checkpoint": ["  ✓ work handed back {commit}", "  ✓ 成果已交回 {commit}"],
@@ -132,7 +141,7 @@ const MESSAGES = {
   "diff.large": ["A large diff: files over {n} changed lines are collapsed, open one to fetch it.",
                  "差异很大:改动超过 {n} 行的文件已折叠,点开才取。"],
   "diff.show": ["Show diff ({what})", "显示差异({what})"],
-  "diff.lines": ["{n} lines", "{n} 行"],
+  "diff.lines": ["{n} line{s}", "{n} 行"],
   "diff.binary": ["binary", "二进制"],
 };
 
@@ -143,11 +152,25 @@ const GLOSSARY = {
   "达成": "achieved", "未达成": "not achieved", "无法验证": "cannot be verified",
 };
 const VERDICTS = ["达成", "未达成", "无法验证"];
+// The documents' headings the reference fixes (flower/docs/_sections.py HEADINGS): a heading line in a run's text
+// (the judge's "## 结论", a brief's "## 验收标准") is glossed in English like a step name; the words under it stay.
+const HEADINGS = {
+  "需求": "requirement", "目标": "goal", "验收标准": "acceptance criteria", "边界": "bounds",
+  "未知与假设": "unknowns and assumptions", "目标与检查清单": "goal and checklist", "检查清单": "checklist",
+  "裁判结论": "the judge's verdict", "结论": "verdict", "理由": "reasons", "未通过": "failed checks",
+  "交接": "handoff", "正在做": "doing", "已决定": "decided", "死路": "dead ends", "下一步": "next", "现场": "scene",
+};
+
+function glossHeadings(text) {
+  if (LANG === "zh") return text;
+  return String(text).replace(/^(#{1,6})[ \t]*(\S+?)[ \t]*$/gm, (m, hashes, word) => word in HEADINGS ? hashes + " " + word + " (" + HEADINGS[word] + ")" : m);
+}
 const LABEL = /^([^#·]+)(?:·判定#(\d+))?(?:#round(\d+))?(?:#retry(\d+))?$/;
 
 function T(key, fields = {}) {
   const pair = MESSAGES[key];
   const text = pair ? pair[LANG === "zh" ? 1 : 0] : key;
+  if (typeof fields.n === "number" && !("s" in fields)) fields = { ...fields, s: fields.n === 1 ? "" : "s" };  // "1 turn", "2 turns"
   return text.replace(/\{(\w+)\}/g, (m, k) => (k in fields ? String(fields[k]) : m));
 }
 

@@ -93,6 +93,15 @@ def test_ids_starting_resolves_a_prefix_within_one_tenant(registry: Registry):
     assert registry.runs.ids_starting("20260101_", tenant="acme") == [], "a prefix is matched byte for byte"
     assert registry.runs.ids_starting("20260101-000001-1", tenant="acme") == [ACME[1]]
 
+
+def test_ids_starting_resolves_the_start_of_the_hex_part_as_a_short_id(registry: Registry):
+    for run_id, tenant in ((ACME[1], "acme"), (ACME[2], "beta"), (ACME[3], "acme")):
+        registry.runs.create(id=run_id, tenant=tenant, ask="a", options={}, repo="")
+    assert registry.runs.ids_starting("3333", tenant="acme", hex_part=True) == [ACME[3]]
+    assert registry.runs.ids_starting("3333", tenant="acme") == [], "only with hex_part"
+    assert registry.runs.ids_starting("2222", tenant="acme", hex_part=True) == [], "never another tenant's"
+    assert registry.runs.ids_starting("2026", tenant="acme", hex_part=True) == [ACME[1], ACME[3]], "the id's start too"
+
 def test_named_writes_return_the_row_they_left_or_none_when_the_guard_fails(registry: Registry):
     registry.runs.create(id=ACME[0], tenant="acme", ask="a", options={}, repo="")
     assert registry.runs.record_start(ACME[0], branch="flower/x", base="abc") is None, "only a starting run"

@@ -20,6 +20,13 @@ GLOSSARY = {
     "达成": "achieved", "未达成": "not achieved", "无法验证": "cannot be verified",
 }
 """The glosses an English screen may carry (flower/cli/messages.py and service/web/messages.js make them)."""
+HEADINGS = {
+    "需求": "requirement", "目标": "goal", "验收标准": "acceptance criteria", "边界": "bounds",
+    "未知与假设": "unknowns and assumptions", "目标与检查清单": "goal and checklist", "检查清单": "checklist",
+    "裁判结论": "the judge's verdict", "结论": "verdict", "理由": "reasons", "未通过": "failed checks",
+    "交接": "handoff", "正在做": "doing", "已决定": "decided", "死路": "dead ends", "下一步": "next", "现场": "scene",
+}
+"""The documents' headings an English copy may carry, glossed (flower/docs/_sections.py makes them)."""
 CJK = re.compile(r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef]")
 _SUFFIX = r"(?:·判定#\d+)?(?:#round\d+)?(?:#retry\d+)?"
 _PARTS = r"(?:, (?:verdict|round|retry) \d+)*"
@@ -28,6 +35,7 @@ GLOSS = re.compile("|".join(
      if not word.endswith(".md")]
     + [rf"{re.escape(word)} \({re.escape(meaning)}\)" for word, meaning in GLOSSARY.items() if word.endswith(".md")]
     + [r"交接-[A-Za-z0-9_.-]*\.md \(handoff\)"]
+    + [rf"^\s*#+ {re.escape(word)} \({re.escape(meaning)}\)\s*$" for word, meaning in HEADINGS.items()]
     + [rf"{re.escape(meaning)} \({re.escape(word)}\)" for word, meaning in GLOSSARY.items()
        if word in ("达成", "未达成", "无法验证")]))
 """Every gloss the catalogue makes, and nothing wider: a name with its English meaning, a verdict after its own."""
@@ -37,7 +45,8 @@ def strays(screen: str, run_text: Iterable[str]) -> list[str]:
     """The lines of ``screen`` with a CJK character outside a gloss and outside the run's own text. A fragment of
     the run's text of three characters or more may stand anywhere in a line; a shorter one (a verdict word alone,
     ``无``) only as the whole line, so ``verdict: 达成`` is a stray and the judge's own ``达成`` line is not."""
-    fragments = sorted({f.strip() for text in run_text for f in text.splitlines() if f.strip()}, key=len, reverse=True)
+    fragments = sorted({f.strip() for text in run_text for f in text.splitlines() if f.strip() and not _heading(f)},
+                       key=len, reverse=True)  # the run's words, but not a heading the reference fixes: it is glossed
     found = []
     for line in screen.splitlines():
         bare = GLOSS.sub("", line)
@@ -49,6 +58,11 @@ def strays(screen: str, run_text: Iterable[str]) -> list[str]:
         if CJK.search(bare) and bare.strip() not in fragments:
             found.append(line)
     return found
+
+
+def _heading(line: str) -> bool:
+    m = re.fullmatch(r"\s*#{1,6}\s*(\S+?)\s*", line)
+    return bool(m and m[1] in HEADINGS)
 
 
 def chinese(screen: str) -> bool:

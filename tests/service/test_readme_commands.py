@@ -166,8 +166,8 @@ def test_a_unique_start_of_a_run_id_names_the_run_and_never_another_tenants(depl
         assert both.status_code == 409 and all(i in both.json()["error"] for i in ours), both.text
         assert theirs not in both.json()["error"]
         assert acme.get(f"/v1/runs/{theirs[:start + 4]}").status_code == 404, "another tenant's run is not found"
-        short = acme.get(f"/v1/runs/{ours[0][:7]}")
-        assert short.status_code == 404 and "at least 8 characters" in short.json()["error"], short.text
+        short = acme.get(f"/v1/runs/{ours[0][:3]}")
+        assert short.status_code == 404 and "at least 4 characters" in short.json()["error"], short.text
         assert acme.post(f"/v1/runs/{ours[1][:start]}/cancel").status_code in (200, 202)
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWER_")}
         cli = [sys.executable, "-m", "flower.cli", "remote", "show", "--server", service.url, "--token", TOKENS["acme"]]
@@ -177,3 +177,57 @@ def test_a_unique_start_of_a_run_id_names_the_run_and_never_another_tenants(depl
         ambiguous = subprocess.run([*cli, ours[0][:start - 1]], env={**env, "HOME": str(tmp_path)},
                                    capture_output=True, text=True, timeout=120)
         assert ambiguous.returncode == 1 and "ambiguous" in ambiguous.stderr, ambiguous.stderr
+
+
+def test_a_run_goes_by_its_short_id_and_the_newest_by_last(deployment: Deployment, services: list[Service],
+                                                           tmp_path: Path):
+    """Ids start with the date, so their first 8 characters name every run of the day: the API gives each run a
+    short id (the start of its hex part, unique among the tenant's runs) that names it in the API and in
+    `flower remote`, as does any 4 or more of its hex digits; `last` is the newest; the date alone is answered
+    with a sentence listing the candidates by their short ids; the whole id keeps working."""
+    from _service_helpers import serve
+
+    with ScriptedModel([]) as model:
+        service = serve(deployment, services, model)
+        acme, beta = service.client("acme"), service.client("beta")
+        made = [acme.post("/v1/runs", json={"ask": f"ask {i}"}).json() for i in range(3)]
+        theirs = beta.post("/v1/runs", json={"ask": "beta's newest"}).json()
+        ids = [m["id"] for m in made]
+        shorts = [m["short"] for m in made]
+        assert all(len(s) == 8 and s in i and not i.startswith(s) for s, i in zip(shorts, ids)), made
+        assert len(set(shorts)) == 3
+        for run_id, short in zip(ids, shorts):
+            for typed in (short, short[:4], run_id):
+                got = acme.get(f"/v1/runs/{typed}")
+                assert got.status_code == 200 and got.json()["id"] == run_id and got.json()["short"] == short, got.text
+        last = acme.get("/v1/runs/last")
+        assert last.status_code == 200 and last.json()["id"] == ids[-1], last.text  # not beta's, newer still
+        assert acme.get(f"/v1/runs/{theirs['short']}").status_code == 404, "another tenant's short id names nothing"
+        assert [r["short"] for r in acme.get("/v1/runs").json()["runs"]] == shorts[::-1]
+        day = acme.get(f"/v1/runs/{ids[0][:8]}")  # the date: every run of today starts so
+        assert day.status_code == 409, day.text
+        said = day.json()["error"]
+        assert "ambiguous" in said and all(f"{s} ({i})" in said for s, i in zip(shorts, ids)), said
+        assert said.count("\n") == 0 and theirs["id"] not in said
+
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWER_")}
+        env = {**env, "HOME": str(tmp_path), "FLOWER_SERVER": service.url, "FLOWER_TOKEN": TOKENS["acme"],
+               "FLOWER_LANG": "en", "COLUMNS": "200"}
+
+        def remote(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", "flower.cli", "remote", *args], env=env,
+                                  capture_output=True, text=True, timeout=120)
+
+        listed = remote("list")
+        assert listed.returncode == 0, listed.stderr
+        assert [line.split()[0] for line in listed.stdout.splitlines()] == shorts[::-1], listed.stdout
+        shown = remote("show", shorts[1])
+        assert shown.returncode == 0 and ids[1] in shown.stdout, shown.stdout
+        assert re.search(rf"^\s*short\s+{shorts[1]}$", shown.stdout, re.M), shown.stdout
+        newest = remote("show", "last", "--json")
+        assert newest.returncode == 0 and json.loads(newest.stdout)["id"] == ids[-1], newest.stdout
+        dated = remote("show", ids[0][:8])
+        assert dated.returncode == 1 and all(s in dated.stderr for s in shorts), dated.stderr
+        for run_id in ids:
+            acme.post(f"/v1/runs/{run_id}/cancel")
+        acme.post(f"/v1/runs/{theirs['id']}/cancel")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from _service_helpers import TOKENS, Deployment, Service, git, run_status, serve, wait_status
+from _service_helpers import TOKENS, Deployment, Service, git, run_status, serve, wait_question, wait_status
 from _hello import ASK_TEXT, hello_rules, interrupt_rules
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ASK, BRIEF, CLARIFIER
@@ -143,8 +143,60 @@ def test_ctrl_c_at_the_terminal_interrupts_the_run_on_the_service(deployment: De
     # the brief came from the rule that needs the interrupt's words in the conversation: they reached the model
     assert any("别问了,用 Python" in json.dumps(r.messages, ensure_ascii=False) for r in model.requests)
     events = [json.loads(line) for line in flower(env, "logs", run_id, "--json").stdout.splitlines()]
-    assert any(e["kind"] == "prompt" and "interrupted" in e["text"] for e in events), events
+    said = [e for e in events if e["kind"] == "prompt"]  # the person's words, and nothing the CLI told the model
+    assert [(e["text"], e["payload"]) for e in said] == [("别问了,用 Python", {"by": "person", "interrupt": True})], said
+    cut = [e for e in events if e["kind"] in ("tool_result", "result") and e["payload"].get("interrupted")]
+    assert [e["kind"] for e in cut] == ["tool_result", "result"] and not any(e["payload"]["is_error"] for e in cut)
+    logs = flower(env, "logs", run_id)
+    assert logs.returncode == 0 and "! 打断了,你说:别问了,用 Python" in logs.stdout, logs.stdout
+    assert not any(w in logs.stdout for w in ("STOP what you are doing", "Request interrupted", "\nx ")), logs.stdout
     assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+
+
+def test_a_script_answers_messages_interrupts_and_deletes_a_run_by_its_short_id(deployment: Deployment,
+                                                                                services: list[Service],
+                                                                                tmp_path: Path):
+    """`flower remote answer|message|interrupt|delete`, one call each without a terminal: a line for a person, one
+    JSON object with --json, the words from stdin with `-`, and one sentence when there is nothing to answer."""
+    rules = [Rule(tool(ASK, {"question": "答我 用什么语言?", "options": ["Python", "Go"]}), system=CLARIFIER, prompt="答我"),
+             Rule(say(BRIEF), system=CLARIFIER, prompt="答我", result="Python"),
+             *interrupt_rules("打断我")]
+    home = tmp_path / "home"
+    home.mkdir()
+    with ScriptedModel(rules) as model:
+        service = serve(deployment, services, model)
+        acme = service.client("acme")
+        env = {**client_env(home), "FLOWER_SERVER": service.url, "FLOWER_TOKEN": TOKENS["acme"], "FLOWER_LANG": "en"}
+        answered = acme.post("/v1/runs", json={"ask": "答我", "options": {"clarify_only": True}}).json()
+        q = wait_question(acme, answered["id"])
+        said = subprocess.run([*FLOWER, "remote", "answer", "last", "-", "--json"], input="1\n", env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert said.returncode == 0, said.stderr
+        assert json.loads(said.stdout) == {"run": answered["id"], "short": answered["short"], "question_id": q["id"],
+                                           "question": "答我 用什么语言?", "answer": "1", "accepted": True}
+        assert wait_status(acme, answered["id"], ("succeeded", "failed"))["status"] == "succeeded"
+        nothing = flower(env, "answer", answered["short"], "Go")
+        assert nothing.returncode == 1 and nothing.stderr.count("\n") == 1, nothing.stderr
+        assert f"run {answered['short']} has no open question: nothing to answer" in nothing.stderr, nothing.stderr
+
+        cut = acme.post("/v1/runs", json={"ask": "打断我", "options": {"clarify_only": True}}).json()
+        wait_question(acme, cut["id"])
+        sent = flower(env, "message", cut["short"], "先记一下:只用标准库")
+        assert sent.returncode == 0 and sent.stdout == f"+ sent to run {cut['short']} (it reads its inbox between " \
+            "tool calls)\n", sent
+        stopped = flower(env, "interrupt", "last", "别问了,用", "Python", "--json")
+        assert stopped.returncode == 0, stopped.stderr
+        assert json.loads(stopped.stdout) == {"run": cut["id"], "short": cut["short"], "text": "别问了,用 Python",
+                                              "accepted": True}
+        assert wait_status(acme, cut["id"], ("succeeded", "failed"))["status"] == "succeeded"
+        gone = flower(env, "delete", cut["short"], "--json")
+        assert gone.returncode == 0 and json.loads(gone.stdout)["deleted"], gone
+        plain = flower(env, "delete", answered["short"])
+        assert plain.returncode == 0 and plain.stdout == f"- run {answered['short']} deleted (its events, manifest and " \
+            f"folder); its branch flower/{answered['id']} stays\n", plain
+    assert model.unmatched == [], [(r.system[:40], r.user[:80]) for r in model.unmatched]
+    mailbox = deployment.data / "runs" / cut["id"] / "mailbox"
+    assert not mailbox.exists(), "deleted with its folder"
 
 
 # -- terminal injection: a run's ask, text, questions and tool names reach the client's terminal as plain text ---------

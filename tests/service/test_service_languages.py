@@ -39,6 +39,7 @@ def test_remote_and_the_page_speak_the_readers_language(deployment: Deployment, 
         assert r.status_code == 201, r.text
         run_id = r.json()["id"]
         assert wait_status(api, run_id, ("succeeded", "failed"))["status"] == "succeeded"
+        api_run = api.get(f"/v1/runs/{run_id}").json()
         base = {**client_env(home), "FLOWER_SERVER": service.url, "FLOWER_TOKEN": TOKENS["acme"], "FLOWER_LANG": ""}
         en = {**base, "LANG": "C.UTF-8", "LC_ALL": ""}
         zh = {**base, "FLOWER_LANG": "zh"}
@@ -66,6 +67,8 @@ def test_remote_and_the_page_speak_the_readers_language(deployment: Deployment, 
                   "! guard stopped coordinator's Write: the coordinator does not do the work itself"):
         assert shown in logs, (shown, logs)
     assert "工作 (work)" in english[("list",)] and "step  工作 (work)" in english[("show", run_id)]
+    for screen in (logs, page):  # the judge's verdict body: its headings glossed, its words as it wrote them
+        assert "  ## 结论 (verdict)" in screen and "  ## 理由 (reasons)" in screen, screen
     for shown in ("verdict: achieved (达成)", "== 工作 (work) · step 3 of 3",
                   "guard stopped coordinator's Write: the coordinator does not do the work itself", "Send message"):
         assert shown in page, (shown, page)
@@ -79,6 +82,17 @@ def test_remote_and_the_page_speak_the_readers_language(deployment: Deployment, 
     assert all(chinese(line) for line in chinese_screens[("show", run_id)].splitlines()[:3])
     for shown in ("判定:达成", "== 工作 (3/3)", "守卫拦下了", "发消息", "取消运行"):
         assert shown in page_zh, (shown, page_zh)
+
+    # the documents written for the person: headings glossed, their status line in English (issue 35)
+    notes = deployment.data / "runs" / run_id / f".flower-{deployment.repos['acme'].name}" / "notes"
+    for name in ("需求.md", "目标.md"):
+        text = (notes / name).read_text()
+        assert strays(text, told) == [], (name, text)
+    assert "## 验收标准 (acceptance criteria)" in (notes / "需求.md").read_text()
+    assert "## 检查清单 (checklist)" in (notes / "目标.md").read_text()
+    # the API's step beside its label for a reader of English
+    shown = api_run
+    assert shown["step"] and shown["step_label"] == f"{shown['step']} (work)" and strays(shown["step_label"], []) == []
 
     subjects = git(deployment.repos["acme"], "log", "--format=%s", f"flower/{run_id}", "--not", "main")
     assert subjects.strip() and strays(subjects, []) == [], subjects

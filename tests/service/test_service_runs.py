@@ -215,7 +215,8 @@ def test_an_interrupt_over_the_api_redirects_the_step_in_flight(deployment: Depl
         events = sse(acme, run_id)
     assert final["status"] == "succeeded", final
     assert model.unmatched == []
-    assert any(e["event"] == "prompt" and "interrupted" in e["data"]["text"] for e in events)
+    said = [(e["data"]["text"], e["data"]["payload"]) for e in events if e["event"] == "prompt"]
+    assert said == [("别问了,用 Python", {"by": "person", "interrupt": True})], said  # not the CLI's own note
     log = (deployment.data / "runs" / run_id / f".flower-{deployment.repos['acme'].name}" / "notes" / "问答记录.md")
     assert "别问了,用 Python" in log.read_text()
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 import calendar
 import math
 import os
+import re
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,6 +134,9 @@ def test_a_run_is_submitted_its_question_answered_in_the_page_and_its_diff_shown
                          "<- report handed back: 写好了 hello.py",
                          "- 工作·判定#1 (work, verdict 1): the judge checks this round", "verdict: achieved (达成)"):
             assert expected in log, (expected, log)
+        assert "+ 设定目标 (set the goal) · $0.0000 · 1 turn · total" in log, log  # not "1 turns"
+        # the work was handed back once (by the work step): the steps after it changed nothing and say nothing
+        assert log.count("work handed back") == 1, log
         diff = driver.execute_script(  # read in one go: the page may redraw the diff between two reads
             "const all = (q) => [...document.querySelectorAll(q)].map((e) => e.textContent);"
             "return {add: all('#diff .add'), str: all('#diff .add .str'), file: all('#diff .file')}")
@@ -209,7 +215,12 @@ def test_interrupt_message_and_cancel_from_the_page(deployment: Deployment, serv
         driver.find_element("id", "say").send_keys("别问了,用 Python")
         driver.find_element("id", "interrupt-btn").click()
         until(driver, lambda d: text_of(d, "run-status") == "succeeded", "the interrupted run to finish")
-        assert "interrupted" in log_of(driver)
+        # the person's words, as theirs; the cut turn reads as interrupted, not failed; none of the CLI's internals
+        log = log_of(driver)
+        assert "! interrupted, with your words: 别问了,用 Python" in log, log
+        assert "确认需求 (clarify) · interrupted, it carries on" in log, log
+        assert not any(w in log for w in ("STOP what you are doing", "Request interrupted", "doesn't want")), log
+        assert not driver.find_elements("css selector", "#events .bad"), log
         driver.save_screenshot(str(ARTIFACTS / "05-interrupted-run.png"))
         assert wait_status(acme, run_id, ("succeeded",), timeout=10)["status"] == "succeeded"
 
@@ -225,11 +236,55 @@ def test_interrupt_message_and_cancel_from_the_page(deployment: Deployment, serv
         badge = f"#runs li[data-id='{other}'] .badge"
         until(driver, lambda d: d.find_element("css selector", badge).text == "cancelled", "the list to show it")
         driver.save_screenshot(str(ARTIFACTS / "06-cancelled-run.png"))
+        # each run shows its short id, in the list and beside its id; the address takes one, or `last`
+        shorts = {r: acme.get(f"/v1/runs/{r}").json()["short"] for r in (run_id, other)}
+        assert text_of(driver, "run-short") == shorts[other]
+        assert [e.text for e in driver.find_elements("css selector", "#runs li .short")] == [shorts[other], shorts[run_id]]
+        for typed, named in ((shorts[run_id], run_id), ("last", other), (run_id, run_id)):
+            driver.get(f"{service.url}/#{typed}")
+            driver.refresh()  # a new page: the token stays in the tab
+            until(driver, lambda d: text_of(d, "run-id") == named, f"the page at #{typed} to open {named}")
     assert wait_status(acme, other, ("cancelled",), timeout=10)["status"] == "cancelled"
     assert any("别问了,用 Python" in str(r.messages) for r in model.requests)
     mailbox = deployment.data / "runs" / run_id / "mailbox"  # the message went where the run's inbox reads
     assert any("先记一下:只用标准库" in f.read_text() for f in mailbox.rglob("*") if f.is_file()), \
         [str(f) for f in mailbox.rglob("*")]
+
+
+def test_a_queued_run_says_why_it_waits_and_a_deleted_one_why_it_has_no_events(
+        deployment: Deployment, services: list[Service], browser: Any, tmp_path: Path):
+    """A run queued behind its tenant's quota says so (the page, the API, `flower remote show`), until it starts;
+    a deleted run's events read as deleted, not as an HTTP status."""
+    driver = browser
+    with ScriptedModel(interrupt_rules("先占着") + interrupt_rules("排队的")) as model:
+        service = serve(deployment, services, model)
+        acme = service.client("acme")
+        driver.get(service.url + "/")
+        sign_in(driver, service, TOKENS["acme"])
+        until(driver, lambda d: d.find_element("id", "app").is_displayed(), "the signed-in page")
+        first = submit(driver, "先占着", '{"clarify_only": true}')
+        until(driver, lambda d: d.find_elements("css selector", "#questions .question"), "the first run's question")
+        second = submit(driver, "排队的", '{"clarify_only": true}')
+        waits = "your tenant's quota of 1 run at once is in use: it starts when one of them ends"
+        until(driver, lambda d: text_of(d, "run-why") == f"Why it waits: {waits}", "why the run waits")
+        assert text_of(driver, "run-status") == "queued"
+        driver.save_screenshot(str(ARTIFACTS / "09-queued-run-waits.png"))
+        assert acme.get(f"/v1/runs/{second}").json()["waiting"] == waits
+        assert acme.get(f"/v1/runs/{first}").json()["waiting"] is None
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLOWER_")}
+        shown = subprocess.run([sys.executable, "-m", "flower.cli", "remote", "show", "last"], capture_output=True,
+                               text=True, timeout=120, env={**env, "HOME": str(tmp_path), "FLOWER_LANG": "en",
+                                                            "FLOWER_SERVER": service.url, "FLOWER_TOKEN": TOKENS["acme"]})
+        assert re.search(rf"^\s*waiting\s+{re.escape(waits)}$", shown.stdout, re.M), shown
+        assert acme.post(f"/v1/runs/{first}/cancel").status_code == 200
+        until(driver, lambda d: text_of(d, "run-status") == "running", "the queued run to start")
+        assert not driver.find_element("id", "run-why").is_displayed()
+        assert acme.post(f"/v1/runs/{second}/cancel").status_code == 200
+        assert acme.delete(f"/v1/runs/{first}").status_code == 200
+        driver.find_element("css selector", f"#runs li[data-id='{first}']").click()
+        until(driver, lambda d: text_of(d, "run-id") == first, "the deleted run to be selected")
+        until(driver, lambda d: text_of(d, "stream-state") != "(live)" and text_of(d, "stream-state"), "the stream")
+        assert text_of(driver, "stream-state") == "(none: the run was deleted, its events with its files)"
 
 
 def took(seconds: float) -> str:

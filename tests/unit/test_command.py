@@ -226,6 +226,50 @@ def test_the_attempt_lines_count_cost_and_rounds():
     assert "x 设定目标 没成:boom" in text
 
 
+def test_the_english_screen_counts_one_turn_one_time_and_one_check_in_the_singular(monkeypatch, tmp_path):
+    from flower.core.runtime import StepResult
+
+    monkeypatch.setenv("FLOWER_LANG", "en")
+    screen, out = _screen()
+    for turns, tries, handoffs in ((1, 2, 1), (2, 3, 2)):
+        screen.attempt_done(StepResult("工作", ok=True, num_turns=turns, attempts=tries, retired=["s"] * handoffs,
+                                       started_at=1, ended_at=2), 0.5)
+    screen.event(Event("text", "\n".join(str(i) for i in range(41))))
+    lines = out.getvalue().splitlines()
+    assert "+ 工作 (work) · $0.0000 · 1 turn · 1.0s · tried 2 times · 1 handoff · total $0.5000" in lines, lines
+    assert "+ 工作 (work) · $0.0000 · 2 turns · 1.0s · tried 3 times · 2 handoffs · total $0.5000" in lines, lines
+    assert "  …(1 more line, -v shows them all)" in lines, lines
+    assert t("state.woke", n=1) == "ran here 1 time" and t("go.banner.checks", n=1) == "goal: 1 check"
+    assert t("remote.result", mark="+", step="工作", cost=0.0, n=1, total=0.0) == "+ 工作 · $0.0000 · 1 turn · total $0.0000"
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_spinner_does_not_count_while_a_question_waits_for_the_person(monkeypatch):
+    """The spinner counts the model's seconds; while a question waits, the time is the person's and the prompt
+    line says so — a clock still counting there read as the run working."""
+    import time as clock
+
+    now = [1000.0]
+    monkeypatch.setattr(clock, "monotonic", lambda: now[0])
+    out = _Tty()
+    screen = cli.Screen(out=out)
+    screen.attempt("确认需求")
+    screen.event(_ask("asked"))
+    now[0] += 30
+    screen.refresh()
+    waiting = out.getvalue()
+    assert "确认需求 · 30 秒" not in waiting and "? 用什么语言?" in waiting
+    screen.event(_ask("answered", answer="1"))
+    now[0] += 30
+    screen.refresh()
+    assert "确认需求 · 30 秒" in out.getvalue()[len(waiting):], "the model's time is counted again"
+    screen.close()
+
+
 # -- where a typed line goes ----------------------------------------------------------------------
 class _Rt:
     def __init__(self) -> None:

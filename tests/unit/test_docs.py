@@ -9,6 +9,42 @@ import pytest
 from flower.docs import Brief, Goal, Handoff, Verdict
 from flower.docs.handoff import HANDOFF_PROMPT, degraded, is_overflow
 
+CJK = r"[\u2e80-\u9fff\uf900-\ufaff\uff00-\uffef]"
+
+
+@pytest.fixture(autouse=True)
+def chinese(monkeypatch):
+    """These checks read the documents as a Chinese reader gets them; the English copy has its own tests below."""
+    monkeypatch.setenv("FLOWER_LANG", "zh")
+
+
+@pytest.mark.parametrize("doc", [
+    Brief(goal="做一个 hello.py", accept="打印 hello", unknowns="用 Python 3"),
+    Goal(statement="hello.py 打印问候", checks=["python hello.py 输出 hello"]),
+    Goal(statement="做 X"),
+    Verdict.parse("## 结论\n未达成\n## 理由\n没跑测试\n## 未通过\n- 测试"),
+    Handoff(doing="写 cli.py", next="补测试", step="工作"),
+], ids=["brief", "goal", "goal-empty", "verdict", "handoff"])
+def test_the_english_copy_glosses_every_heading_and_reads_back_the_same(doc, monkeypatch):
+    """A reader of English gets ``## 验收标准 (acceptance criteria)``: the heading the reference fixes, and what it
+    means; the status line and the empty-section marks in English; the parser reads the copy back unchanged.
+    Outside the people's own words (the sections' bodies), no Chinese is left unglossed."""
+    import re
+
+    monkeypatch.setenv("FLOWER_LANG", "en")
+    text = doc.to_markdown()
+    assert type(doc).parse(text) == doc, text
+    words = [w.strip() for v in (*doc._values().values(), getattr(doc, "step", "")) for w in v.splitlines() if w.strip()]
+    for line in text.splitlines():
+        bare = re.sub(r"^#+ \S+ \([a-z' ]+\)", "", line)  # a glossed heading
+        for w in sorted(words, key=len, reverse=True):
+            bare = bare.replace(w, "")
+        assert not re.search(CJK, bare), line
+    assert not any(mark in text for mark in ("(未填)", "(空)", "写于", "缺", "手改"))
+    if isinstance(doc, Brief):
+        assert "## 验收标准 (acceptance criteria)" in text and "> the requirement as confirmed · written " in text
+        assert "· 1 section missing · keep the four headings when you edit it" in text
+
 FULL = """## 目标
 做一个 X
 
