@@ -114,13 +114,12 @@ def dependencies(service: Service) -> dict[str, Provide]:
     def value(v: Any) -> Provide:
         return Provide(lambda: v, use_cache=True, sync_to_thread=False)
 
-    gate = service.gate
-    admission = Admission(service.config, service.registry.runs, service.health, refusal=lambda: gate.refused,
-                          wake=service.hooks.wake)
+    gate, admission = service.gate, service.admission
     return {"config": value(service.config), "runs": value(service.registry.runs),
             "spend": value(service.registry.spend),
             "deliveries": value(service.registry.deliveries), "admission": value(admission),
             "metrics": value(service.metrics), "clock": value(service.clock), "gate": value(gate),
             "health": value(service.health), "mailbox": value(service.mailbox), "control": value(service.runs),
             "slots": value(service.slots), "results": value(service.results),
+            "schedules": value(service.schedules), "triggers": value(service.triggers),
             "tenant": Provide(_tenant, sync_to_thread=False)}
