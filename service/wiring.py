@@ -140,7 +140,7 @@ def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: 
     grants = Grants(config, registry.spend, registry.wire_audit, tenants, gateway, budgets, metrics, clock=clock)
 
     webhooks = Webhooks(registry.deliveries, tenants, retry_s=config.webhook_retry_s, slots=config.webhook_slots,
-                        tenant_slots=config.webhook_tenant_slots, clock=clock)
+                        tenant_slots=config.webhook_tenant_slots, clock=clock, fired=registry.schedules.fired)
     results = Results(registry.runs, tenants, webhooks)
 
     def renewed() -> None:  # with the leases, in their renewer's thread: what lives as long as this replica does

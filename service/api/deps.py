@@ -22,7 +22,9 @@ from ..control.admission import Admission
 from ..control.gate import Gate
 from ..control.health import Health
 from ..control.mailbox import Mailbox
+from ..control.schedules import Schedules
 from ..control.streams import StreamSlots
+from ..control.triggers import Triggers
 from ..metrics import Metrics
 from ..registry import DeliveriesTable, Run, RunsTable, SpendTable
 from ..tenants import Tenant, Tenants
@@ -33,7 +35,7 @@ from .scrape import ScrapeToken
 
 __all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ClockDep", "ConfigDep", "ControlDep",
            "GateDep", "HealthDep", "MailboxDep", "RunsDep", "SpendDep", "DeliveriesDep", "SlotsDep", "MetricsDep",
-           "ScrapeDep", "TenantDep", "RunDep", "MIN_PREFIX", "RUN_ID_CHARS"]
+           "ScrapeDep", "TenantDep", "RunDep", "SchedulesDep", "TriggersDep", "MIN_PREFIX", "RUN_ID_CHARS"]
 
 # what a handler declares to be given (by name: ``runs: RunsDep``) — the tables it reads, never the registry whole
 AdmissionDep = NamedDependency[Admission]
@@ -51,6 +53,8 @@ MetricsDep = NamedDependency[Metrics]
 ScrapeDep = NamedDependency[ScrapeToken]
 TenantDep = NamedDependency[Tenant]
 RunDep = NamedDependency[Run]
+SchedulesDep = NamedDependency[Schedules]
+TriggersDep = NamedDependency[Triggers]
 
 MIN_PREFIX = 8
 """The fewest characters of a run id that are looked up as its start (the date alone is eight)."""

@@ -20,7 +20,8 @@ from ..logging import get_logger
 from ..registry import STATUSES, Run
 from ..tenants import Tenant, TenantNotReady
 from ..wiring import RunControl
-from .deps import AdmissionDep, ClockDep, ConfigDep, ControlDep, RunDep, RunsDep, SpendDep, TenantDep, provide_run
+from .deps import (AdmissionDep, ClockDep, ConfigDep, ControlDep, RunDep, RunsDep, SchedulesDep, SpendDep, TenantDep,
+                   provide_run)
 from .errors import Conflict, Gone, InsufficientStorage, TooManyRequests, Unprocessable, errors, example_error
 from .examples import DIFF, FILES, MANIFEST, RUN, RUNS, SUBMITTED, USAGE, SubmitBody, ok
 from .schemas import (Budget, DiffFile, DiffFilesOut, ErrorOut, ManifestOut, RunList, RunOut, SubmitOut, UsageOut,
@@ -92,7 +93,7 @@ class RunController(Controller):
 
     @get("/", operation_id="list_runs", summary="The tenant's runs, newest first",
          responses={**ok(200, RUNS, "the runs, newest first"), **errors(400)})
-    async def list_runs(self, tenant: TenantDep, runs: RunsDep,
+    async def list_runs(self, tenant: TenantDep, runs: RunsDep, schedules: SchedulesDep,
                         status: Annotated[str | None, Parameter(
                             description="comma-separated statuses to keep, e.g. `running,queued`")] = None,
                         limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
@@ -107,14 +108,15 @@ class RunController(Controller):
             if bad:
                 raise ValidationException(f"unknown status {', '.join(bad)} (known: {', '.join(STATUSES)})")
         found = runs.list(tenant=tenant.name, statuses=statuses, limit=limit, deleted=None if deleted else False)
-        return RunList(runs=[run_out(r) for r in found])
+        fired = schedules.table.fired_of([r.id for r in found])
+        return RunList(runs=[run_out(r, fired.get(r.id)) for r in found])
 
     @get("/{run_id:str}", operation_id="get_run", summary="One run",
          responses={**ok(200, RUN, "the run as it is now"), **errors(404)})
-    async def get_run(self, run: RunDep) -> RunOut:
+    async def get_run(self, run: RunDep, schedules: SchedulesDep) -> RunOut:
         """Its status, times, cost, last step and, once it ended, its diffstat; a live run's counters move on
-        between two reads."""
-        return run_out(run)
+        between two reads. `fired_by`: the schedule or trigger that started it (null: it was submitted)."""
+        return run_out(run, schedules.table.fired(run.id))
 
     @delete("/{run_id:str}", status_code=200, operation_id="delete_run",
             summary="Delete an ended run's files (and, with branch=true, its branch); the row stays as a tombstone",

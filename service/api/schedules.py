@@ -10,25 +10,21 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from litestar import Controller, Request, Response, delete, get, post
-from litestar.di import NamedDependency
 from litestar.exceptions import NotAuthorizedException, NotFoundException, ValidationException
 from litestar.params import Body, FromPath
 
 from ..control.schedules import BadSchedule, Schedules
-from ..control.triggers import TriggerPaced, Triggers, TriggerUnknown
+from ..control.triggers import TriggerPaced, TriggerUnknown
 from ..logging import get_logger
 from ..registry.schedules import Fire, Overlap, Schedule
-from .deps import TenantDep
+from .deps import SchedulesDep, TenantDep, TriggersDep
 from .errors import TooManyRequests, Unprocessable, errors
 from .examples import example, ok
 from .schemas import MAX_ASK, MAX_TEXT, JSON
 
-__all__ = ["ScheduleController", "TriggerController", "fire_out", "FireOut", "SchedulesDep", "TriggersDep"]
+__all__ = ["ScheduleController", "TriggerController", "fire_out", "FireOut"]
 
 log = get_logger("flower.service.api")
-
-SchedulesDep = NamedDependency[Schedules]
-TriggersDep = NamedDependency[Triggers]
 
 
 # -- what goes over the wire ------------------------------------------------------------------

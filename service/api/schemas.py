@@ -12,10 +12,11 @@ from typing import Annotated, Any, Literal
 import msgspec
 
 from ..registry import Delivery, Push, Run, RunStatus
+from ..registry.schedules import Fire
 
 __all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
            "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget",
-           "ErrorOut", "EventMessage", "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "PushOut",
+           "ErrorOut", "EventMessage", "FiredBy", "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "PushOut",
            "push_out", "LossOut", "DeliveryOut", "DeliveryList", "delivery_out", "MAX_ASK", "MAX_TEXT", "QID_RE"]
 
 MAX_ASK = 100_000
@@ -149,6 +150,7 @@ class RunOut(msgspec.Struct):
     parked_at: str | None
     """While ``status`` is "parked": since when it waits for a person with no sandbox (an answer, a message or
     an interrupt wakes it)."""
+    fired_by: FiredBy | None = None
 
 
 class LossOut(msgspec.Struct):
@@ -164,6 +166,14 @@ class LossOut(msgspec.Struct):
     step: str | None
     place: str
     since_checkpoint_s: float | None
+
+
+class FiredBy(msgspec.Struct):
+    """What started a run no one submitted: a schedule's tick (``by`` "schedule", ``tick`` its time) or the
+    schedule's trigger (``by`` "trigger")."""
+    by: Literal["schedule", "trigger"]
+    schedule: str
+    tick: str
 
 
 class RunList(msgspec.Struct):
@@ -251,7 +261,7 @@ def _iso(t: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
-def run_out(run: Run) -> RunOut:
+def run_out(run: Run, fire: Fire | None = None) -> RunOut:
     stat = msgspec.convert(run.diffstat, DiffStat) if run.diffstat else None
     return RunOut(id=run.id, status=run.status, ask=run.ask, options=run.options,
                   branch=run.branch, base=run.base, commit=run.commit_sha, created=_iso(run.created) or "",
@@ -263,7 +273,9 @@ def run_out(run: Run) -> RunOut:
                   claimed_cost_usd=round(run.claimed_cost_usd, 6), push=push_out(run.push),
                   sandboxes=run.sandboxes, parked_at=_iso(run.parked_at),
                   losses=[LossOut(cause=x.cause, at=_iso(x.at) or "", error=x.error, step=x.step, place=x.place,
-                                  since_checkpoint_s=x.since_checkpoint_s) for x in run.losses])
+                                  since_checkpoint_s=x.since_checkpoint_s) for x in run.losses],
+                  fired_by=None if fire is None else FiredBy(by=fire.fired_by, schedule=fire.schedule,
+                                                             tick=_iso(fire.tick) or ""))
 
 
 def push_out(push: Push | None) -> PushOut | None:

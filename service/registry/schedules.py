@@ -215,6 +215,12 @@ class SchedulesTable:
             t.execute(fires.insert().values(**msgspec.structs.asdict(fire)))
         return fire
 
+    def fired_of(self, run_ids: list[str]) -> dict[str, Fire]:
+        """What fired each of ``run_ids`` that a schedule or trigger started (the others are not keys)."""
+        if not run_ids:
+            return {}
+        return {str(r["run"]): _fire(r) for r in self._db.rows(select(fires).where(fires.c.run.in_(run_ids)))}
+
     def live_run(self, schedule: Schedule) -> str | None:
         """The schedule's last run when it has not ended (queued, starting or running), else None."""
         if schedule.last_run is None:
