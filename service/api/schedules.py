@@ -5,6 +5,7 @@ statuses."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated, Any, Literal
 
@@ -119,11 +120,14 @@ SCHEDULE = ScheduleOut(id=SCHEDULE_ID, ask=CREATE.ask, options={}, cron=CREATE.c
 TRIGGER = TriggerOut(schedule=SCHEDULE_ID, token="flt-2q7VfH0c1xk9QeN4bL8sYt3mWz6pRj5uAa1dGo0iKeE",
                      url=f"/v1/triggers/{SCHEDULE_ID}")
 CreateBody = Annotated[ScheduleIn, Body(examples=[example(CREATE, "every weekday at 03:00 Paris time, $2 a run")])]
-FireBody = Annotated[FireIn, Body(examples=[example(FIRE, "a CI failure's last lines")])]
+FireBody = Annotated[FireIn | None, Body(examples=[example(FIRE, "a CI failure's last lines")])]
+
+
+SCHEDULE_ID_RE = re.compile(r"sch-[0-9a-f]{24}")  # (asked of no database otherwise: PostgreSQL refuses a NUL byte)
 
 
 def _schedule(schedules: Schedules, tenant: TenantDep, schedule_id: str) -> Schedule:
-    found = schedules.table.get(schedule_id, tenant=tenant.name) if len(schedule_id) <= 100 else None
+    found = schedules.table.get(schedule_id, tenant=tenant.name) if SCHEDULE_ID_RE.fullmatch(schedule_id) else None
     if found is None:
         raise NotFoundException(f"schedule {schedule_id[:100]} not found: GET /v1/schedules lists yours")
     return found
@@ -226,7 +230,7 @@ class TriggerController(Controller):
           responses={**ok(201, msgspec.structs.replace(FIRED, fired_by="trigger"), "the run it started"),
                      **errors(401, 422, 429)})
     async def fire(self, request: Request[Any, Any, Any], triggers: TriggersDep,
-                   schedule_id: FromPath[str], data: FireBody | None = None) -> Response[FireOut]:
+                   schedule_id: FromPath[str], data: FireBody = None) -> Response[FireOut]:
         """`Authorization: Bearer <the trigger's token>`. Starts at most the service's `trigger_per_minute` runs a
         minute (429 past it, nothing started); a revoked token is a 401. The run's webhook events say the trigger
         fired it."""

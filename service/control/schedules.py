@@ -37,7 +37,7 @@ from ..logging import get_logger
 from ..registry import RunsTable, SchedulesTable
 from ..registry.schedules import Fire, FiredBy, Outcome, Overlap, Schedule
 from ..tenants import Tenant, Tenants
-from .admission import Admission, BadSubmit, DiskLow, NotTakingRuns, QueueFull
+from .admission import Admission, BadSubmit, DiskLow, NotTakingRuns, QueueFull, unstorable
 
 __all__ = ["Schedules", "BadSchedule", "next_tick", "check_cron", "tick_run_id", "SAMPLED_TICKS"]
 
@@ -56,7 +56,7 @@ class BadSchedule(ServiceError, ValueError):
 def zone(name: str) -> ZoneInfo:
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # (a folder of zones, a name too long for a file)
         raise BadSchedule(f"timezone {name[:100]!r} does not exist: give an IANA name such as 'UTC', "
                           "'Europe/Paris' or 'America/New_York'") from None
 
@@ -74,8 +74,12 @@ def check_cron(cron: str, timezone: str, *, min_interval_s: float, now: float) -
     if not isinstance(cron, str) or not croniter.is_valid(cron) or len(cron.split()) != 5:
         raise BadSchedule(f"cron expression {cron[:100]!r} does not parse: give five fields (minute hour "
                           "day-of-month month day-of-week), e.g. '0 3 * * *' for 03:00 every day")
-    it = croniter(cron, datetime.fromtimestamp(now, tz))
-    ticks = [float(it.get_next(float)) for _ in range(SAMPLED_TICKS)]
+    try:
+        it = croniter(cron, datetime.fromtimestamp(now, tz))
+        ticks = [float(it.get_next(float)) for _ in range(SAMPLED_TICKS)]
+    except Exception:  # noqa: BLE001 - croniter's own errors: a day that never comes (31 February)
+        raise BadSchedule(f"cron expression {cron!r} never fires (a day that does not exist?): check its "
+                          "day-of-month and month fields") from None
     gap = min(b - a for a, b in zip(ticks, ticks[1:]))
     if gap < min_interval_s:
         raise BadSchedule(f"cron expression {cron!r} fires every {gap:g} s at times, more often than this tenant "
@@ -123,6 +127,9 @@ class Schedules:
         ask = ask.strip()
         if not ask:
             raise BadSchedule("`ask` is blank: say what each run should do")
+        bad = unstorable(ask)
+        if bad:
+            raise BadSchedule(f"`ask` holds {bad}, which no run can be given: remove it and try again")
         try:
             tenant.check_options(dict(options))
         except TenantNotReady as e:

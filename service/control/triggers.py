@@ -75,7 +75,7 @@ class Triggers:
         ``outcome`` "refused" when the service would not queue the run: ``why`` says so)."""
         schedule = await asyncio.to_thread(self.table.by_trigger, token_hash(token))
         if schedule is None or schedule.id != schedule_id:
-            raise TriggerUnknown(f"this token fires no trigger of schedule {schedule_id[:100]}: it was never issued "
+            raise TriggerUnknown(f"this token fires no trigger of schedule {schedule_id[:100]!r}: it was never issued "
                                  "for it or was revoked; ask its tenant for the current one")
         if schedule.paused:
             raise TriggerUnknown(f"schedule {schedule.id} is paused: its trigger starts nothing until it is resumed")
