@@ -241,6 +241,10 @@ async def _show(api: Remote, args: argparse.Namespace) -> int:
             ("events", str(run.events)), ("branch", run.branch or "-"), ("base", run.base or "-"),
             ("commit", run.commit or "-"), ("created", run.created or "-"), ("started", run.started or "-"),
             ("ended", run.ended or "-")]
+    if run.fired_by is not None:
+        fired = run.fired_by
+        rows.insert(2, ("fired", f"{fired.by} {clean(fired.schedule)}"
+                                    + (f" ({clean(fired.tick)})" if fired.by == "schedule" and fired.tick else "")))
     if run.error:
         rows.append(("error", one_line(run.error, 300)))
     for key, value in rows:

@@ -35,6 +35,14 @@ class DiffFiles(msgspec.Struct):
     truncated: bool = False
 
 
+class FiredBy(msgspec.Struct):
+    """What started a run no one submitted: a schedule's tick (``by`` "schedule") or its trigger ("trigger")."""
+
+    by: str
+    schedule: str
+    tick: str = ""
+
+
 class RunInfo(msgspec.Struct):
     """One run as ``GET /v1/runs/{id}`` shows it."""
 
@@ -54,6 +62,7 @@ class RunInfo(msgspec.Struct):
     diffstat: Diffstat | None = None
     events: int = 0
     cancel_requested: bool = False
+    fired_by: FiredBy | None = None
 
     @property
     def ended_already(self) -> bool:
