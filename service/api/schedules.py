@@ -15,11 +15,11 @@ from litestar.exceptions import NotAuthorizedException, NotFoundException, Valid
 from litestar.params import Body, FromPath
 
 from ..control.schedules import BadSchedule, Schedules
-from ..control.triggers import TriggerPaced, TriggerUnknown
+from ..control.triggers import TriggerPaced, TriggerPaused, TriggerUnknown
 from ..logging import get_logger
 from ..registry.schedules import Fire, Overlap, Schedule
 from .deps import SchedulesDep, TenantDep, TriggersDep
-from .errors import TooManyRequests, Unprocessable, errors
+from .errors import Conflict, TooManyRequests, Unprocessable, errors
 from .examples import example, ok
 from .schemas import MAX_ASK, MAX_TEXT, JSON
 
@@ -48,11 +48,12 @@ class FireIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class FireOut(msgspec.Struct):
-    """One tick or trigger of a schedule: ``outcome`` "started" (``run``), "skipped" or "refused" (``why``)."""
+    """One tick or trigger of a schedule: ``outcome`` "started" (``run``), "skipped" or "refused" (``why``) —
+    "firing" for the moment between its record and its run being queued."""
     schedule: str
     tick: str
     fired_by: Literal["schedule", "trigger"]
-    outcome: Literal["started", "skipped", "refused"]
+    outcome: Literal["firing", "started", "skipped", "refused"]
     run: str | None
     why: str | None
     budget_usd: float | None
@@ -228,7 +229,7 @@ class TriggerController(Controller):
     @post("/{schedule_id:str}", status_code=201, operation_id="fire_trigger",
           summary="Fire a schedule with its trigger token: its ask (and `text`) becomes a run now",
           responses={**ok(201, msgspec.structs.replace(FIRED, fired_by="trigger"), "the run it started"),
-                     **errors(401, 422, 429)})
+                     **errors(401, 409, 422, 429)})
     async def fire(self, request: Request[Any, Any, Any], triggers: TriggersDep,
                    schedule_id: FromPath[str], data: FireBody = None) -> Response[FireOut]:
         """`Authorization: Bearer <the trigger's token>`. Starts at most the service's `trigger_per_minute` runs a
@@ -242,6 +243,8 @@ class TriggerController(Controller):
             fire = await triggers.fire(schedule_id, token.strip(), data.text if data is not None else None)
         except TriggerUnknown as e:
             raise NotAuthorizedException(str(e), headers=_CHALLENGE) from None
+        except TriggerPaused as e:
+            raise Conflict(str(e)) from None
         except TriggerPaced as e:
             raise TooManyRequests(str(e), headers={"Retry-After": str(e.retry_after_s)}) from None
         if fire.run is None:

@@ -188,15 +188,25 @@ class Schedules:
         return await self._done(held, started, following, last_run=started.run)
 
     async def start(self, held: Schedule, tick: float, fired_by: FiredBy, ask: str) -> Fire | None:
-        """Record the fire and queue its run (unless a former holder did already); None: the hold was lost."""
+        """Record the fire ("firing": the gateway finds the run's budget there from its first call) and queue its
+        run (unless a former holder did already); the fire "started", or None: the hold was lost."""
         run_id = tick_run_id(held.id, tick)
-        fire = await asyncio.to_thread(self.table.record, self._fire_row(held, tick, run_id, fired_by, "started"))
-        if fire.outcome != "started" or fire.run is None:
+        fire = await asyncio.to_thread(self.table.record, self._fire_row(held, tick, run_id, fired_by, "firing"))
+        if fire.outcome in ("skipped", "refused") or fire.run is None:
             return fire
-        if await asyncio.to_thread(self.runs.get, fire.run) is not None:
-            return fire  # a former holder queued it, then died: the tick is only finished here
-        if not await asyncio.to_thread(self.table.still_held, held):
-            return None
+        if await asyncio.to_thread(self.runs.get, fire.run) is None:  # else a former holder queued it, then died
+            if not await asyncio.to_thread(self.table.still_held, held):
+                return None
+            refused = await self._submit(held, fire, ask)
+            if refused is not None:
+                return refused
+        await asyncio.to_thread(self.table.started, held.id, tick)
+        log.info("schedule.fired", tenant=held.tenant, schedule=held.id, tick=tick, run=fire.run, by=fired_by)
+        return msgspec.structs.replace(fire, outcome="started")
+
+    async def _submit(self, held: Schedule, fire: Fire, ask: str) -> Fire | None:
+        """Queue the fire's run; the fire as refused when the service would not (None: queued)."""
+        tick = fire.tick
         tenant = self.tenants.get(held.tenant)
         try:
             if tenant is None:
@@ -207,8 +217,7 @@ class Schedules:
             await asyncio.to_thread(self.table.refused, held.id, tick, why)
             log.warning("schedule.refused", tenant=held.tenant, schedule=held.id, tick=tick, error=why)
             return msgspec.structs.replace(fire, run=None, outcome="refused", why=why)
-        log.info("schedule.fired", tenant=held.tenant, schedule=held.id, tick=tick, run=fire.run, by=fired_by)
-        return fire
+        return None
 
     def _fire_row(self, held: Schedule, tick: float, run: str | None, fired_by: FiredBy, outcome: Outcome,
                   why: str | None = None) -> Fire:

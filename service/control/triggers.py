@@ -9,6 +9,7 @@ rule does not hold a trigger back: its rate does.
 
     ServiceError
     ├── TriggerUnknown  no schedule has this token (never issued, or revoked) (401)
+    ├── TriggerPaused   the schedule is paused: its trigger starts nothing until it is resumed (409)
     └── TriggerPaced    the trigger started its minute's worth of runs already (429, ``retry_after_s``)
 """
 
@@ -30,7 +31,7 @@ from ..tenants import Tenants
 from .admission import Admission, BadSubmit, DiskLow, NotTakingRuns, QueueFull
 from .schedules import tick_run_id
 
-__all__ = ["Triggers", "TriggerUnknown", "TriggerPaced", "WINDOW_S", "TOKEN_PREFIX"]
+__all__ = ["Triggers", "TriggerUnknown", "TriggerPaused", "TriggerPaced", "WINDOW_S", "TOKEN_PREFIX"]
 
 log = get_logger("flower.service.schedules")
 
@@ -40,6 +41,10 @@ TOKEN_PREFIX = "flt-"
 
 class TriggerUnknown(ServiceError):
     """No schedule has this trigger token: never issued, or revoked."""
+
+
+class TriggerPaused(ServiceError):
+    """The trigger's schedule is paused: nothing was started."""
 
 
 class TriggerPaced(ServiceError):
@@ -78,7 +83,8 @@ class Triggers:
             raise TriggerUnknown(f"this token fires no trigger of schedule {schedule_id[:100]!r}: it was never issued "
                                  "for it or was revoked; ask its tenant for the current one")
         if schedule.paused:
-            raise TriggerUnknown(f"schedule {schedule.id} is paused: its trigger starts nothing until it is resumed")
+            raise TriggerPaused(f"schedule {schedule.id} is paused: its trigger starts nothing until it is resumed "
+                                f"(POST /v1/schedules/{schedule.id}/resume)")
         cap = self.config.trigger_per_minute
         fire = await asyncio.to_thread(self.table.take_trigger, schedule, now=self.clock.now(), window_s=WINDOW_S,
                                        cap=cap, run_id=lambda tick: tick_run_id(schedule.id, tick))
@@ -98,6 +104,7 @@ class Triggers:
             await asyncio.to_thread(self.table.refused, schedule.id, fire.tick, why)
             log.warning("trigger.refused", tenant=schedule.tenant, schedule=schedule.id, error=why)
             return msgspec.structs.replace(fire, run=None, outcome="refused", why=why)
+        await asyncio.to_thread(self.table.started, schedule.id, fire.tick)
         await asyncio.to_thread(self.table.set_last_run, schedule.id, fire.run)
         log.info("trigger.fired", tenant=schedule.tenant, schedule=schedule.id, run=fire.run)
-        return fire
+        return msgspec.structs.replace(fire, outcome="started")

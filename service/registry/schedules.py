@@ -27,7 +27,9 @@ Overlap = Literal["skip", "queue", "cancel"]
 (queue: at most one waits), or cancel it and start (cancel)."""
 OVERLAPS: tuple[Overlap, ...] = ("skip", "queue", "cancel")
 FiredBy = Literal["schedule", "trigger"]
-Outcome = Literal["started", "skipped", "refused"]
+Outcome = Literal["firing", "started", "skipped", "refused"]
+"""A fire is "firing" from when it is recorded until its run is queued ("started"), or the service would not queue
+it ("refused"); "skipped": its schedule's last run was still live (overlap: skip)."""
 
 
 class Schedule(msgspec.Struct, kw_only=True, frozen=True):
@@ -179,6 +181,11 @@ class SchedulesTable:
                                                 fires.c.tick == fire.tick)).mappings().one()
         return _fire(row)
 
+    def started(self, schedule_id: str, tick: float) -> None:
+        """The fire's run is queued."""
+        self._db.write(update(fires).where(fires.c.schedule == schedule_id, fires.c.tick == tick,
+                                           fires.c.outcome == "firing").values(outcome="started"))
+
     def refused(self, schedule_id: str, tick: float, why: str) -> None:
         """The run a fire recorded could not be queued (the service refused it): ``why``, and no run."""
         self._db.write(update(fires).where(fires.c.schedule == schedule_id, fires.c.tick == tick)
@@ -204,14 +211,15 @@ class SchedulesTable:
             if self._db.dialect == "postgresql":
                 t.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"flower-trigger:{schedule.id}"))))
             started = t.execute(select(func.count()).select_from(fires).where(
-                fires.c.schedule == schedule.id, fires.c.fired_by == "trigger", fires.c.outcome == "started",
+                fires.c.schedule == schedule.id, fires.c.fired_by == "trigger",
+                fires.c.outcome.in_(("firing", "started")),
                 fires.c.at > now - window_s)).scalar_one()
             if int(started) >= cap:
                 return None
             last = t.execute(select(func.max(fires.c.tick)).where(fires.c.schedule == schedule.id)).scalar()
             tick = now if last is None or float(last) < now else float(last) + 0.001
             fire = Fire(schedule=schedule.id, tick=tick, tenant=schedule.tenant, run=run_id(tick),
-                        fired_by="trigger", outcome="started", why=None, budget_usd=schedule.budget_usd, at=now)
+                        fired_by="trigger", outcome="firing", why=None, budget_usd=schedule.budget_usd, at=now)
             t.execute(fires.insert().values(**msgspec.structs.asdict(fire)))
         return fire
 

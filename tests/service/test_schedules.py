@@ -16,6 +16,7 @@ from service.config import ServiceConfig
 from service.control.admission import Admission
 from service.control.health import Health
 from service.control.schedules import BadSchedule, Schedules, tick_run_id
+from service.control.triggers import TriggerPaced, TriggerPaused, Triggers, TriggerUnknown
 from service.registry import Registry
 from service.registry.schedules import Overlap
 from service.tenants import Tenant, Tenants
@@ -153,3 +154,37 @@ async def test_a_tenant_may_be_allowed_a_shorter_interval_and_a_cron_in_a_timezo
     assert await w.schedules.fire_due() == [], "a paused schedule does not tick"
     resumed = w.schedules.pause(paused, False)
     assert resumed.next_at == T0 + 30 + 10 * 60, "from the first tick after now: none missed is run"
+
+
+async def test_a_trigger_starts_its_rate_a_minute_with_its_text_and_a_revoked_or_replaced_token_starts_nothing(
+        tmp_path: Path, git_repo: Callable[..., Path]) -> None:
+    w = world(tmp_path, git_repo)
+    triggers = Triggers(w.schedules.config, w.registry.schedules, w.schedules.admission, w.schedules.tenants,
+                        clock=w.clock)
+    saved = w.schedules.create(w.tenant, ask="CI failed: fix it", options={}, cron=None, timezone="UTC",
+                               budget_usd=0.5, overlap="skip")
+    other = w.schedules.create(w.tenant, ask="other", options={}, cron=None, timezone="UTC", budget_usd=None,
+                               overlap="skip")
+    token, theirs = triggers.issue(saved), triggers.issue(other)
+    fired = [await triggers.fire(saved.id, token, f"FAILED test_{i}") for i in range(3)]
+    assert [(f.fired_by, f.outcome, f.budget_usd) for f in fired] == [("trigger", "started", 0.5)] * 3
+    asks = {r.ask for r in w.registry.runs.list()}
+    assert asks == {f"CI failed: fix it\n\nFAILED test_{i}" for i in range(3)}
+    with pytest.raises(TriggerPaced, match="started its 3 runs of the last minute"):
+        await triggers.fire(saved.id, token, None)
+    w.clock.advance(61)
+    assert (await triggers.fire(saved.id, token, None)).outcome == "started", "a new minute"
+    with pytest.raises(TriggerUnknown, match="fires no trigger of schedule"):
+        await triggers.fire(saved.id, theirs, None)  # another schedule's token
+    w.schedules.pause(w.registry.schedules.get(saved.id) or saved, True)
+    with pytest.raises(TriggerPaused, match="is paused"):
+        await triggers.fire(saved.id, token, None)
+    w.schedules.pause(w.registry.schedules.get(saved.id) or saved, False)
+    replaced = triggers.issue(saved)
+    with pytest.raises(TriggerUnknown):
+        await triggers.fire(saved.id, token, None)  # the old one stopped
+    triggers.revoke(saved)
+    with pytest.raises(TriggerUnknown):
+        await triggers.fire(saved.id, replaced, None)
+    assert len(w.registry.runs.list()) == 4
+    assert {w.registry.spend.run_budget(r.id) for r in w.registry.runs.list()} == {0.5}
