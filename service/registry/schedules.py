@@ -17,7 +17,7 @@ from sqlalchemy import RowMapping, delete, func, or_, select, update
 
 from . import dialects
 from .db import Database
-from .rows import plain
+from .rows import TERMINAL, plain
 from .tables import fires, runs, schedules
 
 __all__ = ["SchedulesTable", "Schedule", "Fire", "Overlap", "FiredBy", "Outcome", "OVERLAPS"]
@@ -230,11 +230,11 @@ class SchedulesTable:
         return {str(r["run"]): _fire(r) for r in self._db.rows(select(fires).where(fires.c.run.in_(run_ids)))}
 
     def live_run(self, schedule: Schedule) -> str | None:
-        """The schedule's last run when it has not ended (queued, starting or running), else None."""
+        """The schedule's last run when it has not ended (queued, starting, running or parked), else None."""
         if schedule.last_run is None:
             return None
         rows = self._db.rows(select(runs.c.status).where(runs.c.id == schedule.last_run))
-        return schedule.last_run if rows and rows[0]["status"] in ("queued", "starting", "running") else None
+        return schedule.last_run if rows and rows[0]["status"] not in TERMINAL else None
 
     def set_last_run(self, schedule_id: str, run_id: str) -> None:
         """A triggered run is the schedule's last run (the overlap rule looks at it)."""
