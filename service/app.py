@@ -33,6 +33,7 @@ from .api.ops import healthz, security_headers
 from .api.ops import metrics as metrics_handler
 from .api.results import ResultsController
 from .api.runs import RunController, new_run_id, usage
+from .api.schedules import ScheduleController, TriggerController
 from .api.schemas import AnswerIn, SubmitIn, TextIn
 from .api.scrape import ScrapeToken
 from .api.stream import events
@@ -136,6 +137,7 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None, clock: 
             await keeper.start()
         await asyncio.to_thread(service.slots.reset)  # before the API serves a stream: its last self's go
         await scheduler.start()
+        service.schedules.start_loop()
         state_log.info("service.started", backend=config.backend, data_dir=config.data_dir, registry=registry.where,
                        tenants=len(tenants.all()), max_running=config.max_running)
         try:
@@ -143,6 +145,7 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None, clock: 
         finally:
             if canary is not None:
                 canary.cancel()
+            await service.schedules.stop()
             await scheduler.stop()
             if keeper is not None:
                 await keeper.stop()
@@ -150,10 +153,12 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None, clock: 
             registry.close()
             state_log.info("service.stopped")
 
-    v1 = Router(path="/v1", route_handlers=[RunController, MailboxController, ResultsController, events, usage],
+    v1 = Router(path="/v1", route_handlers=[RunController, MailboxController, ResultsController, ScheduleController,
+                                            events, usage],
                 guards=[bearer_guard(tenants, RateLimits(config, clock))], security=[{"bearer": []}])
+    fired = Router(path="/v1", route_handlers=[TriggerController])  # a trigger's own token, not a tenant's
     app = Litestar(
-        route_handlers=[v1, healthz, metrics_handler, docs_redirect, docs_assets(),
+        route_handlers=[v1, fired, healthz, metrics_handler, docs_redirect, docs_assets(),
                         # the web page: static files, no build step (service/web/)
                         create_static_files_router("/", [Path(__file__).parent / "web"], html_mode=True,
                                                    include_in_schema=False)],

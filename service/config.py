@@ -108,6 +108,12 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Webhook tries a replica has in flight at once, all tenants together (each ends within 10 s)."""
     webhook_tenant_slots: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 4
     """… of them one tenant's at most: a tenant whose receiver hangs holds up only its own webhooks."""
+    # -- schedules and triggers (service/control/schedules.py) ----------------------------------------
+    schedule_min_interval_s: Annotated[float, msgspec.Meta(ge=1, le=31 * 24 * 3600)] = 300.0
+    """The shortest time between two ticks of a tenant's schedule (a cron firing more often is refused); a tenant's
+    ``schedule_min_interval_s`` in the tenants file overrides it."""
+    trigger_per_minute: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 3
+    """Runs one trigger may start per minute, across replicas; a fire past it is a 429 and starts nothing."""
     # -- the API ----------------------------------------------------------------------------------
     max_streams_per_tenant: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 16
     """Open SSE streams one tenant may hold at once (429 past that)."""

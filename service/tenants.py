@@ -69,7 +69,7 @@ from sandbox.spec import Egress
 from .errors import TenantError, TenantNotReady
 from .gateway.wire import SERVER_TOOLS
 
-__all__ = ["Tenant", "Tenants", "TenantError", "TenantNotReady", "hash_token"]
+__all__ = ["Tenant", "Tenants", "Budget", "TenantError", "TenantNotReady", "hash_token"]
 
 NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
@@ -96,6 +96,7 @@ class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     requests_per_s: Annotated[float, msgspec.Meta(gt=0)] | None = None
     park_after_s: Annotated[float, msgspec.Meta(ge=0)] | None = None
     request_burst: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    schedule_min_interval_s: Annotated[float, msgspec.Meta(ge=1)] | None = None
     allowed_options: list[str] = []
     egress: Egress = "closed"
     budget_usd: Budget = Budget()
@@ -134,6 +135,8 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
     park_after_s: float | None = None
     """A run of this tenant that has waited this long for an answer gives its sandbox back (``parked``: no process,
     no slot, no token) until the answer comes; None: never parked."""
+    schedule_min_interval_s: float | None = None
+    """The shortest time between two ticks of its schedules; None: the service's ``schedule_min_interval_s``."""
     egress: Egress = "closed"
     budget_usd: Budget = Budget()
     server_tools: frozenset[str] = frozenset()
@@ -260,6 +263,7 @@ def _parse(path: Path) -> list[Tenant]:
                           allowed_options=frozenset(entry.allowed_options), max_queued=entry.max_queued,
                           requests_per_s=entry.requests_per_s, request_burst=entry.request_burst,
                           park_after_s=entry.park_after_s, egress=entry.egress,
+                          schedule_min_interval_s=entry.schedule_min_interval_s,
                           budget_usd=entry.budget_usd, server_tools=frozenset(entry.server_tools),
                           webhook=webhook, push=push))
     return out

@@ -12,7 +12,10 @@
    ``Mailbox`` (→ ``hooks.wake``), ``Retention`` (harvest, and the live runs it must not touch);
 5. the scheduler's rooms: ``Following`` (what they share), ``Finisher``, ``Starter``, ``Recovery``; then the
    ``Scheduler`` (the runs table and the registry's ``listen``; it binds the hooks), and ``RunControl``: what the
-   API may ask of the runs (cancel, delete, a run's folder, its event feed).
+   API may ask of the runs (cancel, delete, a run's folder, its event feed);
+6. asks that come by themselves: ``Admission`` (the submit rules: the runs table, health, the gate's refusal,
+   ``hooks.wake``), ``Schedules`` (the schedules table; it submits through the admission and cancels through the
+   mailbox) and ``Triggers`` (a schedule's own URL and token; it fires through the schedules).
 
 Who receives what: each part the tables named in its constructor, nothing more; the API
 (``service.api.deps.dependencies``) the runs, spend and deliveries tables, the config, the clock, the gate,
@@ -33,6 +36,7 @@ from sandbox.layout import RunLayout
 
 from .clock import SYSTEM, Clock
 from .config import ServiceConfig
+from .control.admission import Admission
 from .control.backoff import Backoff, RepeatLog
 from .control.feed import EventFeed, Item
 from .control.finishing import Finisher
@@ -49,9 +53,11 @@ from .control.mailbox import Mailbox
 from .control.parking import Parking
 from .control.recovery import Recovery
 from .control.retention import Retention
+from .control.schedules import Schedules
 from .control.scheduler import Scheduler
 from .control.starting import Starter
 from .control.streams import StreamSlots
+from .control.triggers import Triggers
 from .control.warm import WarmKeeper
 from .gateway import Gateway
 from .gateway.budgets import Budgets
@@ -112,6 +118,9 @@ class Service:
     retention: Retention
     scheduler: Scheduler
     runs: RunControl
+    admission: Admission
+    schedules: Schedules
+    triggers: Triggers
 
 
 def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Backend, *,
@@ -131,7 +140,7 @@ def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: 
     grants = Grants(config, registry.spend, registry.wire_audit, tenants, gateway, budgets, metrics, clock=clock)
 
     webhooks = Webhooks(registry.deliveries, tenants, retry_s=config.webhook_retry_s, slots=config.webhook_slots,
-                        tenant_slots=config.webhook_tenant_slots, clock=clock)
+                        tenant_slots=config.webhook_tenant_slots, clock=clock, fired=registry.schedules.fired)
     results = Results(registry.runs, tenants, webhooks)
 
     def renewed() -> None:  # with the leases, in their renewer's thread: what lives as long as this replica does
@@ -164,7 +173,12 @@ def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: 
                           following=following, starter=starter, finisher=finisher, recovery=recovery,
                           parking=parking, grants=grants, results=results, feed=feed, harvest=harvest, warm=warm,
                           retention=retention)
+
+    admission = Admission(config, registry.runs, health, refusal=lambda: gate.refused, wake=hooks.wake)
+    schedules = Schedules(config, registry.schedules, registry.runs, tenants, admission, mailbox.request_cancel,
+                          owner=owner, clock=clock)
     return Service(config=config, registry=registry, tenants=tenants, backend=backend, clock=clock, gate=gate,
                    hooks=hooks, metrics=metrics, gateway=gateway, health=health, budgets=budgets, slots=slots,
                    grants=grants, results=results, leases=leases, feed=feed, mailbox=mailbox, retention=retention,
-                   scheduler=scheduler, runs=RunControl(config, mailbox, retention, feed))
+                   scheduler=scheduler, runs=RunControl(config, mailbox, retention, feed), admission=admission,
+                   schedules=schedules, triggers=Triggers(config, registry.schedules, admission, tenants, clock=clock))

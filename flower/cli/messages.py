@@ -499,6 +499,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "remote.field.cost": ("cost", "花费"),
     "remote.field.events": ("events", "事件"),
     "remote.field.branch": ("branch", "分支"),
+    "remote.field.fired": ("fired by", "由谁启动"),
     "remote.field.base": ("base", "基线"),
     "remote.field.commit": ("commit", "提交"),
     "remote.field.created": ("created", "创建"),

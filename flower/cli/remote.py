@@ -255,6 +255,10 @@ async def _show(api: Remote, args: argparse.Namespace) -> int:
         rows.append(("lost", f"{loss.cause} {loss.at} · {one_line(loss.place or '-', 80)} · {one_line(loss.error, 200)}"))
     if run.waiting:
         rows.append(("waiting", one_line(run.waiting, 300)))
+    if run.fired_by is not None:
+        fired = run.fired_by
+        rows.insert(2, ("fired", f"{fired.by} {clean(fired.schedule)}"
+                                    + (f" ({clean(fired.tick)})" if fired.by == "schedule" and fired.tick else "")))
     if run.error:
         rows.append(("error", one_line(run.error, 300)))
     for key, value in rows:

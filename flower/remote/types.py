@@ -46,6 +46,14 @@ class Loss(msgspec.Struct):
     since_checkpoint_s: float | None = None
 
 
+class FiredBy(msgspec.Struct):
+    """What started a run no one submitted: a schedule's tick (``by`` "schedule") or its trigger ("trigger")."""
+
+    by: str
+    schedule: str
+    tick: str = ""
+
+
 class RunInfo(msgspec.Struct):
     """One run as ``GET /v1/runs/{id}`` shows it; ``short`` is what a person types for it (empty from an older
     service); ``parked``: it waits for a person with no sandbox (an answer, a message or an interrupt wakes it);
@@ -73,6 +81,7 @@ class RunInfo(msgspec.Struct):
     parked_at: str | None = None
     deleted: str | None = None
     waiting: str | None = None
+    fired_by: FiredBy | None = None
 
     @property
     def ended_already(self) -> bool:

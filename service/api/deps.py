@@ -22,7 +22,9 @@ from ..control.admission import Admission
 from ..control.gate import Gate
 from ..control.health import Health
 from ..control.mailbox import Mailbox
+from ..control.schedules import Schedules
 from ..control.streams import StreamSlots
+from ..control.triggers import Triggers
 from ..metrics import Metrics
 from ..registry import DeliveriesTable, Run, RunsTable, SpendTable
 from ..registry.short_ids import HEX_AT, LAST, MIN_SHORT, SHORT_LEN, short_of
@@ -34,7 +36,7 @@ from .scrape import ScrapeToken
 
 __all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ClockDep", "ConfigDep", "ControlDep",
            "GateDep", "HealthDep", "MailboxDep", "RunsDep", "SpendDep", "DeliveriesDep", "SlotsDep", "MetricsDep",
-           "ScrapeDep", "TenantDep", "RunDep", "MIN_PREFIX", "RUN_ID_CHARS"]
+           "ScrapeDep", "TenantDep", "RunDep", "SchedulesDep", "TriggersDep", "MIN_PREFIX", "RUN_ID_CHARS"]
 
 # what a handler declares to be given (by name: ``runs: RunsDep``) — the tables it reads, never the registry whole
 AdmissionDep = NamedDependency[Admission]
@@ -52,6 +54,8 @@ MetricsDep = NamedDependency[Metrics]
 ScrapeDep = NamedDependency[ScrapeToken]
 TenantDep = NamedDependency[Tenant]
 RunDep = NamedDependency[Run]
+SchedulesDep = NamedDependency[Schedules]
+TriggersDep = NamedDependency[Triggers]
 
 MIN_PREFIX = 8
 """The fewest characters of a run id that are looked up as its start (the date alone is eight)."""
@@ -128,13 +132,12 @@ def dependencies(service: Service) -> dict[str, Provide]:
     def value(v: Any) -> Provide:
         return Provide(lambda: v, use_cache=True, sync_to_thread=False)
 
-    gate = service.gate
-    admission = Admission(service.config, service.registry.runs, service.health, refusal=lambda: gate.refused,
-                          wake=service.hooks.wake)
+    gate, admission = service.gate, service.admission
     return {"config": value(service.config), "runs": value(service.registry.runs),
             "spend": value(service.registry.spend),
             "deliveries": value(service.registry.deliveries), "admission": value(admission),
             "metrics": value(service.metrics), "clock": value(service.clock), "gate": value(gate),
             "health": value(service.health), "mailbox": value(service.mailbox), "control": value(service.runs),
             "slots": value(service.slots), "results": value(service.results),
+            "schedules": value(service.schedules), "triggers": value(service.triggers),
             "tenant": Provide(_tenant, sync_to_thread=False)}

@@ -28,6 +28,8 @@ TAGS = [Tag(name="runs", description="Submit an ask, follow the run it becomes, 
                                         "and interrupts."),
         Tag(name="results", description="What reaches the team beyond the API: the tenant's signed webhook "
                                          "deliveries, and the run's branch pushed to its git remote."),
+        Tag(name="schedules", description="Asks that come by themselves: a cron in a timezone with a budget per run, "
+                                           "and a trigger URL with its own token (a CI failure's log tail)."),
         Tag(name="ops", description="For operators: health for probes, metrics for Prometheus.")]
 
 

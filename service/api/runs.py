@@ -21,8 +21,8 @@ from ..registry import STATUSES, Run
 from ..registry.short_ids import short_of
 from ..tenants import Tenant, TenantNotReady
 from ..wiring import RunControl
-from .deps import (AdmissionDep, ClockDep, ConfigDep, ControlDep, GateDep, HealthDep, RunDep, RunsDep, SpendDep,
-                   TenantDep, provide_run)
+from .deps import (AdmissionDep, ClockDep, ConfigDep, ControlDep, GateDep, HealthDep, RunDep, RunsDep,
+                   SchedulesDep, SpendDep, TenantDep, provide_run)
 from .errors import Conflict, Gone, InsufficientStorage, TooManyRequests, Unprocessable, errors, example_error
 from .examples import DIFF, FILES, MANIFEST, RUN, RUNS, SUBMITTED, USAGE, SubmitBody, ok
 from .schemas import (Budget, DiffFile, DiffFilesOut, ErrorOut, ManifestOut, RunList, RunOut, SubmitOut, UsageOut,
@@ -95,7 +95,7 @@ class RunController(Controller):
 
     @get("/", operation_id="list_runs", summary="The tenant's runs, newest first",
          responses={**ok(200, RUNS, "the runs, newest first"), **errors(400)})
-    async def list_runs(self, tenant: TenantDep, runs: RunsDep,
+    async def list_runs(self, tenant: TenantDep, runs: RunsDep, schedules: SchedulesDep,
                         status: Annotated[str | None, Parameter(
                             description="comma-separated statuses to keep, e.g. `running,queued`")] = None,
                         limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
@@ -110,15 +110,18 @@ class RunController(Controller):
             if bad:
                 raise ValidationException(f"unknown status {', '.join(bad)} (known: {', '.join(STATUSES)})")
         found = runs.list(tenant=tenant.name, statuses=statuses, limit=limit, deleted=None if deleted else False)
-        return RunList(runs=[run_out(r) for r in found])
+        fired = schedules.table.fired_of([r.id for r in found])
+        return RunList(runs=[run_out(r, fired.get(r.id)) for r in found])
 
     @get("/{run_id:str}", operation_id="get_run", summary="One run",
          responses={**ok(200, RUN, "the run as it is now"), **errors(404)})
     async def get_run(self, run: RunDep, tenant: TenantDep, runs: RunsDep, config: ConfigDep, gate: GateDep,
-                      health: HealthDep, clock: ClockDep) -> RunOut:
+                      health: HealthDep, clock: ClockDep, schedules: SchedulesDep) -> RunOut:
         """Its status, times, cost, last step and, once it ended, its diffstat; a live run's counters move on
-        between two reads. A queued one says why it waits (`waiting`)."""
-        return run_out(run, waiting=waiting_of(run, tenant, runs, config, gate, health, clock.now()))
+        between two reads. A queued one says why it waits (`waiting`); `fired_by`: the schedule or trigger that
+        started it (null: it was submitted)."""
+        return run_out(run, schedules.table.fired(run.id),
+                       waiting=waiting_of(run, tenant, runs, config, gate, health, clock.now()))
 
     @delete("/{run_id:str}", status_code=200, operation_id="delete_run",
             summary="Delete an ended run's files (and, with branch=true, its branch); the row stays as a tombstone",

@@ -15,10 +15,11 @@ from flower.cli.messages import gloss
 
 from ..registry import Delivery, Push, Run, RunStatus
 from ..registry.short_ids import short_of
+from ..registry.schedules import Fire
 
 __all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
            "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget",
-           "ErrorOut", "EventMessage", "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "PushOut",
+           "ErrorOut", "EventMessage", "FiredBy", "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "PushOut",
            "push_out", "LossOut", "DeliveryOut", "DeliveryList", "delivery_out", "MAX_ASK", "MAX_TEXT", "QID_RE"]
 
 MAX_ASK = 100_000
@@ -157,6 +158,7 @@ class RunOut(msgspec.Struct):
     parked_at: str | None
     """While ``status`` is "parked": since when it waits for a person with no sandbox (an answer, a message or
     an interrupt wakes it)."""
+    fired_by: FiredBy | None = None
     waiting: str | None = None
     """Why a queued run has not started yet, in a sentence (only ``GET /v1/runs/{id}`` says it)."""
 
@@ -174,6 +176,14 @@ class LossOut(msgspec.Struct):
     step: str | None
     place: str
     since_checkpoint_s: float | None
+
+
+class FiredBy(msgspec.Struct):
+    """What started a run no one submitted: a schedule's tick (``by`` "schedule", ``tick`` its time) or the
+    schedule's trigger (``by`` "trigger")."""
+    by: Literal["schedule", "trigger"]
+    schedule: str
+    tick: str
 
 
 class RunList(msgspec.Struct):
@@ -261,7 +271,7 @@ def _iso(t: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
-def run_out(run: Run, *, waiting: str | None = None) -> RunOut:
+def run_out(run: Run, fire: Fire | None = None, *, waiting: str | None = None) -> RunOut:
     stat = msgspec.convert(run.diffstat, DiffStat) if run.diffstat else None
     return RunOut(id=run.id, short=short_of(run.id), status=run.status, ask=run.ask, options=run.options,
                   branch=run.branch, base=run.base, commit=run.commit_sha, created=_iso(run.created) or "",
@@ -275,7 +285,9 @@ def run_out(run: Run, *, waiting: str | None = None) -> RunOut:
                   sandboxes=run.sandboxes, parked_at=_iso(run.parked_at),
                   losses=[LossOut(cause=x.cause, at=_iso(x.at) or "", error=x.error, step=x.step, place=x.place,
                                   since_checkpoint_s=x.since_checkpoint_s) for x in run.losses],
-                  waiting=waiting)
+                  waiting=waiting,
+                  fired_by=None if fire is None else FiredBy(by=fire.fired_by, schedule=fire.schedule,
+                                                             tick=_iso(fire.tick) or ""))
 
 
 def push_out(push: Push | None) -> PushOut | None:

@@ -99,8 +99,10 @@ class Admission:
         self._refusal = refusal  # read at each submit: the canary sets it while the service runs
         self._wake = wake
 
-    async def submit(self, tenant: Tenant, ask: str, options: dict[str, object]) -> Admitted:
-        """Queue ``ask`` as a new run of ``tenant``, or raise why not (nothing is queued then)."""
+    async def submit(self, tenant: Tenant, ask: str, options: dict[str, object], *,
+                     run_id: str | None = None) -> Admitted:
+        """Queue ``ask`` as a new run of ``tenant``, or raise why not (nothing is queued then). ``run_id``: the
+        id a schedule's tick derived (``service.control.schedules``), else a new one."""
         refusal = self._refusal()
         if refusal:
             raise NotTakingRuns(refusal)
@@ -117,9 +119,10 @@ class Admission:
         cap = tenant.max_queued or self.config.max_queued_per_tenant
         if self.runs.count(statuses=["queued"], tenant=tenant.name) >= cap:  # before the slow checks below
             raise self._full(tenant, cap)
-        run_id = new_run_id()
-        while self.runs.ids_starting(short_of(run_id), tenant=tenant.name, limit=1, hex_part=True):
-            run_id = new_run_id()  # its short id must name it alone among the tenant's runs
+        if run_id is None:
+            run_id = new_run_id()
+            while self.runs.ids_starting(short_of(run_id), tenant=tenant.name, limit=1, hex_part=True):
+                run_id = new_run_id()  # its short id must name it alone among the tenant's runs
         try:
             spec = RunSpec(run_id=run_id, tenant=tenant.name, ask=ask, options=dict(options), env={})
         except (ValueError, TypeError, msgspec.ValidationError) as e:

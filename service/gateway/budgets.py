@@ -27,7 +27,7 @@ from ..control.live import one_line
 from ..logging import get_logger
 from ..metrics import Metrics
 from ..registry import Run, SpendTable, Spent, Standing
-from ..tenants import Tenant, Tenants
+from ..tenants import Budget, Tenant, Tenants
 from .grant import Grant, Held, Refused
 from .server import Gateway
 from .wire import Usage
@@ -71,7 +71,7 @@ class Budgets:
     # -- the gateway's meter -----------------------------------------------------------------
     async def admit(self, grant: Grant, most: float) -> Held | Refused:
         """Let a call through holding ``most`` USD, or say why not (``Refused.final``: spent at a cap)."""
-        tenant = self.tenants.get(grant.tenant)
+        tenant = self._tenant_of(grant)
         day = day_of(self.clock.now())
         if tenant is None or (tenant.budget_usd.run is None and tenant.budget_usd.day is None):
             return Held(id=None, day=day)  # no cap to hold against
@@ -100,6 +100,15 @@ class Budgets:
             grant.held_back = (self.clock.monotonic() + HELD_BACK_S, refused.why)
         return refused
 
+    def _tenant_of(self, grant: Grant) -> Tenant | None:
+        """The grant's tenant, its per-run budget the tighter of its own and the run's (a schedule's budget)."""
+        tenant = self.tenants.get(grant.tenant)
+        own = grant.budget_usd
+        if tenant is None or own is None:
+            return tenant
+        run = own if tenant.budget_usd.run is None else min(own, tenant.budget_usd.run)
+        return msgspec.structs.replace(tenant, budget_usd=Budget(run=run, day=tenant.budget_usd.day))
+
     async def settle(self, grant: Grant, held: Held, usage: Usage | None) -> None:
         """The call's hold replaced by what it cost (onto the run and the tenant's day), or let go when nothing came
         back; a cap reached stops the run (the day's: every run of the tenant)."""
@@ -115,7 +124,7 @@ class Budgets:
             grant.run_id, grant.tenant, held.day, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
             cache_write_tokens=usage.cache_creation_input_tokens, cache_read_tokens=usage.cache_read_input_tokens,
             cost_usd=usage.cost_usd, hold=hold), {"day": held.day, **msgspec.structs.asdict(usage)})
-        tenant = self.tenants.get(grant.tenant)
+        tenant = self._tenant_of(grant)
         if spent is not None and tenant is not None and self.gateway.grant(grant.run_id) is grant:
             self._check(grant, tenant, spent)  # (an answer read on past the run's end stops nothing)
 

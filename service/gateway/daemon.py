@@ -151,7 +151,8 @@ class GatewayProcess:
             self._failed_once(run, f"its tenant's credentials file could not be read ({type(e).__name__})")
             return None
         run_id = run.id
-        return grant_of(run, tenant, values, run.token_sha256, spent=True,
+        budget = await asyncio.to_thread(self.registry.spend.run_budget, run_id)
+        return grant_of(run, tenant, values, run.token_sha256, spent=True, budget_usd=budget,
                         on_first=lambda: self.registry.wire_audit.record_first_request(run_id, time.time()))
 
     def _failed_once(self, run: Run, why: str) -> None:

@@ -67,6 +67,8 @@ class Grant:
     tools: OrderedDict[str, str] = field(default_factory=OrderedDict)
     on_first: Callable[[], None] | None = None
     """Called once, when the run's first model request arrives (the service's start histogram)."""
+    budget_usd: float | None = None
+    """The run's own budget (its schedule's), under its tenant's ``budget_usd.run``; None: the tenant's alone."""
 
     def __repr__(self) -> str:  # never the auth headers
         return f"Grant({self.run_id!r}, tenant={self.tenant!r})"

@@ -90,15 +90,17 @@ def server_tools(tenant: Tenant) -> frozenset[str]:
 
 
 def grant_of(run: Run, tenant: Tenant, values: Mapping[str, str], digest: str, *,
-             on_first: Callable[[], None] | None = None, spent: bool = False) -> Grant:
+             on_first: Callable[[], None] | None = None, spent: bool = False,
+             budget_usd: float | None = None) -> Grant:
     """The run's grant for its token's hash ``digest``, from its row and its tenant's credentials (``spent``: with
-    what its row says it spent, for a grant re-opened while the run lives)."""
+    what its row says it spent, for a grant re-opened while the run lives; ``budget_usd``: the run's own budget,
+    ``SpendTable.run_budget``)."""
     upstream, auth = upstream_of(values)
     usage = Usage(input_tokens=run.input_tokens, output_tokens=run.output_tokens,
                   cache_creation_input_tokens=run.cache_write_tokens, cache_read_input_tokens=run.cache_read_tokens,
                   cost_usd=run.cost_usd) if spent else Usage()
     return Grant(run.id, run.tenant, digest, upstream, auth, server_tools=server_tools(tenant), on_first=on_first,
-                 usage=usage)
+                 usage=usage, budget_usd=budget_usd)
 
 
 class Metering(Protocol):
@@ -174,7 +176,8 @@ class InProcess:
              warm: bool) -> None:
         created, resumed = run.created, run.sandboxes > 0  # a resumed run goes on with what it spent
         first = None if resumed else (lambda: self._first_request(run.id, warm, created))
-        grant = grant_of(run, tenant, values, digest, on_first=first, spent=resumed)
+        grant = grant_of(run, tenant, values, digest, on_first=first, spent=resumed,
+                         budget_usd=self.spend.run_budget(run.id))
         kubernetes = self.config.backend == "kubernetes"
         self._on_loop(self.gateway.open(grant, None if kubernetes else layout.gateway))
 
@@ -200,7 +203,8 @@ class InProcess:
         except (OSError, ValueError) as e:
             log.warning("run.regrant_failed", tenant=run.tenant, run=run.id, error=type(e).__name__)
             return
-        grant = grant_of(run, tenant, values, run.token_sha256, spent=True)
+        grant = grant_of(run, tenant, values, run.token_sha256, spent=True,
+                         budget_usd=await asyncio.to_thread(self.spend.run_budget, run.id))
         await self.gateway.open(grant, None if self.config.backend == "kubernetes" else layout.gateway)
         self.budgets.check(grant, tenant)
 

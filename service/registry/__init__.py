@@ -14,6 +14,7 @@ rooms it uses, so the type checker proves what each may touch:
     streams      StreamsTable    the tenants' SSE slots across replicas (service.control.streams)
     wire_audit   WireAuditTable  the gateway's audit counts and first requests (the gateway's process, the scheduler)
     deliveries   DeliveriesTable webhook deliveries and their tries (service.results.webhooks)
+    schedules    SchedulesTable  scheduled asks, their due ticks held like leases, what each fired (control.schedules)
 
 ``rows`` holds what a row is (``Run``, ``Lease``, …); ``integrity`` whether a SQLite file is ours (``foreign``: a
 trigger, a view, a column not ours, a row naming another run's folder — refused at open and at restore); ``backup``
@@ -35,6 +36,7 @@ from .replicas import ReplicasTable
 from .rows import (ACTIVE, STATUSES, TERMINAL, Delivery, DeliveryState, Ending, Kept, Lease, Loss, LossCause, Push,
                    Replica, Run, RunStatus, Spent, Standing)
 from .runs import HeldRun, RunsTable
+from .schedules import SchedulesTable
 from .spend import SpendTable
 from .streams import StreamsTable
 from .wire_audit import WireAuditTable
@@ -42,7 +44,7 @@ from .wire_audit import WireAuditTable
 __all__ = ["Registry", "Database", "Run", "Loss", "LossCause", "Kept", "Lease", "Standing", "Spent", "RunStatus", "Ending", "Push",
            "Delivery", "DeliveryState", "Replica", "ACTIVE", "TERMINAL", "STATUSES", "SCHEMA", "CHANNEL", "foreign",
            "open_registry", "RunsTable", "HeldRun", "SpendTable", "LeasesTable", "ReplicasTable", "StreamsTable",
-           "WireAuditTable", "DeliveriesTable"]
+           "WireAuditTable", "DeliveriesTable", "SchedulesTable"]
 
 
 class Registry:
@@ -57,6 +59,7 @@ class Registry:
         self.streams = StreamsTable(self.db)
         self.wire_audit = WireAuditTable(self.db)
         self.deliveries = DeliveriesTable(self.db)
+        self.schedules = SchedulesTable(self.db)
 
     @classmethod
     def postgres(cls, url: str, *, lock_timeout_s: float = 60.0) -> Registry:

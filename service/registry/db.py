@@ -29,7 +29,7 @@ from .migrate import migrate
 __all__ = ["Database", "CHANNEL", "SCHEMA"]
 
 CHANNEL = "flower_runs"  # PostgreSQL's NOTIFY channel: a run queued, or its status changed
-SCHEMA = 8  # SQLite's PRAGMA user_version this code writes (service/registry/migrations/versions/v0006_resumes.py)
+SCHEMA = 9  # SQLite's PRAGMA user_version this code writes (service/registry/migrations/versions/v0007_schedules.py)
 
 _NO_LOCK = contextlib.nullcontext()  # PostgreSQL keeps its writers apart itself: no lock in the process
 

@@ -14,7 +14,7 @@ from sqlalchemy.sql.dml import UpdateBase
 from . import dialects
 from .db import Database
 from .rows import Spent, Standing
-from .tables import holds, runs, spend
+from .tables import fires, holds, runs, spend
 
 __all__ = ["SpendTable"]
 
@@ -77,6 +77,11 @@ class SpendTable:
     def release_holds(self, owner: str) -> int:
         """Every hold ``owner`` took: a gateway started again under that name lets go of its dead self's calls."""
         return self._db.write(delete(holds).where(holds.c.owner == owner))
+
+    def run_budget(self, run_id: str) -> float | None:
+        """The run's own budget: what its schedule or trigger gave it when it fired it (None: none of its own)."""
+        rows = self._db.rows(select(fires.c.budget_usd).where(fires.c.run == run_id))
+        return float(rows[0]["budget_usd"]) if rows and rows[0]["budget_usd"] is not None else None
 
     def spent(self, tenant: str, day: str) -> dict[str, float]:
         """The tenant's measured spend on ``day`` (YYYY-MM-DD, UTC)."""

@@ -14,7 +14,7 @@ from sqlalchemy import Column, Index, Integer, LargeBinary, MetaData, Table, Tex
 from .dialects import Int64, Real
 
 __all__ = ["metadata", "runs", "spend", "deliveries", "leases", "wire_audit", "holds", "streams", "replicas",
-           "ADDED_SINCE_V1"]
+           "schedules", "fires", "ADDED_SINCE_V1"]
 
 metadata = MetaData()
 
@@ -151,6 +151,51 @@ replicas = Table(
     Column("heartbeat", Real, nullable=False),
     Column("expires", Real, nullable=False),
 )
+
+# A tenant's scheduled asks (since v0007): the ask and its options, a cron expression read in ``timezone``, a budget
+# per run and what a tick does while the last run is still live (``overlap``). ``next_at`` is the tick due next;
+# a replica firing it holds it like a lease (``holder`` until ``expires``, ``generation`` the fencing token), so each
+# tick fires once across replicas, also when the replica holding it dies. ``trigger_sha256``: the hash of the
+# schedule's own trigger token (None: no trigger, or revoked).
+schedules = Table(
+    "schedules", metadata,
+    Column("id", Text, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("ask", Text, nullable=False),
+    Column("options", Text, nullable=False, server_default=text("'{}'")),
+    Column("cron", Text),
+    Column("timezone", Text, nullable=False, server_default=text("'UTC'")),
+    Column("budget_usd", Real),
+    Column("overlap", Text, nullable=False),
+    Column("paused", Integer, nullable=False, server_default=_ZERO),
+    Column("created", Real, nullable=False),
+    Column("next_at", Real),
+    Column("holder", Text),
+    Column("generation", Int64, nullable=False, server_default=_ZERO),
+    Column("expires", Real),
+    Column("trigger_sha256", Text),
+    Column("last_run", Text),
+)
+Index("schedules_tenant", schedules.c.tenant, schedules.c.created)
+Index("schedules_due", schedules.c.next_at)
+Index("schedules_trigger", schedules.c.trigger_sha256, unique=True)
+
+# What each tick or trigger of a schedule did (since v0007): the run it started (its id derived from the schedule
+# and the tick, so a tick fired again after its replica died finds its run and starts none), or why none
+# (``outcome``), what fired it (``fired_by``: "schedule" or "trigger"), and the run's budget.
+fires = Table(
+    "fires", metadata,
+    Column("schedule", Text, primary_key=True),
+    Column("tick", Real, primary_key=True),
+    Column("tenant", Text, nullable=False),
+    Column("run", Text),
+    Column("fired_by", Text, nullable=False),
+    Column("outcome", Text, nullable=False),
+    Column("why", Text),
+    Column("budget_usd", Real),
+    Column("at", Real, nullable=False),
+)
+Index("fires_run", fires.c.run)
 
 # Columns a file of schema 1 or 2 may not have yet (the migration adds them; ``integrity.foreign`` lets them be
 # missing).

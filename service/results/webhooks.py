@@ -36,6 +36,7 @@ import hashlib
 import hmac
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -45,6 +46,7 @@ import msgspec
 from ..clock import SYSTEM, Clock
 from ..logging import get_logger
 from ..registry import DeliveriesTable, Delivery, Push, Run
+from ..registry.schedules import Fire
 from ..tenants import Tenant, Tenants
 
 __all__ = ["Webhooks", "WebhookBody", "EventName", "sign", "SIGNATURE_HEADER", "TRIES", "TRY_S", "CLAIM_S"]
@@ -78,9 +80,17 @@ class PushBody(msgspec.Struct):
     error: str | None
 
 
+class FiredBody(msgspec.Struct):
+    """What started the run when no one submitted it: a schedule's tick (``by`` "schedule") or its trigger."""
+    by: str
+    schedule: str
+    tick: str | None
+
+
 class WebhookBody(msgspec.Struct, kw_only=True):
     """What a webhook POSTs. Times are ISO 8601 UTC; ``at`` is when the event happened. ``question`` comes with
-    ``question.asked``; ``pushed`` and ``push`` with ``run.ended`` (``push`` is null when no push was due)."""
+    ``question.asked``; ``pushed`` and ``push`` with ``run.ended`` (``push`` is null when no push was due);
+    ``fired_by`` with every event of a run a schedule or a trigger started (null: submitted)."""
     id: str
     event: EventName
     run: str
@@ -96,6 +106,7 @@ class WebhookBody(msgspec.Struct, kw_only=True):
     question: QuestionBody | None = None
     pushed: bool | None = None
     push: PushBody | None = None
+    fired_by: FiredBody | None = None
 
 
 def iso(t: float | None) -> str | None:
@@ -133,8 +144,10 @@ class Webhooks:
     """The delivery queue (rows in the registry) and the task that sends it."""
 
     def __init__(self, deliveries: DeliveriesTable, tenants: Tenants, *, retry_s: float = 15.0, slots: int = SLOTS,
-                 tenant_slots: int = TENANT_SLOTS, clock: Clock = SYSTEM) -> None:
+                 tenant_slots: int = TENANT_SLOTS, clock: Clock = SYSTEM,
+                 fired: Callable[[str], Fire | None] = lambda run_id: None) -> None:
         self.clock = clock
+        self._fired = fired  # what started a run (the schedules table), for the bodies' ``fired_by``
         self.deliveries = deliveries
         self.tenants = tenants
         self.retry_s = retry_s
@@ -160,6 +173,9 @@ class Webhooks:
         body = WebhookBody(id=delivery_id, event=event, run=run.id, tenant=run.tenant, status=run.status,
                            branch=run.branch, commit=run.commit_sha, error=run.error, created=iso(run.created),
                            started=iso(run.started), ended=iso(run.ended), at=iso(now), question=question)
+        fire = self._fired(run.id)
+        if fire is not None:
+            body.fired_by = FiredBody(by=fire.fired_by, schedule=fire.schedule, tick=iso(fire.tick))
         if event == "run.ended":
             body.pushed = push is not None and push.state == "pushed"
             body.push = None if push is None else PushBody(state=push.state, url=push.url, ref=push.ref,

@@ -198,6 +198,11 @@ function drawStatus() {
 function drawWhere() {
   const run = state.run, box = $("run-where"), short = (sha) => String(sha).slice(0, 12);
   const parts = [];
+  if (run.fired_by) {  // a schedule's tick or its trigger started it: say which, and when it was due
+    const f = run.fired_by;
+    parts.push([T(f.by === "trigger" ? "run.fired_trigger" : "run.fired_schedule"),
+                f.by === "trigger" ? f.schedule : f.schedule + " @ " + f.tick.replace("T", " ").replace(".000Z", "Z")]);
+  }
   if (run.branch) parts.push([T("run.branch"), run.branch]);
   if (run.base) parts.push([T("run.base"), short(run.base)]);
   if (run.commit) parts.push([T("run.commit"), short(run.commit)]);

@@ -164,7 +164,41 @@ def test_a_sqlite_file_at_v0004_gains_the_replicas_table_and_keeps_its_rows(tmp_
     assert again.replicas.claim("r1", "i2", "", ttl=5, now=2.0).instance == "i1", "held: the second is refused"
     again.close()
     db = sqlite3.connect(tmp_path / "registry.sqlite3")
-    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA == 8
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA == 9
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgres"])
+def test_a_registry_at_v0006_gains_the_schedules_and_fires_tables_and_keeps_its_rows(
+        tmp_path: Path, request: pytest.FixtureRequest, dialect: str):
+    def open_() -> Registry:
+        if dialect == "sqlite":
+            return Registry(tmp_path / "registry.sqlite3")
+        return Registry.postgres(request.getfixturevalue("postgres_empty_url"))
+
+    reg = open_()
+    reg.runs.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
+    reg.close()
+    # as the service before schedules left it: v0006
+    if dialect == "sqlite":
+        db = sqlite3.connect(tmp_path / "registry.sqlite3")
+        db.executescript("DROP TABLE fires; DROP TABLE schedules; UPDATE alembic_version SET version_num = 'v0006'; "
+                         "PRAGMA user_version=8;")
+        db.close()
+    else:
+        with psycopg.connect(request.getfixturevalue("postgres_empty_url")) as c:
+            c.execute("DROP TABLE fires")
+            c.execute("DROP TABLE schedules")
+            c.execute("UPDATE alembic_version SET version_num = 'v0006'")
+    again = open_()
+    assert (again.migrated_from, again.revision) == ("v0006", head())
+    assert again.runs.get(RUN) is not None
+    made = again.schedules.create(id="sch-1", tenant="acme", ask="a", options={}, cron="0 3 * * *", timezone="UTC",
+                                  budget_usd=None, overlap="skip", created=1.0, next_at=2.0)
+    assert again.schedules.get("sch-1") == made
+    again.close()
+    if dialect == "sqlite":
+        db = sqlite3.connect(tmp_path / "registry.sqlite3")
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA == 9
 
 
 def test_a_postgres_database_at_v0004_gains_the_replicas_table_and_keeps_its_rows(postgres_empty_url: str):
@@ -188,7 +222,7 @@ def test_a_fresh_postgres_database_is_migrated_to_the_newest_revision(postgres_e
     reg.runs.create(id=RUN, tenant="acme", ask="a", options={}, repo="")
     reg.close()
     assert _tables(postgres_empty_url) == {"runs", "spend", "deliveries", "leases", "wire_audit", "holds", "streams",
-                                           "replicas", "alembic_version"}
+                                           "replicas", "schedules", "fires", "alembic_version"}
 
 
 @pytest.mark.parametrize("schema", [3, 1])

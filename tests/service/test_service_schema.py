@@ -41,7 +41,15 @@ OPERATION_IDS = {("POST", "/v1/runs"): "create_run", ("GET", "/v1/runs"): "list_
                  ("POST", "/v1/runs/{run_id}/interrupt"): "interrupt_run", ("GET", "/healthz"): "get_health",
                  ("GET", "/metrics"): "get_metrics", ("GET", "/v1/usage"): "get_usage",
                  ("GET", "/v1/webhooks/deliveries"): "list_webhook_deliveries",
-                 ("POST", "/v1/runs/{run_id}/push"): "push_run_branch"}
+                 ("POST", "/v1/runs/{run_id}/push"): "push_run_branch",
+                 ("POST", "/v1/schedules"): "create_schedule", ("GET", "/v1/schedules"): "list_schedules",
+                 ("GET", "/v1/schedules/{schedule_id}"): "get_schedule",
+                 ("DELETE", "/v1/schedules/{schedule_id}"): "delete_schedule",
+                 ("POST", "/v1/schedules/{schedule_id}/pause"): "pause_schedule",
+                 ("POST", "/v1/schedules/{schedule_id}/resume"): "resume_schedule",
+                 ("POST", "/v1/schedules/{schedule_id}/trigger"): "issue_trigger",
+                 ("DELETE", "/v1/schedules/{schedule_id}/trigger"): "revoke_trigger",
+                 ("POST", "/v1/triggers/{schedule_id}"): "fire_trigger"}
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_headers_conformance,
           response_schema_conformance]
 AUTH = {"Authorization": f"Bearer {TOKENS['acme']}"}
@@ -131,10 +139,12 @@ def test_every_request_example_is_accepted_by_the_service(document: dict[str, An
         if "requestBody" not in op:
             continue
         for value in _examples(op["requestBody"]["content"]["application/json"]):
-            parts = {"path_parameters": {"run_id": ended}} if "{run_id}" in path else {}
+            parts = {"path_parameters": {"run_id": ended}} if "{run_id}" in path else \
+                {"path_parameters": {"schedule_id": "sch-" + "0" * 24}} if "{schedule_id}" in path else {}
             case = api_schema[path][method].Case(body=value, **parts)
             seen[op["operationId"]] = case.call_and_validate(headers=AUTH, checks=CHECKS, timeout=30).status_code
-    assert seen == {"create_run": 201, "answer_question": 409, "send_message": 409, "interrupt_run": 409}, seen
+    assert seen == {"create_run": 201, "answer_question": 409, "send_message": 409, "interrupt_run": 409,
+                    "create_schedule": 201, "fire_trigger": 401}, seen
 
 
 @pytest.mark.parametrize("bound", [15])
