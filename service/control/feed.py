@@ -82,8 +82,9 @@ class EventFeed:
             live.self_reported[kind] += 1
         self.metrics.audited(run.tenant, kind)
         level = "warning" if kind in ("deny", "spill_failed") else "info"
+        said = {"meaning": guard_meaning(claim.guard, claim.role, claim.tool)} if kind == "deny" else {}
         getattr(audit_log, level)(f"audit.{kind}", tenant=run.tenant, run=run.id, source="run",
-                                  step=ev.step or None, **claim.fields())
+                                  step=ev.step or None, **claim.fields(), **said)
 
     @staticmethod
     def compare_audits(run: Run, live: LiveRun, wire: Counter[str] | None) -> None:
@@ -146,6 +147,19 @@ def _in_flight(ev: Event, was: str) -> str:
     if ev.kind == "result":
         return "between steps"
     return was
+
+
+_GUARDS = {  # what each guard's refusal means, in the log's words (its ``reason`` is the run's sentence to its model)
+    "whitelist": "{role} has no {tool}, by design (not a missing setting)",
+    "delegate": "the coordinator does not do the work itself: {tool} is left to a subagent it dispatches",
+    "isolation": "isolation failed: {role} must run in its own git worktree, not the shared checkout",
+}
+
+
+def guard_meaning(guard: str | None, role: str | None, tool: str | None) -> str:
+    """A denial in one English sentence, from the guard's name alone (the page says the same, service/web)."""
+    template = _GUARDS.get(guard or "", "the {guard} guard refused {tool}")
+    return template.format(guard=guard or "a", role=role or "the agent", tool=tool or "a tool call")
 
 
 def _asking(ev: Event, live: LiveRun) -> None:

@@ -181,6 +181,7 @@ class Forwarder:
             counted = True
             if result.kind == "deny":
                 audit_log.warning("audit.deny", tool=tool, tool_use_id=result.tool_use_id,
+                                  meaning=f"a guard in the run refused {tool} (reason: its words to the model)",
                                   reason=" ".join(result.text.split())[:500], **who)
             else:
                 audit_log.info("audit.spill", tool=tool, tool_use_id=result.tool_use_id,

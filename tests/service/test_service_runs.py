@@ -96,6 +96,10 @@ def test_a_run_end_to_end_question_events_audit_diff(deployment: Deployment, ser
     assert audit, "no audit.deny line in the service log"
     assert audit[0]["tenant"] == "acme" and audit[0]["run"] == run_id and audit[0]["tool"] == "Write"
     assert audit[0]["level"] == "warning" and audit[0]["role"] and audit[0]["guard"]
+    # the log's own words say what the denial means (the reason is the guard's Chinese sentence to its model)
+    assert audit[0]["meaning"] == "the coordinator does not do the work itself: Write is left to a subagent it " \
+        "dispatches", audit[0]
+    assert wire[0]["meaning"] == "a guard in the run refused Write (reason: its words to the model)"
     assert "sk-scripted-not-a-real-key" not in service.log_path.read_text(), "a credential reached the log"
 
     # the work is committed on flower/<run> from the repo's HEAD; the team's checkout is untouched
