@@ -4,7 +4,8 @@
     python -m service --version
     python -m service hash-token [TOKEN]     # prints the sha256 to put in token_sha256 (TOKEN or stdin)
     python -m service backup FILE            # a consistent copy of the registry (SQLite online backup), live
-    python -m service restore FILE           # with the service stopped: that copy back, the old file moved aside
+    python -m service restore FILE           # with the service stopped (refused while anything has the registry
+                                             # open): that copy back, the old file kept beside it
     python -m service migrate                # the registry's schema brought to this version (the service does it
                                              # at start too); SQLite file or database_url
     python -m service gateway                # the model gateway alone (``service.gateway.daemon``): the service starts
@@ -32,7 +33,8 @@ SUBCOMMANDS = {  # name → (arguments, what it does): `--help` lists every one
     "hash-token": ("[TOKEN]", "print the sha256 of a tenant token, for token_sha256 in the tenants file "
                               "(TOKEN, or a line on stdin)"),
     "backup": ("FILE", "a consistent copy of the live registry (SQLite online backup), checked, mode 0600"),
-    "restore": ("FILE", "with the service stopped: put that copy back; the old registry is moved aside"),
+    "restore": ("FILE", "with the service and its gateway stopped (refused, naming them, while they run): put that "
+                        "copy back; the old registry is kept beside it"),
     "migrate": ("", "bring the registry's schema (the SQLite file, or database_url's PostgreSQL) to this version"),
     "gateway": ("", "serve the model gateway alone: the runs' model calls, from the grants in the registry (the "
                     "service starts one beside itself unless gateway_process says otherwise)"),
@@ -194,7 +196,7 @@ def _raise_nofile() -> None:
 def _backup_or_restore(args: argparse.Namespace) -> int:
     """``backup FILE``: a consistent copy of the live registry. ``restore FILE``: that copy back in place (service
     stopped), the damaged registry moved aside, never deleted."""
-    from .registry.backup import RegistryDamaged, backup, restore
+    from .registry.backup import RegistryDamaged, RegistryInUse, backup, restore
 
     try:
         config = _config(args)
@@ -206,10 +208,11 @@ def _backup_or_restore(args: argparse.Namespace) -> int:
             size = backup(config.db_path, Path(args.file))
             print(f"backed up {config.db_path} to {Path(args.file).resolve()} ({size} bytes)")
         else:
-            moved = restore(config.db_path, Path(args.file))
-            aside = f"; the old registry was moved to {moved}" if moved else ""
+            done = restore(config.db_path, Path(args.file))
+            aside = ("" if done.kept is None else f"; the damaged registry was moved to {done.kept}" if done.damaged
+                     else f"; the registry it replaced was sound and is kept as {done.kept}")
             print(f"restored {config.db_path} from {Path(args.file).resolve()}{aside}")
-    except (ServiceConfigError, RegistryDamaged, OSError) as e:
+    except (ServiceConfigError, RegistryDamaged, RegistryInUse, OSError) as e:
         print(f"flower-service: {e}", file=sys.stderr)
         return 2
     return 0
