@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..errors import RegistryDamaged, RegistryInUse
 from .integrity import foreign
-from .users import alone
+from .users import alone, hold
 
 __all__ = ["RegistryDamaged", "RegistryInUse", "Restored", "check_registry", "backup", "restore"]
 
@@ -62,7 +62,11 @@ def backup(db_path: Path, dest: Path) -> int:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.partial")
     tmp.unlink(missing_ok=True)
-    _copy(db_path, tmp)
+    using = hold(db_path)  # a restore waits for the copy (and a copy for a restore)
+    try:
+        _copy(db_path, tmp)
+    finally:
+        os.close(using)
     problem = _problem(tmp)
     if problem is not None:
         tmp.unlink(missing_ok=True)
