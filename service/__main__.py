@@ -18,6 +18,7 @@ then the flags. ``--port 0`` picks a free port; the log line ``service.listening
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import socket
 import sys
@@ -122,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     from .logging import configure_logging, get_logger
 
     configure_logging(config.log_format, level=config.log_level)
+    taken = _cannot_listen(config.host, config.port)
+    if taken is not None:
+        get_logger("flower.service").error("service.cannot_start", error=taken)
+        print(f"flower-service: {taken}", file=sys.stderr)
+        return 2
     _raise_nofile()
     try:
         app = create_app(config)
@@ -150,6 +156,28 @@ def main(argv: list[str] | None = None) -> int:
     server.startup = startup  # type: ignore[method-assign]
     server.run()
     return 0 if server.started else 1
+
+
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why the API could not listen on ``host:port`` (a port in use, one that needs root), in one sentence; None
+    when it can. Tried before anything starts, so the person reads this, not the server's log line."""
+    if port == 0:
+        return None
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        return f"cannot listen on {host}: {e.strerror}; give an address of this machine with --host"
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no owner
+            try:
+                probe.bind(address)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    return (f"port {port} on {host} is in use by another process: stop it, or give another with "
+                            f"--port (0 picks a free one)")
+                return f"cannot listen on {host}:{port} ({e.strerror}): give another --host or --port"
+    return None
 
 
 def _gateway(args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ from .api.ops import healthz, security_headers
 from .api.ops import metrics as metrics_handler
 from .api.results import ResultsController
 from .api.runs import RunController, new_run_id, usage
-from .api.schemas import AnswerIn, SubmitIn, TextIn
+from .api.schemas import MAX_BODY, AnswerIn, SubmitIn, TextIn
 from .api.scrape import ScrapeToken
 from .api.stream import events
 from .clock import SYSTEM, Clock
@@ -48,7 +48,6 @@ from .wiring import build
 __all__ = ["create_app", "make_backend", "new_run_id", "SubmitIn", "AnswerIn", "TextIn"]
 
 log = get_logger("flower.service.api")
-MAX_BODY = 1024 * 1024
 
 
 def make_backend(config: ServiceConfig, tenants: int = 1) -> Backend:

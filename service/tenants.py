@@ -67,6 +67,7 @@ from flower.core.credentials import TOKEN_KEYS
 from sandbox.spec import Egress
 
 from .errors import TenantError, TenantNotReady
+from .fields import explain
 from .gateway.wire import SERVER_TOOLS
 
 __all__ = ["Tenant", "Tenants", "TenantError", "TenantNotReady", "hash_token"]
@@ -229,7 +230,7 @@ def _parse(path: Path) -> list[Tenant]:
         try:
             entry = msgspec.convert(item, _TenantEntry)
         except msgspec.ValidationError as err:
-            raise TenantError(f"tenant #{i} in {path} is invalid: {err}") from None
+            raise TenantError(f"tenant #{i} in {path} is invalid: {explain(err, _TenantEntry)}") from None
         if (entry.token is None) == (entry.token_sha256 is None):
             raise TenantError(f"tenant {entry.name} in {path} needs exactly one of `token_sha256` or `token`")
         digest = entry.token_sha256 or hash_token(entry.token or "")

@@ -103,7 +103,7 @@ BAD_BODIES: list[tuple[Any, str]] = [
     (b"", "body"),
     (b"[]", "Expected `object`, got `array`"),
     (b'{"ask": 3}', "ask: Expected `str`, got `int`"),
-    (b"{}", "missing required field `ask`"),
+    (b"{}", "`ask` is required"),
     (b'{"ask": "x", "optionz": {}}', "unknown field `optionz`"),
     (b'{"ask": "   "}', "`ask` is blank"),
     (b'{"ask": "x", "options": []}', "options: Expected `object`"),
@@ -149,6 +149,34 @@ def test_other_malformed_requests_are_4xx_never_500(svc: tuple[Service, Deployme
         assert r.status_code == code, (method, path, r.status_code, r.text[:300])
         assert r.json()["error"], r.text
     assert run_status(acme, waiting_run)["status"] == "running"
+
+
+def test_errors_are_one_sentence_that_says_what_to_do(svc: tuple[Service, Deployment]):
+    """The words a person gets for the mistakes people make: a 1 MB ask, the ask under another name, a day that is
+    not a date — each says what to send instead, never a bare status phrase, a type error or a regex."""
+    service, dep = svc
+    acme = service.client("acme")
+    before, on_disk = _run_ids(acme), _runs_on_disk(dep)
+    big = acme.post("/v1/runs", json={"ask": "x" * 1_100_000})
+    assert big.status_code == 413, big.text
+    said = big.json()["error"]
+    assert "1 MiB" in said and "shorten it" in said and "100,000 characters" in said, said
+    task = acme.post("/v1/runs", json={"task": "add a CHANGELOG entry"})
+    assert task.status_code == 400, task.text
+    said = task.json()["error"]
+    assert "unknown field `task`" in said and "`ask` is required" in said, said
+    assert acme.post("/v1/runs", json={"prompt": "x"}).json()["error"] == (
+        "invalid request: unknown field `prompt`: the fields here are ask, options (`ask` is required)")
+    typo = acme.post("/v1/runs", json={"ask": "x", "option": {}})
+    assert "unknown field `option`: did you mean `options`?" in typo.json()["error"], typo.text
+    for day in ("yesterday", "2026-13-01", "2026-1-1"):
+        r = acme.get("/v1/usage", params={"day": day})
+        assert r.status_code == 400, r.text
+        said = r.json()["error"]
+        assert f"day {day!r} is not a date: give a UTC day as YYYY-MM-DD" in said, said
+        assert "regex" not in said and "\\d" not in said, said
+    assert acme.get("/v1/usage", params={"day": "2026-12-01"}).json()["day"] == "2026-12-01"
+    assert _run_ids(acme) == before and _runs_on_disk(dep) == on_disk
 
 
 # -- a tenant that cannot run ----------------------------------------------------------------------------
