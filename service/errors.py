@@ -39,7 +39,12 @@ class TenantError(ServiceError, ValueError):
 
 
 class TenantNotReady(ServiceError, ValueError):
-    """A tenant's repository or credentials cannot serve a run right now (one sentence, safe to show them)."""
+    """A tenant's repository or credentials cannot serve a run right now. The message is the operator's (paths and
+    the fix, for the log); ``public`` what the tenant is shown (no path of the operator's, no fix of theirs)."""
+
+    def __init__(self, message: str, *, public: str | None = None) -> None:
+        super().__init__(message)
+        self.public = public if public is not None else message
 
 
 class RegistryDamaged(ServiceError, RuntimeError):

@@ -57,6 +57,7 @@ import json
 import os
 import threading
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -70,7 +71,7 @@ from .errors import TenantError, TenantNotReady
 from .fields import explain
 from .gateway.wire import SERVER_TOOLS
 
-__all__ = ["Tenant", "Tenants", "TenantError", "TenantNotReady", "hash_token"]
+__all__ = ["Tenant", "Tenants", "TenantError", "TenantNotReady", "hash_token", "not_ready"]
 
 NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
@@ -159,7 +160,8 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
         keys = TOKEN_KEYS[:3]  # what the model gateway can swap in (Bedrock and Vertex are not forwarded)
         if not any(values.get(k) for k in keys):
             raise TenantNotReady(f"the credentials file of tenant {self.name} ({cred}) has none of "
-                                 f"{', '.join(keys)}; ask the operator to add one")
+                                 f"{', '.join(keys)}: add one", public=f"tenant {self.name} has no model "
+                                 "credentials on this service")
         check_git_repo(self.repo, self.name)
         return values
 
@@ -170,10 +172,16 @@ def operator_file(path: Path, what: str, error: type[Exception]) -> dict[str, st
     from sandbox.envfile import read_env_file
 
     if not path.is_file():
+        if error is TenantNotReady:
+            raise TenantNotReady(f"{what} is missing ({path}): create it (KEY=value lines, mode 0600) or fix its "
+                                 "path in the tenants file", public=f"{what} is missing")
         raise error(f"{what} is missing ({path}); ask the operator to create it")
     try:
         return read_env_file(path)
     except (OSError, ValueError) as e:
+        if error is TenantNotReady:
+            raise TenantNotReady(f"{what} ({path}) cannot be read ({type(e).__name__}): fix it",
+                                 public=f"{what} cannot be read") from None
         raise error(f"{what} ({path}) cannot be read ({type(e).__name__}); ask the operator to fix it") from None
 
 
@@ -182,27 +190,42 @@ def check_git_repo(repo: str, tenant: str) -> None:
     import git
 
     path = Path(repo)
+
+    def not_ready(why: str, fix: str) -> TenantNotReady:
+        return TenantNotReady(f"the repository of tenant {tenant} ({path}) {why}; {fix}",
+                              public=f"the repository of tenant {tenant} {why}")
+
     if not path.is_dir():
-        raise TenantNotReady(f"the repository of tenant {tenant} ({path}) does not exist; "
-                             "ask the operator to fix `repo` in the tenants file")
+        raise not_ready("does not exist", "fix `repo` in the tenants file")
     try:
         r = git.Repo(path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise TenantNotReady(f"the repository of tenant {tenant} ({path}) is not a git repository; "
-                             "run `git init` and commit there, or fix `repo` in the tenants file") from None
+        raise not_ready("is not a git repository", "run `git init` and commit there, or fix `repo` in the tenants "
+                                                   "file") from None
     try:
         if r.bare:
-            raise TenantNotReady(f"the repository of tenant {tenant} ({path}) is bare; it needs a work tree")
+            raise not_ready("is bare", "it needs a work tree: point `repo` at a clone")
         if Path(r.working_tree_dir or "").resolve() != path.resolve():
             raise TenantNotReady(f"{path} (tenant {tenant}) is inside the git repository {r.working_tree_dir}, "
-                                 "not its top; point `repo` at the top of the repository")
+                                 "not its top; point `repo` at the top of the repository",
+                                 public=f"the repository of tenant {tenant} is not the top of a git repository")
         try:
             r.head.commit
         except ValueError:
-            raise TenantNotReady(f"the repository of tenant {tenant} ({path}) has no commit yet; "
-                                 "commit something first (runs branch from HEAD)") from None
+            raise not_ready("has no commit yet", "commit something first (runs branch from HEAD)") from None
     finally:
         r.close()
+
+
+def not_ready(tenants: list[Tenant]) -> list[tuple[str, str]]:
+    """The tenants that cannot run here now, each with the operator's sentence (what is wrong, where, the fix)."""
+    found = []
+    for tenant in tenants:
+        try:
+            tenant.check_ready()
+        except TenantNotReady as e:
+            found.append((tenant.name, str(e)))
+    return found
 
 
 def _parse(path: Path) -> list[Tenant]:
@@ -331,10 +354,12 @@ def _own_repo(given: Path, tenant: str, path: Path, seen: dict[str, str]) -> str
 class Tenants:
     """The tenants file, re-read when its modification time changes."""
 
-    def __init__(self, path: str | Path, *, on_reload_error: Any = None) -> None:
+    def __init__(self, path: str | Path, *, on_reload_error: Callable[[str], None] | None = None,
+                 on_reload: Callable[[list[Tenant]], None] | None = None) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._on_error = on_reload_error
+        self._on_reload = on_reload  # told the tenants after each good read: the operator hears of a broken one
         self._stamp = self._mtime()
         self._tenants = _parse(self.path)
 
@@ -356,6 +381,9 @@ class Tenants:
                         if self._on_error is not None:
                             self._on_error(f"{e}; the last good tenants file stays in force (tenants, tokens and "
                                            "budgets) until this one is fixed")
+                    else:
+                        if self._on_reload is not None:
+                            self._on_reload(list(self._tenants))
                     self._stamp = stamp
         return self._tenants
 

@@ -68,7 +68,8 @@ _SAYS = {400: "invalid request: body.ask: Expected `str` of length >= 1",
          410: "run 20250612-093015-3f9c2a7e5b1d4c6a8e0f1b2c3d4e5f60 was deleted, and its events with it",
          413: f"the request body is larger than the {MAX_BODY // 2**20} MiB the service reads: shorten it (an ask "
               f"is at most {MAX_ASK:,} characters; put long material in the repository and name it in the ask)",
-         422: "tenant acme cannot run here: its repository is not a git repository",
+         422: "the repository of tenant acme is not a git repository: ask the operator of this service to fix "
+              "it (the service's log says what and how)",
          429: "tenant acme already has 4 event streams open (at most 4); close one first",
          503: "the Bash guard let `rm -rf /` through for this CLI: no run starts until the operator fixes it",
          507: "the service's disk is full: nothing was queued; submit again once the operator has freed space"}

@@ -82,8 +82,10 @@ class RunController(Controller):
             raise ServiceUnavailableException(str(e)) from None
         except BadSubmit as e:
             raise ValidationException(str(e)) from None
-        except TenantNotReady as e:
-            raise Unprocessable(str(e)) from None
+        except TenantNotReady as e:  # the operator's sentence to the log; the tenant is told whom to ask
+            log.warning("tenant.not_ready", tenant=tenant.name, error=str(e))
+            raise Unprocessable(f"{e.public}: ask the operator of this service to fix it (the service's log says "
+                                "what and how)") from None
         except DiskLow as e:
             raise InsufficientStorage(str(e), headers={"Retry-After": "60"}) from None
         except QueueFull as e:

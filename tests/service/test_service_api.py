@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from _service_helpers import TOKENS, Deployment, Service, end_leftover_runs, git, run_status, wait_question
+from _service_helpers import (TOKENS, Deployment, Service, end_leftover_runs, git, run_status, wait_for,
+                              wait_question)
 from flower.testing import Rule, ScriptedModel, tool
 from sandbox.testing import ASK, CLARIFIER
 
@@ -182,27 +183,47 @@ def test_errors_are_one_sentence_that_says_what_to_do(svc: tuple[Service, Deploy
 # -- a tenant that cannot run ----------------------------------------------------------------------------
 def test_a_repo_that_is_not_git_or_missing_credentials_is_422_with_nothing_created(
         svc: tuple[Service, Deployment], tmp_path: Path):
+    """The tenant is told what is wrong and whom to ask, and nothing of the operator's (paths, the fix); the operator
+    hears of it in the log at the reload, before any submit, with the path and the fix."""
     service, dep = svc
     plain = tmp_path / "not-a-repo"
     plain.mkdir()
     (plain / "file.txt").write_text("untouched\n")
     beta = service.client("beta")
     before, on_disk = _run_ids(beta), _runs_on_disk(dep)
+    absent = tmp_path / "absent.env"
     try:
-        for override, fragment in [({"repo": str(plain)}, "is not a git repository"),
-                                   ({"credentials": str(tmp_path / "absent.env")}, "credentials file of tenant beta "
-                                                                                 "is missing")]:
+        for override, said, logged in [
+                ({"repo": str(plain)}, "the repository of tenant beta is not a git repository",
+                 f"the repository of tenant beta ({plain}) is not a git repository; run `git init`"),
+                ({"credentials": str(absent)}, "the credentials file of tenant beta is missing",
+                 f"the credentials file of tenant beta is missing ({absent}): create it")]:
+            mark = len(service.lines())
             dep.write_tenants(beta=override)
-            os.utime(dep.root / "tenants.toml", ns=(hash(fragment) % 10**9, hash(fragment) % 10**9))
+            os.utime(dep.root / "tenants.toml", ns=(hash(said) % 10**9, hash(said) % 10**9))
+            assert service.client("acme").get("/v1/runs").status_code == 200  # any request reads the new file
+            heard = wait_for(lambda: [line for line in service.lines()[mark:] if line.get("event") ==
+                                      "tenant.not_ready" and line.get("tenant") == "beta"], 30,
+                             what="the operator's warning at the reload")
+            assert logged in heard[0]["error"], heard
+            reloaded = [line for line in service.lines()[mark:] if line.get("event") == "tenants.reloaded"]
+            assert reloaded and reloaded[0]["not_ready"] == ["beta"] and reloaded[0]["tenants"] == 2, reloaded
             r = beta.post("/v1/runs", json={"ask": "做点什么"})
             assert r.status_code == 422, r.text
-            assert fragment in r.json()["error"] and r.json()["error"].count(". ") == 0
+            error = r.json()["error"]
+            assert error == f"{said}: ask the operator of this service to fix it (the service's log says what and how)"
+            assert str(tmp_path) not in r.text and "git init" not in r.text and "tenants file" not in r.text, r.text
             assert _run_ids(beta) == before and _runs_on_disk(dep) == on_disk
         assert sorted(p.name for p in plain.iterdir()) == ["file.txt"]
         assert "flower/" not in git(dep.repos["beta"], "branch", "--list")
     finally:
+        mark = len(service.lines())
         dep.write_tenants()
         os.utime(dep.root / "tenants.toml")
+        assert service.client("acme").get("/v1/runs").status_code == 200
+    fixed = wait_for(lambda: [line for line in service.lines()[mark:] if line.get("event") == "tenants.reloaded"], 30,
+                     what="the reload of the fixed file")
+    assert fixed[0]["not_ready"] == [] and fixed[0]["tenants"] == 2, fixed
 
 
 def test_healthz(svc: tuple[Service, Deployment]):
