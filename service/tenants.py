@@ -20,6 +20,10 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     webhook_secret_file = "/etc/flower/acme.hook"       # the HMAC secret, alone in a file beside the credentials
     push_url = "https://git.acme.example/acme.git"      # optional: a succeeded run's branch is pushed there
     push_credentials_file = "/etc/flower/acme.push"     # username=… and token=… lines (service.results.push)
+    # or over ssh, with a deploy key the service holds and the server's host key pinned:
+    # push_url = "ssh://git@git.acme.example/acme.git"
+    # push_ssh_key_file = "/etc/flower/acme.deploy-key"    # private key, 0600
+    # push_known_hosts_file = "/etc/flower/acme.known_hosts"
 
 ``server_tools`` names the provider's server-side tools a run may ask for (``web_search``, ``web_fetch``,
 ``code_execution``, ``tool_search_tool_regex``, ``tool_search_tool_bm25``, ``mcp_servers``) and the content it may
@@ -33,7 +37,9 @@ and by default none is.
 pushed by the service with the username and token in ``push_credentials_file``. Secrets live only in those
 files (a ``webhook_secret`` or ``push_token`` in the tenants file is refused), which are read when used —
 never by a run, never logged. Both URLs are http(s) and carry no credentials; a push over plain http is
-refused except to a loopback address (its credential would travel in the clear).
+refused except to a loopback address (its credential would travel in the clear). A ``push_url`` may also be
+``ssh://[user@]host[:port]/path``: the service pushes with the deploy key in ``push_ssh_key_file`` and accepts
+only the host keys in ``push_known_hosts_file`` (no key is trusted on first sight, no agent, no ssh config read).
 
 The credentials stay with the service: a run gets a token of its own for the model gateway
 (``service.gateway``), which swaps the tenant's key in on the way to ``ANTHROPIC_BASE_URL``.
@@ -106,6 +112,8 @@ class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     webhook_secret_file: str | None = None
     push_url: str | None = None
     push_credentials_file: str | None = None
+    push_ssh_key_file: str | None = None
+    push_known_hosts_file: str | None = None
 
 
 class Webhook(msgspec.Struct, frozen=True):
@@ -115,9 +123,12 @@ class Webhook(msgspec.Struct, frozen=True):
 
 
 class PushTarget(msgspec.Struct, frozen=True):
-    """The git remote a tenant's succeeded runs are pushed to, and the file holding its username and token."""
+    """The git remote a tenant's succeeded runs are pushed to: over https the file holding its username and token;
+    over ssh the deploy key's file and the known_hosts file that pins the server's host key."""
     url: str
-    credentials_file: str
+    credentials_file: str = ""
+    ssh_key_file: str = ""
+    known_hosts_file: str = ""
 
 
 class Tenant(msgspec.Struct, frozen=True, kw_only=True):
@@ -276,10 +287,15 @@ def _parse(path: Path) -> list[Tenant]:
             assert entry.webhook_url is not None and hook_file is not None
             _check_url(entry.name, path, "webhook_url", entry.webhook_url, plain_http=True)
             webhook = Webhook(entry.webhook_url, str((base / Path(hook_file).expanduser()).resolve()))
-        if _paired(entry.name, path, "push_url", entry.push_url, "push_credentials_file", push_file):
+        if entry.push_url is not None and entry.push_url.startswith("ssh://"):
+            push = _ssh_push(entry, path)
+        elif _paired(entry.name, path, "push_url", entry.push_url, "push_credentials_file", push_file):
             assert entry.push_url is not None and push_file is not None
             _check_url(entry.name, path, "push_url", entry.push_url, plain_http=False)
             push = PushTarget(entry.push_url, str((base / Path(push_file).expanduser()).resolve()))
+        if push is None and (entry.push_ssh_key_file or entry.push_known_hosts_file):
+            raise TenantError(f"tenant {entry.name} in {path} sets `push_ssh_key_file`/`push_known_hosts_file` "
+                              "without an ssh:// `push_url`; set the URL or leave them out")
         out.append(Tenant(name=entry.name, token_hash=digest, repo=repo, credentials=cred, quota=entry.quota,
                           allowed_options=frozenset(entry.allowed_options), max_queued=entry.max_queued,
                           requests_per_s=entry.requests_per_s, request_burst=entry.request_burst,
@@ -293,6 +309,35 @@ def _parse(path: Path) -> list[Tenant]:
 _SECRET_KEYS = {"webhook_secret": "webhook_secret_file", "push_token": "push_credentials_file",
                 "push_password": "push_credentials_file"}
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _ssh_push(entry: _TenantEntry, path: Path) -> PushTarget:
+    """An ssh:// push_url with its deploy key and pinned host keys (both required: the server's key is never taken
+    on first sight); a user in the URL is fine (``git@``), a password never."""
+    assert entry.push_url is not None
+    where = f"`push_url` of tenant {entry.name} in {path}"
+    url = entry.push_url
+    if len(url) > 2000 or any(c.isspace() or ord(c) < 32 for c in url):
+        raise TenantError(f"{where} is not a URL (too long, or it holds spaces or control characters)")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as e:
+        raise TenantError(f"{where} is not a valid URL ({e})") from None
+    if not parts.hostname or not parts.path.strip("/") or parts.password is not None or parts.hostname[0] == "-":
+        raise TenantError(f"{where} must be ssh://[user@]host[:port]/path with no password, not {url[:100]!r}")
+    if entry.push_credentials_file is not None:
+        raise TenantError(f"tenant {entry.name} in {path} sets `push_credentials_file` for an ssh push_url; an ssh "
+                          "push uses `push_ssh_key_file` and `push_known_hosts_file` instead")
+    missing = [k for k in ("push_ssh_key_file", "push_known_hosts_file") if getattr(entry, k) is None]
+    if missing:
+        raise TenantError(f"tenant {entry.name} in {path} has an ssh push_url without `{missing[0]}`: the deploy "
+                          "key's file and a known_hosts file holding the server's host key (`ssh-keyscan` it once, "
+                          "check it) are both needed")
+    assert entry.push_ssh_key_file is not None and entry.push_known_hosts_file is not None
+    base = path.parent
+    return PushTarget(url, ssh_key_file=str((base / Path(entry.push_ssh_key_file).expanduser()).resolve()),
+                      known_hosts_file=str((base / Path(entry.push_known_hosts_file).expanduser()).resolve()))
 
 
 def _paired(tenant: str, path: Path, url_key: str, url: str | None, file_key: str, file: str | None) -> bool:
