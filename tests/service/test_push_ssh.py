@@ -36,6 +36,7 @@ def _keygen(path: Path) -> Path:
 class Sshd:
     def __init__(self, root: Path) -> None:
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.host_key = _keygen(root / "host_key")
         self.authorized = root / "authorized_keys"
         self.authorized.write_text("")
