@@ -4,7 +4,8 @@
     python -m service --version
     python -m service hash-token [TOKEN]     # prints the sha256 to put in token_sha256 (TOKEN or stdin)
     python -m service backup FILE            # a consistent copy of the registry (SQLite online backup), live
-    python -m service restore FILE           # with the service stopped: that copy back, the old file moved aside
+    python -m service restore FILE           # with the service stopped (refused while anything has the registry
+                                             # open): that copy back, the old file kept beside it
     python -m service migrate                # the registry's schema brought to this version (the service does it
                                              # at start too); SQLite file or database_url
     python -m service gateway                # the model gateway alone (``service.gateway.daemon``): the service starts
@@ -17,6 +18,7 @@ then the flags. ``--port 0`` picks a free port; the log line ``service.listening
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import socket
 import sys
@@ -32,7 +34,8 @@ SUBCOMMANDS = {  # name → (arguments, what it does): `--help` lists every one
     "hash-token": ("[TOKEN]", "print the sha256 of a tenant token, for token_sha256 in the tenants file "
                               "(TOKEN, or a line on stdin)"),
     "backup": ("FILE", "a consistent copy of the live registry (SQLite online backup), checked, mode 0600"),
-    "restore": ("FILE", "with the service stopped: put that copy back; the old registry is moved aside"),
+    "restore": ("FILE", "with the service and its gateway stopped (refused, naming them, while they run): put that "
+                        "copy back; the old registry is kept beside it"),
     "migrate": ("", "bring the registry's schema (the SQLite file, or database_url's PostgreSQL) to this version"),
     "gateway": ("", "serve the model gateway alone: the runs' model calls, from the grants in the registry (the "
                     "service starts one beside itself unless gateway_process says otherwise)"),
@@ -120,6 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     from .logging import configure_logging, get_logger
 
     configure_logging(config.log_format, level=config.log_level)
+    taken = _cannot_listen(config.host, config.port)
+    if taken is not None:
+        get_logger("flower.service").error("service.cannot_start", error=taken)
+        print(f"flower-service: {taken}", file=sys.stderr)
+        return 2
     _raise_nofile()
     try:
         app = create_app(config)
@@ -148,6 +156,28 @@ def main(argv: list[str] | None = None) -> int:
     server.startup = startup  # type: ignore[method-assign]
     server.run()
     return 0 if server.started else 1
+
+
+def _cannot_listen(host: str, port: int) -> str | None:
+    """Why the API could not listen on ``host:port`` (a port in use, one that needs root), in one sentence; None
+    when it can. Tried before anything starts, so the person reads this, not the server's log line."""
+    if port == 0:
+        return None
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        return f"cannot listen on {host}: {e.strerror}; give an address of this machine with --host"
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn does: TIME_WAIT is no owner
+            try:
+                probe.bind(address)
+            except OSError as e:
+                if e.errno == errno.EADDRINUSE:
+                    return (f"port {port} on {host} is in use by another process: stop it, or give another with "
+                            f"--port (0 picks a free one)")
+                return f"cannot listen on {host}:{port} ({e.strerror}): give another --host or --port"
+    return None
 
 
 def _gateway(args: argparse.Namespace) -> int:
@@ -194,7 +224,7 @@ def _raise_nofile() -> None:
 def _backup_or_restore(args: argparse.Namespace) -> int:
     """``backup FILE``: a consistent copy of the live registry. ``restore FILE``: that copy back in place (service
     stopped), the damaged registry moved aside, never deleted."""
-    from .registry.backup import RegistryDamaged, backup, restore
+    from .registry.backup import RegistryDamaged, RegistryInUse, backup, restore
 
     try:
         config = _config(args)
@@ -206,10 +236,11 @@ def _backup_or_restore(args: argparse.Namespace) -> int:
             size = backup(config.db_path, Path(args.file))
             print(f"backed up {config.db_path} to {Path(args.file).resolve()} ({size} bytes)")
         else:
-            moved = restore(config.db_path, Path(args.file))
-            aside = f"; the old registry was moved to {moved}" if moved else ""
+            done = restore(config.db_path, Path(args.file))
+            aside = ("" if done.kept is None else f"; the damaged registry was moved to {done.kept}" if done.damaged
+                     else f"; the registry it replaced was sound and is kept as {done.kept}")
             print(f"restored {config.db_path} from {Path(args.file).resolve()}{aside}")
-    except (ServiceConfigError, RegistryDamaged, OSError) as e:
+    except (ServiceConfigError, RegistryDamaged, RegistryInUse, OSError) as e:
         print(f"flower-service: {e}", file=sys.stderr)
         return 2
     return 0

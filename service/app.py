@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -34,7 +35,7 @@ from .api.ops import metrics as metrics_handler
 from .api.results import ResultsController
 from .api.runs import RunController, new_run_id, usage
 from .api.schedules import ScheduleController, TriggerController
-from .api.schemas import AnswerIn, SubmitIn, TextIn
+from .api.schemas import MAX_BODY, AnswerIn, SubmitIn, TextIn
 from .api.scrape import ScrapeToken
 from .api.stream import events
 from .clock import SYSTEM, Clock
@@ -43,13 +44,12 @@ from .control.canary import check
 from .gateway.keeper import GatewayKeeper
 from .logging import get_logger
 from .registry import open_registry
-from .tenants import Tenants
+from .tenants import Tenant, Tenants, not_ready
 from .wiring import build
 
 __all__ = ["create_app", "make_backend", "new_run_id", "SubmitIn", "AnswerIn", "TextIn"]
 
 log = get_logger("flower.service.api")
-MAX_BODY = 1024 * 1024
 
 
 def make_backend(config: ServiceConfig, tenants: int = 1) -> Backend:
@@ -96,6 +96,21 @@ def make_backend(config: ServiceConfig, tenants: int = 1) -> Backend:
                          pids_limit=config.run_pids or None, tmp_size=config.run_tmp_size)
 
 
+def _announce(tenants: list[Tenant], event: str) -> None:
+    """The operator hears of the tenants file at start and at each reload: how many tenants, and each that cannot run
+    here (its repository, its credentials), with what is wrong and the fix — before that tenant's first submit. In a
+    thread of its own: each check opens a repository."""
+    log = get_logger("flower.service")
+
+    def tell() -> None:
+        broken = not_ready(tenants)
+        log.info(event, tenants=len(tenants), not_ready=[name for name, _ in broken])
+        for name, why in broken:
+            log.warning("tenant.not_ready", tenant=name, error=why)
+
+    threading.Thread(target=tell, name="tenants-check", daemon=True).start()
+
+
 def create_app(config: ServiceConfig, *, backend: Backend | None = None, clock: Clock = SYSTEM,
                gateway_command: Sequence[str] | None = None) -> Litestar:
     """The app; the scheduler starts with it and stops with it (runs themselves keep running).
@@ -103,7 +118,9 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None, clock: 
     process is started when ``gateway_process`` is "beside" (default ``python -m service gateway``)."""
     state_log = get_logger("flower.service")
     tenants = Tenants(config.tenants, on_reload_error=lambda why: state_log.error("tenants.reload_failed",
-                                                                                   error=why))
+                                                                                   error=why),
+                      on_reload=lambda found: _announce(found, "tenants.reloaded"))
+    _announce(tenants.all(), "tenants.loaded")
     config.data_path.mkdir(parents=True, exist_ok=True, mode=0o700)
     config.runs_root.mkdir(parents=True, exist_ok=True, mode=0o700)
     registry = open_registry(config)

@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from .errors import ServiceConfigError
+from .fields import explain
 
 __all__ = ["ServiceConfig", "ServiceConfigError", "load_config", "config_of_json", "CONFIG_ENV", "ENV_PREFIX"]
 
@@ -189,8 +190,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
     try:
         cfg = msgspec.convert(data, ServiceConfig, strict=False)
     except msgspec.ValidationError as e:
-        raise ServiceConfigError(f"service config from {where} is invalid: {e} "
-                          f"(fields: {', '.join(ServiceConfig.__struct_fields__)})") from None
+        raise ServiceConfigError(f"service config from {where} is invalid: {explain(e, ServiceConfig)}") from None
     for name in ("data_dir", "tenants", "metrics_token_file"):
         if getattr(cfg, name):
             setattr(cfg, name, str(Path(getattr(cfg, name)).expanduser().resolve()))

@@ -7,7 +7,8 @@
     ├── RegistryDamaged      a registry file that is not ours, or not whole (RuntimeError)
     ├── RegistryNewer        the registry's schema is newer than this service's migrations (RuntimeError)
     ├── RegistryUnreachable  the registry's database does not answer (RuntimeError): host and database named
-    ├── RegistryLocked       another process held the migration lock past the wait (RuntimeError)
+    ├── RegistryLocked       another process held the migration lock (or a restore the registry) past the wait
+    ├── RegistryInUse        a restore found processes using the registry (RuntimeError): each named
     ├── UpstreamError        the tenant's model provider could not be reached or answered badly
     ├── GatewayNotServing    the model gateway's process did not take a starting run's token in time
     ├── LeaseLost            a write of a live run's found its lease held by another replica (or the run ended)
@@ -21,8 +22,8 @@
 from __future__ import annotations
 
 __all__ = ["ServiceError", "ServiceConfigError", "TenantError", "TenantNotReady", "RegistryDamaged",
-           "RegistryNewer", "RegistryUnreachable", "RegistryLocked", "UpstreamError", "GatewayNotServing",
-           "LeaseLost", "ReplicaNameTaken", "RunFolderGone", "PushFailed"]
+           "RegistryNewer", "RegistryUnreachable", "RegistryLocked", "RegistryInUse", "UpstreamError",
+           "GatewayNotServing", "LeaseLost", "ReplicaNameTaken", "RunFolderGone", "PushFailed"]
 
 
 class ServiceError(Exception):
@@ -38,7 +39,12 @@ class TenantError(ServiceError, ValueError):
 
 
 class TenantNotReady(ServiceError, ValueError):
-    """A tenant's repository or credentials cannot serve a run right now (one sentence, safe to show them)."""
+    """A tenant's repository or credentials cannot serve a run right now. The message is the operator's (paths and
+    the fix, for the log); ``public`` what the tenant is shown (no path of the operator's, no fix of theirs)."""
+
+    def __init__(self, message: str, *, public: str | None = None) -> None:
+        super().__init__(message)
+        self.public = public if public is not None else message
 
 
 class RegistryDamaged(ServiceError, RuntimeError):
@@ -63,11 +69,19 @@ class RegistryUnreachable(ServiceError, RuntimeError):
 
 
 class RegistryLocked(ServiceError, RuntimeError):
-    """Migrating waited ``waited_s`` for another process's migration lock and gave up (a stuck holder)."""
+    """Opening waited ``waited_s`` for another process's migration lock, or for a restore, and gave up."""
 
     def __init__(self, message: str, *, where: str, waited_s: float) -> None:
         super().__init__(message)
         self.where, self.waited_s = where, waited_s
+
+
+class RegistryInUse(ServiceError, RuntimeError):
+    """A restore found processes using the registry (``users``: each in words, with how to stop it)."""
+
+    def __init__(self, message: str, *, where: str, users: list[str]) -> None:
+        super().__init__(message)
+        self.where, self.users = where, users
 
 
 class UpstreamError(ServiceError):

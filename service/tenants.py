@@ -20,6 +20,10 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     webhook_secret_file = "/etc/flower/acme.hook"       # the HMAC secret, alone in a file beside the credentials
     push_url = "https://git.acme.example/acme.git"      # optional: a succeeded run's branch is pushed there
     push_credentials_file = "/etc/flower/acme.push"     # username=… and token=… lines (service.results.push)
+    # or over ssh, with a deploy key the service holds and the server's host key pinned:
+    # push_url = "ssh://git@git.acme.example/acme.git"
+    # push_ssh_key_file = "/etc/flower/acme.deploy-key"    # private key, 0600
+    # push_known_hosts_file = "/etc/flower/acme.known_hosts"
 
 ``server_tools`` names the provider's server-side tools a run may ask for (``web_search``, ``web_fetch``,
 ``code_execution``, ``tool_search_tool_regex``, ``tool_search_tool_bm25``, ``mcp_servers``) and the content it may
@@ -33,7 +37,9 @@ and by default none is.
 pushed by the service with the username and token in ``push_credentials_file``. Secrets live only in those
 files (a ``webhook_secret`` or ``push_token`` in the tenants file is refused), which are read when used —
 never by a run, never logged. Both URLs are http(s) and carry no credentials; a push over plain http is
-refused except to a loopback address (its credential would travel in the clear).
+refused except to a loopback address (its credential would travel in the clear). A ``push_url`` may also be
+``ssh://[user@]host[:port]/path``: the service pushes with the deploy key in ``push_ssh_key_file`` and accepts
+only the host keys in ``push_known_hosts_file`` (no key is trusted on first sight, no agent, no ssh config read).
 
 The credentials stay with the service: a run gets a token of its own for the model gateway
 (``service.gateway``), which swaps the tenant's key in on the way to ``ANTHROPIC_BASE_URL``.
@@ -57,6 +63,7 @@ import json
 import os
 import threading
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -67,9 +74,10 @@ from flower.core.credentials import TOKEN_KEYS
 from sandbox.spec import Egress
 
 from .errors import TenantError, TenantNotReady
+from .fields import explain
 from .gateway.wire import SERVER_TOOLS
 
-__all__ = ["Tenant", "Tenants", "Budget", "TenantError", "TenantNotReady", "hash_token"]
+__all__ = ["Tenant", "Tenants", "Budget", "TenantError", "TenantNotReady", "hash_token", "not_ready"]
 
 NAME_RE = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 
@@ -105,6 +113,8 @@ class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     webhook_secret_file: str | None = None
     push_url: str | None = None
     push_credentials_file: str | None = None
+    push_ssh_key_file: str | None = None
+    push_known_hosts_file: str | None = None
 
 
 class Webhook(msgspec.Struct, frozen=True):
@@ -114,9 +124,12 @@ class Webhook(msgspec.Struct, frozen=True):
 
 
 class PushTarget(msgspec.Struct, frozen=True):
-    """The git remote a tenant's succeeded runs are pushed to, and the file holding its username and token."""
+    """The git remote a tenant's succeeded runs are pushed to: over https the file holding its username and token;
+    over ssh the deploy key's file and the known_hosts file that pins the server's host key."""
     url: str
-    credentials_file: str
+    credentials_file: str = ""
+    ssh_key_file: str = ""
+    known_hosts_file: str = ""
 
 
 class Tenant(msgspec.Struct, frozen=True, kw_only=True):
@@ -161,7 +174,8 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
         keys = TOKEN_KEYS[:3]  # what the model gateway can swap in (Bedrock and Vertex are not forwarded)
         if not any(values.get(k) for k in keys):
             raise TenantNotReady(f"the credentials file of tenant {self.name} ({cred}) has none of "
-                                 f"{', '.join(keys)}; ask the operator to add one")
+                                 f"{', '.join(keys)}: add one", public=f"tenant {self.name} has no model "
+                                 "credentials on this service")
         check_git_repo(self.repo, self.name)
         return values
 
@@ -172,10 +186,16 @@ def operator_file(path: Path, what: str, error: type[Exception]) -> dict[str, st
     from sandbox.envfile import read_env_file
 
     if not path.is_file():
+        if error is TenantNotReady:
+            raise TenantNotReady(f"{what} is missing ({path}): create it (KEY=value lines, mode 0600) or fix its "
+                                 "path in the tenants file", public=f"{what} is missing")
         raise error(f"{what} is missing ({path}); ask the operator to create it")
     try:
         return read_env_file(path)
     except (OSError, ValueError) as e:
+        if error is TenantNotReady:
+            raise TenantNotReady(f"{what} ({path}) cannot be read ({type(e).__name__}): fix it",
+                                 public=f"{what} cannot be read") from None
         raise error(f"{what} ({path}) cannot be read ({type(e).__name__}); ask the operator to fix it") from None
 
 
@@ -184,27 +204,42 @@ def check_git_repo(repo: str, tenant: str) -> None:
     import git
 
     path = Path(repo)
+
+    def not_ready(why: str, fix: str) -> TenantNotReady:
+        return TenantNotReady(f"the repository of tenant {tenant} ({path}) {why}; {fix}",
+                              public=f"the repository of tenant {tenant} {why}")
+
     if not path.is_dir():
-        raise TenantNotReady(f"the repository of tenant {tenant} ({path}) does not exist; "
-                             "ask the operator to fix `repo` in the tenants file")
+        raise not_ready("does not exist", "fix `repo` in the tenants file")
     try:
         r = git.Repo(path, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise TenantNotReady(f"the repository of tenant {tenant} ({path}) is not a git repository; "
-                             "run `git init` and commit there, or fix `repo` in the tenants file") from None
+        raise not_ready("is not a git repository", "run `git init` and commit there, or fix `repo` in the tenants "
+                                                   "file") from None
     try:
         if r.bare:
-            raise TenantNotReady(f"the repository of tenant {tenant} ({path}) is bare; it needs a work tree")
+            raise not_ready("is bare", "it needs a work tree: point `repo` at a clone")
         if Path(r.working_tree_dir or "").resolve() != path.resolve():
             raise TenantNotReady(f"{path} (tenant {tenant}) is inside the git repository {r.working_tree_dir}, "
-                                 "not its top; point `repo` at the top of the repository")
+                                 "not its top; point `repo` at the top of the repository",
+                                 public=f"the repository of tenant {tenant} is not the top of a git repository")
         try:
             r.head.commit
         except ValueError:
-            raise TenantNotReady(f"the repository of tenant {tenant} ({path}) has no commit yet; "
-                                 "commit something first (runs branch from HEAD)") from None
+            raise not_ready("has no commit yet", "commit something first (runs branch from HEAD)") from None
     finally:
         r.close()
+
+
+def not_ready(tenants: list[Tenant]) -> list[tuple[str, str]]:
+    """The tenants that cannot run here now, each with the operator's sentence (what is wrong, where, the fix)."""
+    found = []
+    for tenant in tenants:
+        try:
+            tenant.check_ready()
+        except TenantNotReady as e:
+            found.append((tenant.name, str(e)))
+    return found
 
 
 def _parse(path: Path) -> list[Tenant]:
@@ -232,7 +267,7 @@ def _parse(path: Path) -> list[Tenant]:
         try:
             entry = msgspec.convert(item, _TenantEntry)
         except msgspec.ValidationError as err:
-            raise TenantError(f"tenant #{i} in {path} is invalid: {err}") from None
+            raise TenantError(f"tenant #{i} in {path} is invalid: {explain(err, _TenantEntry)}") from None
         if (entry.token is None) == (entry.token_sha256 is None):
             raise TenantError(f"tenant {entry.name} in {path} needs exactly one of `token_sha256` or `token`")
         digest = entry.token_sha256 or hash_token(entry.token or "")
@@ -255,10 +290,15 @@ def _parse(path: Path) -> list[Tenant]:
             assert entry.webhook_url is not None and hook_file is not None
             _check_url(entry.name, path, "webhook_url", entry.webhook_url, plain_http=True)
             webhook = Webhook(entry.webhook_url, str((base / Path(hook_file).expanduser()).resolve()))
-        if _paired(entry.name, path, "push_url", entry.push_url, "push_credentials_file", push_file):
+        if entry.push_url is not None and entry.push_url.startswith("ssh://"):
+            push = _ssh_push(entry, path)
+        elif _paired(entry.name, path, "push_url", entry.push_url, "push_credentials_file", push_file):
             assert entry.push_url is not None and push_file is not None
             _check_url(entry.name, path, "push_url", entry.push_url, plain_http=False)
             push = PushTarget(entry.push_url, str((base / Path(push_file).expanduser()).resolve()))
+        if push is None and (entry.push_ssh_key_file or entry.push_known_hosts_file):
+            raise TenantError(f"tenant {entry.name} in {path} sets `push_ssh_key_file`/`push_known_hosts_file` "
+                              "without an ssh:// `push_url`; set the URL or leave them out")
         out.append(Tenant(name=entry.name, token_hash=digest, repo=repo, credentials=cred, quota=entry.quota,
                           allowed_options=frozenset(entry.allowed_options), max_queued=entry.max_queued,
                           requests_per_s=entry.requests_per_s, request_burst=entry.request_burst,
@@ -273,6 +313,35 @@ def _parse(path: Path) -> list[Tenant]:
 _SECRET_KEYS = {"webhook_secret": "webhook_secret_file", "push_token": "push_credentials_file",
                 "push_password": "push_credentials_file"}
 _LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+
+
+def _ssh_push(entry: _TenantEntry, path: Path) -> PushTarget:
+    """An ssh:// push_url with its deploy key and pinned host keys (both required: the server's key is never taken
+    on first sight); a user in the URL is fine (``git@``), a password never."""
+    assert entry.push_url is not None
+    where = f"`push_url` of tenant {entry.name} in {path}"
+    url = entry.push_url
+    if len(url) > 2000 or any(c.isspace() or ord(c) < 32 for c in url):
+        raise TenantError(f"{where} is not a URL (too long, or it holds spaces or control characters)")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError as e:
+        raise TenantError(f"{where} is not a valid URL ({e})") from None
+    if not parts.hostname or not parts.path.strip("/") or parts.password is not None or parts.hostname[0] == "-":
+        raise TenantError(f"{where} must be ssh://[user@]host[:port]/path with no password, not {url[:100]!r}")
+    if entry.push_credentials_file is not None:
+        raise TenantError(f"tenant {entry.name} in {path} sets `push_credentials_file` for an ssh push_url; an ssh "
+                          "push uses `push_ssh_key_file` and `push_known_hosts_file` instead")
+    missing = [k for k in ("push_ssh_key_file", "push_known_hosts_file") if getattr(entry, k) is None]
+    if missing:
+        raise TenantError(f"tenant {entry.name} in {path} has an ssh push_url without `{missing[0]}`: the deploy "
+                          "key's file and a known_hosts file holding the server's host key (`ssh-keyscan` it once, "
+                          "check it) are both needed")
+    assert entry.push_ssh_key_file is not None and entry.push_known_hosts_file is not None
+    base = path.parent
+    return PushTarget(url, ssh_key_file=str((base / Path(entry.push_ssh_key_file).expanduser()).resolve()),
+                      known_hosts_file=str((base / Path(entry.push_known_hosts_file).expanduser()).resolve()))
 
 
 def _paired(tenant: str, path: Path, url_key: str, url: str | None, file_key: str, file: str | None) -> bool:
@@ -334,10 +403,12 @@ def _own_repo(given: Path, tenant: str, path: Path, seen: dict[str, str]) -> str
 class Tenants:
     """The tenants file, re-read when its modification time changes."""
 
-    def __init__(self, path: str | Path, *, on_reload_error: Any = None) -> None:
+    def __init__(self, path: str | Path, *, on_reload_error: Callable[[str], None] | None = None,
+                 on_reload: Callable[[list[Tenant]], None] | None = None) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
         self._on_error = on_reload_error
+        self._on_reload = on_reload  # told the tenants after each good read: the operator hears of a broken one
         self._stamp = self._mtime()
         self._tenants = _parse(self.path)
 
@@ -359,6 +430,9 @@ class Tenants:
                         if self._on_error is not None:
                             self._on_error(f"{e}; the last good tenants file stays in force (tenants, tokens and "
                                            "budgets) until this one is fixed")
+                    else:
+                        if self._on_reload is not None:
+                            self._on_reload(list(self._tenants))
                     self._stamp = stamp
         return self._tenants
 

@@ -26,7 +26,7 @@ from .oracle import ask_once
 from .remote import cmd_remote
 from .screen import EVENTS_FILE, Screen
 from .state import read_state, snapshot
-from .terminal import OUT, echo, isatty, one_line, tilde
+from .terminal import OUT, echo, isatty, one_line, reader_gone, tilde
 
 
 def load_target(target: str) -> Any:
@@ -259,6 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv, p)
     try:
         return COMMANDS[args.command](args)
+    except BrokenPipeError:
+        return reader_gone()
     except Exit as e:
         if e.message:
             try:

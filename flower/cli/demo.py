@@ -38,6 +38,8 @@ OPTIONS = ("Python", "Shell")
 EXPLORE_FILE = "flower-demo.md"
 """What the generic script's worker writes for any other ask (``--keep``: explore with your own asks)."""
 EXPLORE_OPTIONS = ("Go ahead as asked", "Keep it small")
+WRITE_TASK = f"Write {EXPLORE_FILE} in the workspace for this ask, then report.\n\n"
+"""How the generic script's coordinator hands the ask to its worker (the worker's rule reads what follows)."""
 FILES = {
     "hello.py": 'import sys\n\n\ndef greet(name: str = "world") -> str:\n    return f"hello, {name}"\n\n\n'
                 'if __name__ == "__main__":\n    print(greet(*sys.argv[1:2]))\n',
@@ -74,12 +76,13 @@ def any_ask_rules() -> list[Rule]:
     from ..docs.goal import Goal
     from ..testing import ACHIEVED, CLARIFIER, COORDINATOR, JUDGE, WORKER, Reply, Request, Rule, say, tool
     from ..workflow.goal import SET_GOAL_PROMPT
+    from ..workflow.starter import asked_in
 
     def fresh(req: Request) -> bool:
         return not req.results
 
     def brief(req: Request) -> Reply:
-        said = req.prompt.split("\n\n", 1)[0].split("\n", 1)[-1].strip()  # the clarifier's prompt opens with the ask
+        said = asked_in(req.prompt)  # the person's words, wherever the CLI's own context puts them
         return say(Brief(goal=said or "what was asked", accept=f"{EXPLORE_FILE} records the ask and the answer",
                          bounds=f"Only {EXPLORE_FILE}", unknowns=f"The person answered: {req.result_text.strip()}"
                          ).to_markdown())
@@ -90,12 +93,12 @@ def any_ask_rules() -> list[Rule]:
 
     def note(req: Request) -> Reply:
         asked = Brief.parse(req.prompt).goal or "what was asked"
-        task = f"Write {EXPLORE_FILE} in the workspace for this ask, then report.\n\n{asked}"
+        task = f"{WRITE_TASK}{asked}"
         return tool("Agent", {"description": f"write {EXPLORE_FILE}", "subagent_type": "coder", "prompt": task,
                               "run_in_background": False})
 
     def write(req: Request) -> Reply:
-        asked = req.prompt.split("\n\n", 1)[-1].strip()
+        asked = req.prompt.partition(WRITE_TASK)[2].strip() or "what was asked"
         return tool("Write", {"file_path": EXPLORE_FILE, "content": f"# {asked}\n\nWritten by the demo's scripted "
                                                                     "worker: the real flow, a scripted model.\n"})
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from . import remote_tell
 from .errors import Exit
 from .messages import name, t
-from .terminal import OUT, Style, ask, clean, echo, isatty, one_line
+from .terminal import OUT, Style, ask, clean, echo, isatty, one_line, reader_gone
 
 if TYPE_CHECKING:  # the screen and the client are loaded when used, not when argv is parsed
     from ..remote import Remote, RunInfo
@@ -330,6 +330,8 @@ async def _logs(api: Remote, args: argparse.Namespace) -> int:
                 echo(_json(msgspec.to_builtins(item)), flush=True)
             else:
                 view.show(item)
+                if screen.gone:  # `logs -f | head`: no one reads on, so nothing is followed on
+                    return reader_gone()
             if upto is not None and item.seq >= upto:
                 break
     finally:

@@ -68,6 +68,8 @@ class Screen:
         self._context = 0
         self._ticker: threading.Thread | None = None
         self._closed = threading.Event()
+        self.gone = False
+        """stdout's reader has gone (a pipe closed): the run goes on, and a command that only prints may stop."""
         if events_path is not None:
             try:
                 events_path.parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +102,9 @@ class Screen:
         with self._lock:
             try:
                 yield
-            except (BrokenPipeError, ValueError, OSError):
+            except BrokenPipeError:
+                self.gone = True
+            except (ValueError, OSError):
                 pass
 
     def _erase(self) -> None:

@@ -128,3 +128,20 @@ def isatty(stream: Any) -> bool:
         return bool(stream is not None and stream.isatty())
     except (ValueError, AttributeError, OSError):
         return False
+
+
+SIGPIPE_EXIT = 128 + 13
+"""What a shell reports for a tool SIGPIPE ended (``yes | head``): flower ends the same way, and quietly."""
+
+
+def reader_gone() -> int:
+    """Whoever read stdout has gone (``flower remote list | head``): nothing more to say, to anyone; the exit status
+    to end with. stdout is pointed at /dev/null so that Python's own flush at exit does not fail a second time."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(devnull)
+    return SIGPIPE_EXIT

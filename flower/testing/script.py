@@ -166,10 +166,12 @@ class Request:
 
     @property
     def prompt(self) -> str:
-        """Text of the first user message: the task this conversation was given."""
+        """Text of the first user message: the task this conversation was given — without the context the CLI
+        attaches to it in ``<system-reminder>`` blocks (git status, attribution lines, …), which the bundled CLI
+        puts first and which is not what anyone asked."""
         for m in self.messages:
             if m.get("role") == "user":
-                return _texts(m)
+                return _REMINDER.sub("", _texts(m)).strip("\n")
         return ""
 
     @property
@@ -204,6 +206,10 @@ class Request:
     @property
     def is_subagent(self) -> bool:
         return bool(self.agent) or "cc_is_subagent=true" in self.system
+
+
+_REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>\n*", re.DOTALL)
+"""A block of context the CLI adds to a user message (``Request.prompt`` leaves it out)."""
 
 
 def _texts(message: dict[str, Any]) -> str:

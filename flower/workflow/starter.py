@@ -25,7 +25,7 @@ from .clarify import clarify_step
 from .goal import goal_step, with_goal
 from .paths import StarterPaths, is_git_repo, starter_paths, wake_state
 
-__all__ = ["starter_flow", "wake_state", "starter_paths", "StarterPaths", "WORK_STEP", "WAKE_LABEL"]
+__all__ = ["starter_flow", "asked_in", "wake_state", "starter_paths", "StarterPaths", "WORK_STEP", "WAKE_LABEL"]
 
 WORK_STEP = "工作"
 WAKE_LABEL = "唤醒时追加"
@@ -35,6 +35,16 @@ _CLARIFY_PROMPT = (
     "需求方的原话:\n{ask}\n\n"
     "动手之前先把需求问清楚:用提问工具一次问一个具体的问题,问到清楚为止;然后给出四节。"
 )
+
+
+def asked_in(prompt: str) -> str | None:
+    """The person's words in a clarifier's prompt ``_CLARIFY_PROMPT`` made (None for any other text): its inverse,
+    kept beside it, so a scripted clarifier (``flower demo``) never guesses by paragraphs."""
+    head, tail = _CLARIFY_PROMPT.split("{ask}")
+    start, end = prompt.find(head), prompt.rfind(tail)
+    return prompt[start + len(head):end].strip() if start != -1 and end >= start + len(head) else None
+
+
 _WORK_PROMPT = (
     "把上面的需求做成。活一律用 Agent 工具派给 coder 子代理(run_in_background 设为 false),"
     "读它的报告再决定下一步。需求全文在 `{brief}`{goal}。"

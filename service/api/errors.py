@@ -22,8 +22,9 @@ from litestar.status_codes import (
     HTTP_429_TOO_MANY_REQUESTS,
 )
 
+from ..fields import explain
 from ..logging import get_logger
-from .schemas import ErrorOut
+from .schemas import MAX_ASK, MAX_BODY, ErrorOut
 
 __all__ = ["Conflict", "Gone", "Unprocessable", "TooManyRequests", "InsufficientStorage", "errors", "example_error",
            "EXCEPTION_HANDLERS"]
@@ -65,7 +66,10 @@ _SAYS = {400: "invalid request: body.ask: Expected `str` of length >= 1",
          404: "run 20250612-093015-3f9c2a7e5b1d4c6a8e0f1b2c3d4e5f60 not found",
          409: "run 20250612-093015-3f9c2a7e5b1d4c6a8e0f1b2c3d4e5f60 has already ended (succeeded)",
          410: "run 20250612-093015-3f9c2a7e5b1d4c6a8e0f1b2c3d4e5f60 was deleted, and its events with it",
-         413: "Request Entity Too Large", 422: "tenant acme cannot run here: its repository is not a git repository",
+         413: f"the request body is larger than the {MAX_BODY // 2**20} MiB the service reads: shorten it (an ask "
+              f"is at most {MAX_ASK:,} characters; put long material in the repository and name it in the ask)",
+         422: "the repository of tenant acme is not a git repository: ask the operator of this service to fix "
+              "it (the service's log says what and how)",
          429: "tenant acme already has 4 event streams open (at most 4); close one first",
          503: "the Bash guard let `rm -rf /` through for this CLI: no run starts until the operator fixes it",
          507: "the service's disk is full: nothing was queued; submit again once the operator has freed space"}
@@ -93,14 +97,22 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     extra: Any = None
     if isinstance(exc.__cause__, SerializationException):
         error = f"the request body is not valid JSON ({exc.detail}): send a JSON object"
+    if exc.status_code == 413 and error == HTTPStatus(413).phrase:  # Litestar's own, at request_max_body_size
+        error = _SAYS[413]
     if isinstance(exc, ValidationException) and exc.extra:
         items = exc.extra if isinstance(exc.extra, list) else [exc.extra]
+        body = _body_struct(request)
         msgs = []
         for item in items:
             if isinstance(item, dict):
                 where = item.get("key") or item.get("source") or ""
                 where = "body" if where == "data" else where
                 msg = str(item.get("message", "")).strip()
+                if where == "body" and msg == "'data'":  # Litestar's KeyError: no body at all
+                    msg, where = "the body is empty: send a JSON object", ""
+                elif where == "body" and body is not None:  # the body's struct says what was meant instead
+                    explained = explain(msg, body, noun="field")
+                    msg, where = (explained, "") if explained != msg else (msg, where)
                 msgs.append(f"{where}: {msg}" if where and where not in msg else msg)
         if msgs:
             error = "invalid request: " + "; ".join(m for m in msgs if m)
@@ -111,6 +123,16 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     if exc.headers:
         response.headers.update(exc.headers)
     return response
+
+
+def _body_struct(request: Request[Any, Any, Any]) -> type[msgspec.Struct] | None:
+    """The struct the route decodes its body into (None when it takes none)."""
+    try:
+        field = request.route_handler.parsed_data_field
+    except (AttributeError, KeyError, ValueError):
+        return None
+    kind = field.annotation if field is not None else None
+    return kind if isinstance(kind, type) and issubclass(kind, msgspec.Struct) else None
 
 
 def _too_deep(request: Request[Any, Any, Any], exc: RecursionError) -> Response[ErrorOut]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import re
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -83,8 +85,10 @@ class RunController(Controller):
             raise ServiceUnavailableException(str(e)) from None
         except BadSubmit as e:
             raise ValidationException(str(e)) from None
-        except TenantNotReady as e:
-            raise Unprocessable(str(e)) from None
+        except TenantNotReady as e:  # the operator's sentence to the log; the tenant is told whom to ask
+            log.warning("tenant.not_ready", tenant=tenant.name, error=str(e))
+            raise Unprocessable(f"{e.public}: ask the operator of this service to fix it (the service's log says "
+                                "what and how)") from None
         except DiskLow as e:
             raise InsufficientStorage(str(e), headers={"Retry-After": "60"}) from None
         except QueueFull as e:
@@ -244,11 +248,27 @@ class RunController(Controller):
 @get("/usage", tags=["runs"], operation_id="get_usage", summary="The tenant's spend on one UTC day (the gateway's)",
      responses={**ok(200, USAGE, "the day's spend and the tenant's budgets"), **errors(400)})
 async def usage(tenant: TenantDep, spend: SpendDep, clock: ClockDep,
-                day: Annotated[str | None, Parameter(pattern=r"^\d{4}-\d{2}-\d{2}$")] = None) -> UsageOut:
+                day: Annotated[str | None, Parameter(description="a UTC day, YYYY-MM-DD (default: today)")] = None
+                ) -> UsageOut:
     """Cost and tokens the model gateway measured for this tenant's runs on ``day`` (default today), and its
     ``budget_usd``."""
-    when = day or day_of(clock.now())
+    today = day_of(clock.now())
+    if day is not None and not _is_day(day):
+        raise ValidationException(f"day {day[:40]!r} is not a date: give a UTC day as YYYY-MM-DD (today is "
+                                  f"{today}), or leave `day` out for today")
+    when = day or today
     spent = spend.spent(tenant.name, when)
     return UsageOut(tenant=tenant.name, day=when, cost_usd=round(spent["cost_usd"], 6),
                     input_tokens=int(spent["input_tokens"]), output_tokens=int(spent["output_tokens"]),
                     budget_usd=Budget(run=tenant.budget_usd.run, day=tenant.budget_usd.day))
+
+
+def _is_day(text: str) -> bool:
+    """``text`` is a calendar day written YYYY-MM-DD (the form the spend table keys its days by)."""
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", text):
+        return False
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True

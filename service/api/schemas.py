@@ -20,9 +20,11 @@ from ..registry.schedules import Fire
 __all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
            "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget",
            "ErrorOut", "EventMessage", "FiredBy", "DiffStat", "DiffFile", "DiffFilesOut", "Status", "run_out", "PushOut",
-           "push_out", "LossOut", "DeliveryOut", "DeliveryList", "delivery_out", "MAX_ASK", "MAX_TEXT", "QID_RE"]
+           "push_out", "LossOut", "DeliveryOut", "DeliveryList", "delivery_out", "MAX_ASK", "MAX_BODY", "MAX_TEXT",
+           "QID_RE"]
 
 MAX_ASK = 100_000
+MAX_BODY = 1024 * 1024  # bytes of a request body the API reads (a larger one is a 413 saying so)
 MAX_TEXT = 20_000
 QID_RE = r"^[\w.-]{1,200}$"
 

@@ -133,7 +133,8 @@ class Admission:
         except TenantNotReady:
             raise
         except ValueError as e:
-            raise TenantNotReady(f"tenant {tenant.name} cannot run here: {e}") from None
+            raise TenantNotReady(f"tenant {tenant.name} cannot run here: {e}",
+                                 public=f"tenant {tenant.name} cannot run here") from None
         disk = self.health.disk(fresh=True)
         if disk.low:
             raise DiskLow(f"the service is low on disk space ({disk.sentence()}): nothing was queued; "

@@ -5,8 +5,9 @@ back, not half-work (a registry that answers some queries and loses rows). ``pyt
 copies a consistent snapshot while the service runs (the backup API copies page by page under SQLite's own
 locking, WAL included); ``python -m service restore FILE`` checks the snapshot — sound, and holding nothing a
 registry of ours does not (``registry.integrity.foreign``: a trigger, a view, a table or column not ours, a row naming
-another run's folder) — moves the damaged registry aside (``registry.sqlite3.damaged-<time>``, never deleted)
-and puts the snapshot in its place.
+another run's folder) — and puts it in place, alone with the registry: while the service, its gateway or any process
+has the registry open (``users``) it refuses, naming them, and changes nothing. A damaged registry is moved aside
+(``registry.sqlite3.damaged-<time>``, never deleted); a sound one is copied to ``registry.sqlite3.replaced-<time>``.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from ..errors import RegistryDamaged
-from .integrity import foreign
 
-__all__ = ["RegistryDamaged", "check_registry", "backup", "restore"]
+from ..errors import RegistryDamaged, RegistryInUse
+from .integrity import foreign
+from .users import alone, hold
+
+__all__ = ["RegistryDamaged", "RegistryInUse", "Restored", "check_registry", "backup", "restore"]
 
 
 def _problem(path: Path) -> str | None:
@@ -58,7 +62,11 @@ def backup(db_path: Path, dest: Path) -> int:
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.partial")
     tmp.unlink(missing_ok=True)
-    _copy(db_path, tmp)
+    using = hold(db_path)  # a restore waits for the copy (and a copy for a restore)
+    try:
+        _copy(db_path, tmp)
+    finally:
+        os.close(using)
     problem = _problem(tmp)
     if problem is not None:
         tmp.unlink(missing_ok=True)
@@ -67,8 +75,20 @@ def backup(db_path: Path, dest: Path) -> int:
     return dest.stat().st_size
 
 
-def restore(db_path: Path, source: Path) -> Path | None:
-    """Put the backup ``source`` in place of the registry; where the old registry was moved (None if none was)."""
+@dataclass(frozen=True)
+class Restored:
+    """What a restore did with the registry it replaced: moved aside when damaged, else kept as a copy."""
+
+    kept: Path | None
+    """Where the old registry is now (None: there was none)."""
+    damaged: bool
+    """The old registry was damaged (moved aside as ``.damaged-<time>``); else it was sound (``.replaced-<time>``)."""
+
+
+def restore(db_path: Path, source: Path) -> Restored:
+    """Put the backup ``source`` in place of the registry, alone with it (``users.alone``: RegistryInUse naming the
+    processes that have it open). A damaged registry is moved aside; a sound one is first copied (the backup API,
+    its WAL included) to ``.replaced-<time>``, so nothing it holds is lost either."""
     source = source.expanduser().resolve()
     if not source.is_file():
         raise FileNotFoundError(f"backup {source} does not exist: name the file `python -m service backup` wrote")
@@ -80,16 +100,25 @@ def restore(db_path: Path, source: Path) -> Path | None:
         raise RegistryDamaged(f"backup {source} holds {found}: this service did not write that, so it is not "
                               f"restored; pick a backup `python -m service backup` made")
     db_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    moved: Path | None = None
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    for suffix in ("", "-wal", "-shm"):
-        old = db_path.with_name(db_path.name + suffix)
-        if old.exists():
-            target = old.with_name(f"{db_path.name}.damaged-{stamp}{suffix}")
-            os.replace(old, target)
-            moved = moved or target
-    _copy(source, db_path)
-    return moved
+    with alone(db_path):
+        if not db_path.exists():
+            _copy(source, db_path)
+            return Restored(None, damaged=False)
+        damaged = _problem(db_path) is not None or _foreign(db_path) is not None
+        if damaged:
+            kept = db_path.with_name(f"{db_path.name}.damaged-{stamp}")
+            for suffix in ("", "-wal", "-shm"):
+                old = db_path.with_name(db_path.name + suffix)
+                if old.exists():
+                    os.replace(old, old.with_name(kept.name + suffix))
+        else:
+            kept = db_path.with_name(f"{db_path.name}.replaced-{stamp}")
+            _copy(db_path, kept)
+            for suffix in ("", "-wal", "-shm"):
+                db_path.with_name(db_path.name + suffix).unlink(missing_ok=True)
+        _copy(source, db_path)
+    return Restored(kept, damaged=damaged)
 
 
 def _foreign(path: Path) -> str | None:

@@ -25,6 +25,7 @@ from . import dialects
 from .backup import check_registry
 from .integrity import foreign
 from .migrate import migrate
+from .users import hold
 
 __all__ = ["Database", "CHANNEL", "SCHEMA"]
 
@@ -53,21 +54,28 @@ class Database:
         # One statement needs no transaction around it: on PostgreSQL each commits itself, so a call is one round
         # trip, not BEGIN, it, COMMIT (SQLite's transactions are in-process: begun as ever).
         self._one = engine.execution_options(isolation_level="AUTOCOMMIT") if dialect == "postgresql" else engine
+        self._using: int | None = None  # SQLite: the shared lock that tells a restore this process uses the file
 
     @classmethod
     def sqlite(cls, path: str | Path) -> Database:
         """The SQLite file at ``path`` (made 0600 in a 0700 folder), checked sound and ours, migrated."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        check_registry(path)  # a truncated or corrupt file stops the service with the way to restore it
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))  # SQLite gives -wal/-shm its mode
+        using = hold(path)  # before the file is read: a restore under way is waited for, and refuses while held
+        try:
+            check_registry(path)  # a truncated or corrupt file stops the service with the way to restore it
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600))  # SQLite gives -wal/-shm its mode
+        except BaseException:
+            os.close(using)
+            raise
         self = cls(dialects.sqlite_engine(path), "sqlite", threading.RLock(), path=path, where=str(path))
+        self._using = using
         try:
             with self._lock:
                 self._refuse_sqlite(path)
                 self.migrated_from, self.revision = migrate(self.engine, where=self.where)
         except BaseException:
-            self.engine.dispose()
+            self.close()
             raise
         return self
 
@@ -114,6 +122,9 @@ class Database:
     def close(self) -> None:
         with self._lock:
             self.engine.dispose()
+            if self._using is not None:
+                os.close(self._using)
+                self._using = None
 
     # -- the ways a statement runs -------------------------------------------------------------
     def rows(self, statement: Select[Any]) -> Sequence[RowMapping]:

@@ -7,6 +7,7 @@ No mocks: real subprocesses, the real bundled CLI, the scripted model, the real 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -146,12 +148,9 @@ def test_demo_here_runs_the_same_flow_in_process(tmp_path):
     assert "http://" not in p.stdout, "no service in-process"
 
 
-def test_a_kept_demo_answers_any_later_ask_by_option_number(tmp_path):
-    """``flower demo --keep`` is for exploring: after its own run, a different ask submitted with the printed URL and
-    token through the real ``flower remote`` at a terminal is clarified, worked and judged 达成 — its question
-    answered by the option's number (a number past the options is said, and the question asked again)."""
-    import pexpect
-
+@contextlib.contextmanager
+def _kept_demo(tmp_path: Path) -> Iterator[tuple[Path, str, str]]:
+    """``flower demo --keep --yes`` up to its kept service: (home, url, token); stopped after."""
     home = tmp_path / "home"
     home.mkdir()
     demo = subprocess.Popen([str(BIN / "flower"), "demo", "--keep", "--yes"], cwd=tmp_path, env=_env(home),
@@ -164,6 +163,19 @@ def test_a_kept_demo_answers_any_later_ask_by_option_number(tmp_path):
             assert line, f"the demo ended before keeping its service:\n{seen[-3000:]}"
             seen += line
         url, token = re.search(r"stays up on (\S+) \(token (\w+)\)", seen).groups()  # type: ignore[union-attr]
+        yield home, url, token
+    finally:
+        os.killpg(demo.pid, signal.SIGTERM)
+        demo.wait(30)
+
+
+def test_a_kept_demo_answers_any_later_ask_by_option_number(tmp_path):
+    """``flower demo --keep`` is for exploring: after its own run, a different ask submitted with the printed URL and
+    token through the real ``flower remote`` at a terminal is clarified, worked and judged 达成 — its question
+    answered by the option's number (a number past the options is said, and the question asked again)."""
+    import pexpect
+
+    with _kept_demo(tmp_path) as (home, url, token):
         child = pexpect.spawn(str(BIN / "flower"), ["remote", "submit", "write a haiku about pears", "--server", url,
                                                     "--token", token], env=_env(home), encoding="utf-8",
                               timeout=120, dimensions=(50, 160))
@@ -178,9 +190,37 @@ def test_a_kept_demo_answers_any_later_ask_by_option_number(tmp_path):
         child.expect(pexpect.EOF)
         child.close()
         assert child.exitstatus == 0, child.before
-    finally:
-        os.killpg(demo.pid, signal.SIGTERM)
-        demo.wait(30)
+
+
+def test_a_kept_demos_second_ask_commits_the_persons_words_and_nothing_of_the_clis_context(tmp_path):
+    """The command the kept demo prints, with the ask the issue tried: the brief, the goal and the committed file
+    hold "add a CHANGELOG entry" — not the context the bundled CLI puts before it (``<system-reminder>`` blocks,
+    "As you answer the user's questions …", git status)."""
+    import pexpect
+
+    ask = "add a CHANGELOG entry"
+    with _kept_demo(tmp_path) as (home, url, token):
+        remote = ["remote", "--server", url, "--token", token]
+        child = pexpect.spawn(str(BIN / "flower"), [*remote, "submit", ask], env=_env(home), encoding="utf-8",
+                              timeout=120, dimensions=(50, 160))
+        child.expect("your answer")
+        child.send("1\r")
+        child.expect(r"\+ run (\S+) succeeded")
+        run_id = child.match.group(1)
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0, child.before
+        diff = subprocess.run([str(BIN / "flower"), *remote, "diff", run_id], env=_env(home), capture_output=True,
+                              text=True, timeout=60)
+        assert diff.returncode == 0, diff.stderr
+        shown = subprocess.run([str(BIN / "flower"), *remote, "show", run_id, "--json"], env=_env(home),
+                               capture_output=True, text=True, timeout=60)
+    added = [line[1:] for line in diff.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert added and added[0] == f"# {ask}", diff.stdout
+    leaks = ("system-reminder", "As you answer", "gitStatus", "Co-Authored-By", "claudeMd", "currentDate")
+    for text in (diff.stdout, shown.stdout):
+        assert not [leak for leak in leaks if leak in text], text[-4000:]
+    assert ask in shown.stdout, shown.stdout[-4000:]
 
 
 # -- acceptance 2: the README's example, exactly as shown -----------------------------------------------------

@@ -4,6 +4,8 @@ the way back; ``python -m service backup`` (live) and ``restore`` bring every ru
 from __future__ import annotations
 
 import os
+import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from _faults import figures
-from _service_helpers import ROOT, Deployment, Service, serve, wait_question
+from _service_helpers import ROOT, Deployment, Service, gateway_pid, serve, stop_gateway, wait_question
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ASK, BRIEF, CLARIFIER
 
@@ -67,3 +69,56 @@ def test_a_truncated_registry_is_refused_with_the_way_back_and_restore_loses_no_
     lost = len(set(before) - set(after))
     figures("registry_damage", runs_before=len(before), runs_after_restore=len(after), runs_lost=lost,
             recover_s=round(restore_s, 2), registry_bytes=size, truncated_to=size // 2)
+
+
+def _ids(db: Path) -> set[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return {row[0] for row in conn.execute("SELECT id FROM runs")}
+    finally:
+        conn.close()
+
+
+def test_restore_under_a_live_service_is_refused_naming_it_and_a_dead_one_does_not_block_it(
+        tmp_path: Path, services: list[Service]):
+    deployment = Deployment(tmp_path, quota=1, max_running=1)
+    db = deployment.data / "registry.sqlite3"
+    rules = [Rule(tool(ASK, {"question": "用什么语言?"}), system=CLARIFIER), Rule(say(BRIEF), system=CLARIFIER)]
+    with ScriptedModel(rules) as model:
+        live = serve(deployment, services, model, "live", timeout=180)
+        acme = live.client("acme")
+
+        def submit(ask: str) -> str:
+            r = acme.post("/v1/runs", json={"ask": ask, "options": {"clarify_only": True}})
+            assert r.status_code == 201, r.text
+            return str(r.json()["id"])
+
+        first = submit("任务一")
+        wait_question(acme, first)
+        backup = tmp_path / "backups" / "registry.sqlite3"
+        assert _service(deployment, "backup", str(backup)).returncode == 0
+        second = submit("任务二")  # after the backup: what a restore now would lose
+
+        refused = _service(deployment, "restore", str(backup))
+        sentence = refused.stderr.strip().splitlines()[-1] if refused.stderr.strip() else ""
+        assert refused.returncode == 2, (refused.stdout, refused.stderr[-2000:])
+        assert live.proc is not None and f"the service (pid {live.proc.pid}; stop it with `kill {live.proc.pid}`" \
+            in sentence, sentence
+        gateway = gateway_pid(deployment.data)
+        assert gateway is not None and f"the model gateway (pid {gateway};" in sentence, sentence
+        assert str(db) in sentence and "run the restore again" in sentence, sentence
+        assert not list(deployment.data.glob("registry.sqlite3.*-*")), "nothing moved aside, nothing renamed"
+
+        third = submit("任务三")  # the service goes on in the same file
+        listed = {r["id"] for r in acme.get("/v1/runs").json()["runs"]}
+        assert {first, second, third} <= listed, listed
+        live.stop(signal.SIGKILL)  # dead processes: the kernel drops their locks, no heartbeat to wait out
+        stop_gateway(deployment.data, signal.SIGKILL)
+
+    restored = _service(deployment, "restore", str(backup))
+    assert restored.returncode == 0, restored.stderr
+    kept = sorted(deployment.data.glob("registry.sqlite3.replaced-*"))
+    assert len(kept) == 1 and "was sound and is kept as" in restored.stdout, (restored.stdout, kept)
+    assert not list(deployment.data.glob("registry.sqlite3.damaged-*")), "a sound registry is never called damaged"
+    assert _ids(kept[0]) == {first, second, third}, "the replaced registry keeps every run, its WAL included"
+    assert _ids(db) == {first}, "the backup is in place"

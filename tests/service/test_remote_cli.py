@@ -244,3 +244,33 @@ def test_logs_list_and_show_print_a_hostile_runs_text_without_its_escapes(deploy
     events = [json.loads(line) for line in seen["logs --json"].splitlines()]
     assert any(HOSTILE in e["text"] for e in events if e["kind"] == "text"), events
     assert json.loads(seen["show --json"])["ask"] == "HOSTILE-ASK"
+
+
+def test_a_reader_that_goes_away_ends_flower_remote_quietly_as_other_tools_do(deployment: Deployment,
+                                                                               services: list[Service],
+                                                                               tmp_path: Path):
+    """``flower remote … | head``: the reader leaves after a line, or before the first; flower says nothing on
+    stderr and ends as a tool SIGPIPE ended (141), through a real pipe — never "something went wrong"."""
+    rules = [Rule(tool(ASK, {"question": "用什么语言?", "options": ["Python"]}), say(BRIEF), system=CLARIFIER)]
+    home = tmp_path / "home"
+    home.mkdir()
+    with ScriptedModel(rules) as model:
+        service = serve(deployment, services, model)
+        api = service.client("acme")
+        ids = [api.post("/v1/runs", json={"ask": f"任务{i}", "options": {"clarify_only": True}}).json()["id"]
+               for i in range(3)]
+        wait_question(api, ids[0])  # its events so far: what `logs` prints
+        env = {**client_env(home), "FLOWER_SERVER": service.url, "FLOWER_TOKEN": TOKENS["acme"]}
+        command = " ".join(FLOWER[:2]) + ' "' + FLOWER[2] + '" remote'
+        for args in (f"logs {ids[0]}", "list", f"show {ids[0]}", "list --json"):
+            piped = subprocess.run(["bash", "-c", f"set -o pipefail; {command} {args} | head -c 1 >/dev/null"],
+                                   env=env, capture_output=True, text=True, timeout=120)
+            assert piped.stderr == "" and piped.returncode in (0, 141), (args, piped.returncode, piped.stderr)
+            read, write = os.pipe()
+            os.close(read)  # the reader gone before the first byte: the first write is refused, every time
+            try:
+                gone = subprocess.run([*FLOWER, "remote", *args.split()], env=env, stdout=write,
+                                      stderr=subprocess.PIPE, text=True, timeout=120)
+            finally:
+                os.close(write)
+            assert gone.stderr == "" and gone.returncode == 141, (args, gone.returncode, gone.stderr)

@@ -11,7 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from _service_helpers import TOKENS, Deployment, Service, end_leftover_runs, git, run_status, wait_question
+from _service_helpers import (TOKENS, Deployment, Service, end_leftover_runs, git, run_status, wait_for,
+                              wait_question)
 from flower.testing import Rule, ScriptedModel, tool
 from sandbox.testing import ASK, CLARIFIER
 
@@ -103,7 +104,7 @@ BAD_BODIES: list[tuple[Any, str]] = [
     (b"", "body"),
     (b"[]", "Expected `object`, got `array`"),
     (b'{"ask": 3}', "ask: Expected `str`, got `int`"),
-    (b"{}", "missing required field `ask`"),
+    (b"{}", "`ask` is required"),
     (b'{"ask": "x", "optionz": {}}', "unknown field `optionz`"),
     (b'{"ask": "   "}', "`ask` is blank"),
     (b'{"ask": "x", "options": []}', "options: Expected `object`"),
@@ -151,30 +152,78 @@ def test_other_malformed_requests_are_4xx_never_500(svc: tuple[Service, Deployme
     assert run_status(acme, waiting_run)["status"] == "running"
 
 
+def test_errors_are_one_sentence_that_says_what_to_do(svc: tuple[Service, Deployment]):
+    """The words a person gets for the mistakes people make: a 1 MB ask, the ask under another name, a day that is
+    not a date — each says what to send instead, never a bare status phrase, a type error or a regex."""
+    service, dep = svc
+    acme = service.client("acme")
+    before, on_disk = _run_ids(acme), _runs_on_disk(dep)
+    big = acme.post("/v1/runs", json={"ask": "x" * 1_100_000})
+    assert big.status_code == 413, big.text
+    said = big.json()["error"]
+    assert "1 MiB" in said and "shorten it" in said and "100,000 characters" in said, said
+    task = acme.post("/v1/runs", json={"task": "add a CHANGELOG entry"})
+    assert task.status_code == 400, task.text
+    said = task.json()["error"]
+    assert "unknown field `task`" in said and "`ask` is required" in said, said
+    assert acme.post("/v1/runs", json={"prompt": "x"}).json()["error"] == (
+        "invalid request: unknown field `prompt`: the fields here are ask, options (`ask` is required)")
+    typo = acme.post("/v1/runs", json={"ask": "x", "option": {}})
+    assert "unknown field `option`: did you mean `options`?" in typo.json()["error"], typo.text
+    for day in ("yesterday", "2026-13-01", "2026-1-1"):
+        r = acme.get("/v1/usage", params={"day": day})
+        assert r.status_code == 400, r.text
+        said = r.json()["error"]
+        assert f"day {day!r} is not a date: give a UTC day as YYYY-MM-DD" in said, said
+        assert "regex" not in said and "\\d" not in said, said
+    assert acme.get("/v1/usage", params={"day": "2026-12-01"}).json()["day"] == "2026-12-01"
+    assert _run_ids(acme) == before and _runs_on_disk(dep) == on_disk
+
+
 # -- a tenant that cannot run ----------------------------------------------------------------------------
 def test_a_repo_that_is_not_git_or_missing_credentials_is_422_with_nothing_created(
         svc: tuple[Service, Deployment], tmp_path: Path):
+    """The tenant is told what is wrong and whom to ask, and nothing of the operator's (paths, the fix); the operator
+    hears of it in the log at the reload, before any submit, with the path and the fix."""
     service, dep = svc
     plain = tmp_path / "not-a-repo"
     plain.mkdir()
     (plain / "file.txt").write_text("untouched\n")
     beta = service.client("beta")
     before, on_disk = _run_ids(beta), _runs_on_disk(dep)
+    absent = tmp_path / "absent.env"
     try:
-        for override, fragment in [({"repo": str(plain)}, "is not a git repository"),
-                                   ({"credentials": str(tmp_path / "absent.env")}, "credentials file of tenant beta "
-                                                                                 "is missing")]:
+        for override, said, logged in [
+                ({"repo": str(plain)}, "the repository of tenant beta is not a git repository",
+                 f"the repository of tenant beta ({plain}) is not a git repository; run `git init`"),
+                ({"credentials": str(absent)}, "the credentials file of tenant beta is missing",
+                 f"the credentials file of tenant beta is missing ({absent}): create it")]:
+            mark = len(service.lines())
             dep.write_tenants(beta=override)
-            os.utime(dep.root / "tenants.toml", ns=(hash(fragment) % 10**9, hash(fragment) % 10**9))
+            os.utime(dep.root / "tenants.toml", ns=(hash(said) % 10**9, hash(said) % 10**9))
+            assert service.client("acme").get("/v1/runs").status_code == 200  # any request reads the new file
+            heard = wait_for(lambda: [line for line in service.lines()[mark:] if line.get("event") ==
+                                      "tenant.not_ready" and line.get("tenant") == "beta"], 30,
+                             what="the operator's warning at the reload")
+            assert logged in heard[0]["error"], heard
+            reloaded = [line for line in service.lines()[mark:] if line.get("event") == "tenants.reloaded"]
+            assert reloaded and reloaded[0]["not_ready"] == ["beta"] and reloaded[0]["tenants"] == 2, reloaded
             r = beta.post("/v1/runs", json={"ask": "做点什么"})
             assert r.status_code == 422, r.text
-            assert fragment in r.json()["error"] and r.json()["error"].count(". ") == 0
+            error = r.json()["error"]
+            assert error == f"{said}: ask the operator of this service to fix it (the service's log says what and how)"
+            assert str(tmp_path) not in r.text and "git init" not in r.text and "tenants file" not in r.text, r.text
             assert _run_ids(beta) == before and _runs_on_disk(dep) == on_disk
         assert sorted(p.name for p in plain.iterdir()) == ["file.txt"]
         assert "flower/" not in git(dep.repos["beta"], "branch", "--list")
     finally:
+        mark = len(service.lines())
         dep.write_tenants()
         os.utime(dep.root / "tenants.toml")
+        assert service.client("acme").get("/v1/runs").status_code == 200
+    fixed = wait_for(lambda: [line for line in service.lines()[mark:] if line.get("event") == "tenants.reloaded"], 30,
+                     what="the reload of the fixed file")
+    assert fixed[0]["not_ready"] == [] and fixed[0]["tenants"] == 2, fixed
 
 
 def test_healthz(svc: tuple[Service, Deployment]):

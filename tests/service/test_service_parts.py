@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -51,9 +52,11 @@ def test_config_from_json_named_by_the_environment(tmp_path: Path):
 
 
 @pytest.mark.parametrize("body, env, fragment", [
-    ('data_dir = "d"\ntenants = "tenants.toml"\nbackend = "podman"\n', {}, "backend"),
+    ('data_dir = "d"\ntenants = "tenants.toml"\nbackend = "podman"\n', {},
+     "`backend` is 'podman': it must be one of local, docker, kubernetes"),
     ('data_dir = "d"\ntenants = "tenants.toml"\nmax_running = 0\n', {}, "max_running"),
-    ('data_dir = "d"\ntenants = "tenants.toml"\nmax_runing = 3\n', {}, "max_runing"),
+    ('data_dir = "d"\ntenants = "tenants.toml"\nmax_runing = 3\n', {},
+     "unknown setting `max_runing`: did you mean `max_running`?"),
     ('data_dir = "d"\n', {}, "tenants"),
     ('data_dir = "d"\ntenants = "nope.toml"\n', {}, "does not exist"),
     ('data_dir = "d"\ntenants = "tenants.toml"\n', {"FLOWER_SERVICE_PORT": "eighty"}, "port"),
@@ -76,6 +79,23 @@ def test_a_missing_config_file_and_the_command_line_say_so(tmp_path: Path):
     out = subprocess.run([sys.executable, "-m", "service", "--config", str(tmp_path / "absent.toml")], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "absent.toml does not exist" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_port_in_use_is_one_sentence_not_a_server_log_line(tmp_path: Path):
+    _tenants_file(tmp_path)
+    (tmp_path / "svc.toml").write_text('data_dir = "data"\ntenants = "tenants.toml"\nbackend = "local"\n')
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "service", "--config", str(tmp_path / "svc.toml"), "--port",
+                              str(port), "--log-format", "json"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    said = out.stderr.strip().splitlines()[-1]
+    assert out.returncode == 2, (out.returncode, out.stderr[-2000:])
+    assert said == (f"flower-service: port {port} on 127.0.0.1 is in use by another process: stop it, or give "
+                    f"another with --port (0 picks a free one)"), said
+    assert "Errno" not in out.stderr + out.stdout and "uvicorn" not in out.stderr + out.stdout
+    assert not (tmp_path / "data" / "registry.sqlite3").exists(), "nothing was started on the way"
 
 
 def test_the_command_line_hashes_tokens_and_refuses_a_broken_tenants_file(tmp_path: Path):
@@ -146,6 +166,8 @@ credentials = "/etc/beta.env"
      '[[tenant]]\nname = "b"\ntoken = "0123456789abcdef"\nrepo = "r"\ncredentials = "c"\n', "shares its token"),
     ('[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\nrepo = "r"\ncredentials = "c"\n'
      '[[tenant]]\nname = "a"\ntoken = "0123456789abcdeg"\nrepo = "r"\ncredentials = "c"\n', "appears twice"),
+    ('[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\nrepo = "r"\ncredentials = "c"\nqouta = 2\n',
+     "unknown setting `qouta`: did you mean `quota`?"),
     ('[[tenant]]\nname = "a"\ntoken = "0123456789abcdef"\nrepo = "r"\ncredentials = "c"\nquota = 0\n', "quota"),
     ('tenant = 3\n', "list of tenants"),
 ])
