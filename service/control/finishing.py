@@ -107,7 +107,8 @@ class Finisher:
                 log.warning("run.remove_failed", tenant=run.tenant, run=run.id, error=one_line(e))
         await self.grants.close(held, run.id, self.layout(run))
         delay = min(self.config.resume_backoff_s * 2 ** (len(losses) - 1), 300.0)
-        if await asyncio.to_thread(held.lost, run.id, losses, not_before=now + delay) is None:
+        if await asyncio.to_thread(held.lost, run.id, losses, not_before=now + delay,
+                                   sandboxes=run.sandboxes) is None:
             if not self.following.taken(run.id):
                 self.following.let_go(run.id)
             return None  # fenced, or ended meanwhile: whoever holds it decides

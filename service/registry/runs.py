@@ -89,11 +89,12 @@ class _Writes:
         return self._returning(run_id, ("starting",), status="queued", started=None, branch=None, base=None,
                                folder=None)
 
-    def lost(self, run_id: str, losses: list[Loss], *, not_before: float) -> Run | None:
+    def lost(self, run_id: str, losses: list[Loss], *, not_before: float, sandboxes: int) -> Run | None:
         """A running run whose sandbox was lost, back in line to be resumed in its own folder (after
-        ``not_before``); ``losses``: every loss so far, this one last. Its token ends with the sandbox."""
+        ``not_before``); ``losses``: every loss so far, this one last; ``sandboxes``: how many it has had (at least
+        the one lost: a row an older service wrote counts none). Its token ends with the sandbox."""
         return self._returning(run_id, ("running",), status="queued", losses=losses, not_before=not_before,
-                               handle=None, token_sha256=None)
+                               handle=None, token_sha256=None, sandboxes=max(1, sandboxes))
 
     def record_losses(self, run_id: str, losses: list[Loss]) -> Run | None:
         """A live run's losses, the last one not resumed (it is failed next, every loss listed)."""

@@ -327,7 +327,7 @@ def test_a_sqlite_file_and_a_postgres_database_at_v0005_gain_the_resume_columns_
         assert run is not None and (run.losses, run.sandboxes, run.parked_at) == ([], 0, None)
         again.runs.begin(RUN, started=1.0)
         again.runs.record_running(RUN, "h", sandboxes=1)
-        assert again.runs.lost(RUN, [loss], not_before=2.0) is not None
+        assert again.runs.lost(RUN, [loss], not_before=2.0, sandboxes=1) is not None
         assert again.runs.get(RUN).losses == [loss]  # type: ignore[union-attr]
         again.close()
     assert sqlite3.connect(tmp_path / "registry.sqlite3").execute("PRAGMA user_version").fetchone()[0] == SCHEMA

@@ -65,8 +65,9 @@ def test_a_lost_run_waits_out_its_backoff_before_it_is_a_head_again(registry: Re
     registry.runs.begin(_id("acme", 1), started=1.0)
     registry.runs.record_running(_id("acme", 1), "h")
     loss = Loss(cause="crashed", at=5.0, error="exited with code 137", step="工作", place="Bash")
-    back = registry.runs.lost(_id("acme", 1), [loss], not_before=100.0)
+    back = registry.runs.lost(_id("acme", 1), [loss], not_before=100.0, sandboxes=0)
     assert back is not None and (back.status, back.losses, back.handle) == ("queued", [loss], None)
+    assert back.sandboxes == 1, "a row an older service wrote counts no sandbox: the one it lost is counted"
     assert registry.runs.queued_heads(1, now=99.0) == []
     assert [r.id for r in registry.runs.queued_heads(1, now=100.0)] == [_id("acme", 1)]
     again = registry.runs.get(_id("acme", 1))

@@ -140,9 +140,10 @@ def test_a_running_row_whose_handle_names_an_unrelated_host_process_never_gets_i
         service = Service(dep).start()
         services.append(service)
         acme = service.client("acme")
-        for run_id in (ACME_RUN, old_style):
+        for run_id in (ACME_RUN, old_style):  # lost, then not resumable: the folder its handle named never was
             failed = wait_status(acme, run_id, ("failed",), timeout=60)
-            assert "no longer has this run's sandbox" in failed["error"], failed
+            assert "no longer has this run's sandbox" in failed["losses"][0]["error"], failed
+            assert "cannot be resumed: its checkout" in failed["error"], failed
         assert bystander.poll() is None, f"the host process was signalled ({bystander.returncode})"
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         assert state in ("S", "R"), f"the host process is {state}, not left running"
