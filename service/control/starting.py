@@ -114,7 +114,10 @@ class Starter:
                 held.requeue(run.id, resumed=run.sandboxes > 0)
                 self.following.failed("scheduler.start_failed", run.id, e, tenant=run.tenant, run=run.id)
                 return
-            why = str(e) if isinstance(e, TenantNotReady) else f"{type(e).__name__}: {one_line(e)}"
+            why = f"{type(e).__name__}: {one_line(e)}"
+            if isinstance(e, TenantNotReady):  # the tenant reads what is wrong; the operator's log, where and the fix
+                log.warning("tenant.not_ready", tenant=run.tenant, run=run.id, error=str(e))
+                why = f"{e.public}: ask the operator of this service to fix it (the service's log says what and how)"
             self.finisher.fail(run, f"could not start the run: {why}", frm=["starting"])
             self.metrics.failed_to_start(run.tenant)
             return

@@ -238,7 +238,11 @@ def test_a_run_that_cannot_start_fails_with_the_reason_and_leaves_nothing(deploy
         acme.post(f"/v1/runs/{first}/answers", json={"question_id": q["id"], "text": "1"})
         failed = wait_status(acme, second, ("failed", "succeeded", "running"))
     assert failed["status"] == "failed", failed
-    assert failed["error"].startswith("could not start the run: the credentials file of tenant acme is missing")
+    assert failed["error"] == ("could not start the run: the credentials file of tenant acme is missing: ask the "
+                               "operator of this service to fix it (the service's log says what and how)"), failed
+    assert "rotated-away.env" not in failed["error"], "the operator's path is the operator's, not the tenant's"
+    said = [x for x in service.lines() if x.get("event") == "tenant.not_ready" and x.get("run") == second]
+    assert said and "rotated-away.env" in said[0]["error"], "the operator's log says where and the fix"
     assert failed["branch"] is None and failed["base"] is None
     assert not (deployment.data / "runs" / second).exists()
     assert f"flower/{second}" not in git(deployment.repos["acme"], "branch", "--list")
