@@ -288,22 +288,26 @@ class RunsTable(_Writes):
         two replicas starting at once never pass a limit together, as each would from its own count."""
         if quota is None and max_running is None:
             return self._returning(run_id, ("queued",), status="starting", started=started)
-        with self._db.transaction() as t:
-            if self._db.dialect == "postgresql":
-                t.execute(select(func.pg_advisory_xact_lock(func.hashtext("flower-start"))))
-            tenant = t.execute(select(runs.c.tenant).where(runs.c.id == run_id)).scalar_one_or_none()
-            if tenant is None:
-                return None
-            busy = select(func.count()).select_from(runs).where(runs.c.status.in_(ACTIVE))
-            if max_running is not None and int(t.execute(busy).scalar_one()) >= max_running:
-                return None
-            if quota is not None and int(t.execute(busy.where(runs.c.tenant == tenant)).scalar_one()) >= quota:
-                return None
-            row = t.execute(update(runs).where(runs.c.id == run_id, runs.c.status == "queued")
-                            .values(status="starting", started=started).returning(*runs.c)).mappings().first()
-            if row is not None:
+        try:
+            with self._db.transaction() as t:
+                if self._db.dialect == "postgresql":
+                    t.execute(select(func.pg_advisory_xact_lock(func.hashtext("flower-start"))))
+                # the write first: on SQLite it takes the writer's lock at once (a read first, then a write, can
+                # meet another process's commit between and fail at once instead of waiting its turn)
+                row = t.execute(update(runs).where(runs.c.id == run_id, runs.c.status == "queued")
+                                .values(status="starting", started=started).returning(*runs.c)).mappings().first()
+                if row is None:
+                    return None
+                busy = select(func.count()).select_from(runs).where(runs.c.status.in_(ACTIVE))
+                if max_running is not None and int(t.execute(busy).scalar_one()) > max_running:
+                    raise _Over
+                if quota is not None and int(t.execute(busy.where(runs.c.tenant == row["tenant"])).scalar_one()) \
+                        > quota:
+                    raise _Over
                 self._db.notify(t)
-        return run_of(row) if row is not None else None
+        except _Over:
+            return None  # rolled back: the run is still queued
+        return run_of(row)
 
     def unpark(self, run_id: str) -> Run | None:
         """A parked run answered (or its question timed out): back in line, to be resumed in a new sandbox. None
@@ -335,6 +339,10 @@ class RunsTable(_Writes):
         if branch_dropped:
             fields["branch"] = None
         return self._returning(run_id, TERMINAL, **fields)
+
+
+class _Over(Exception):
+    """A begin past a limit: its transaction is rolled back."""
 
 
 @functools.lru_cache(maxsize=256)

@@ -91,8 +91,10 @@ def events(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
-def wait_event(folder: Path, pred: Any, timeout: float = 120, after: int = 0) -> int:
-    """Index of the first event past ``after`` that ``pred`` takes."""
+def wait_event(folder: Path, pred: Any, timeout: float = 120, after: int = 0,
+               row: Any = None) -> int:
+    """Index of the first event past ``after`` that ``pred`` takes (``row``: the run as the API says, for the
+    failure's message)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         evs = events(folder)
@@ -100,7 +102,8 @@ def wait_event(folder: Path, pred: Any, timeout: float = 120, after: int = 0) ->
             if pred(ev):
                 return i
         time.sleep(0.05)
-    raise AssertionError(f"no such event in {folder} within {timeout} s; last: {events(folder)[-5:]}")
+    raise AssertionError(f"no such event in {folder} within {timeout} s; last: {events(folder)[-5:]}; "
+                         f"the run: {row() if row else '?'}")
 
 
 def kill_sandbox(backend: str, data: Path, run_id: str) -> None:

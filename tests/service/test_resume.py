@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from _resume import ASK_TEXT, FILES, RESUMED_NOTE, Rounds, kill_sandbox, sessions_of, wait_event
-from _service_helpers import Deployment, Service, git, serve, sse, wait_question, wait_status
+from _service_helpers import Deployment, Service, git, run_status, serve, sse, wait_question, wait_status
 from flower.store.prune import PrunePolicy
 from flower.testing import Rule, ScriptedModel, tool
 from sandbox.testing import ASK, CLARIFIER, LEAD
@@ -106,7 +106,8 @@ def test_a_fourth_loss_fails_the_run_with_the_four_causes_listed(tmp_path: Path,
         folder = deployment.data / "runs" / run_id
         at = 0
         for i in range(4):
-            at = wait_event(folder, lambda e: e["kind"] == "ask" and e["payload"].get("state") == "asked", after=at)
+            at = wait_event(folder, lambda e: e["kind"] == "ask" and e["payload"].get("state") == "asked", after=at,
+                            row=lambda: run_status(acme, run_id))
             kill_sandbox("local", deployment.data, run_id)
             at += 1
         done = wait_status(acme, run_id, ("succeeded", "failed"), timeout=120)
