@@ -133,17 +133,24 @@ def lost(d: Drained, ended: Ended) -> LossCause | None:
 
 def give_up(losses: Sequence[Loss], max_resumes: int) -> str | None:
     """Why a run that lost its sandbox (the last of ``losses``) is not resumed again — lost more than
-    ``max_resumes`` times, or twice in a row the same way at the same place, the second sandbox having finished
-    nothing (not a model turn, not a tool call) — or None to resume it."""
+    ``max_resumes`` times, or twice in a row the same way at the same place: in the same tool call of its own (the
+    same command: out of memory again, a fork flood again), or anywhere with nothing done between (not a model turn,
+    not a tool call) — or None to resume it."""
     if len(losses) > max_resumes:
         return f"its sandbox was lost {len(losses)} times, more than max_resumes = {max_resumes}"
     if len(losses) >= 2:
         a, b = losses[-2], losses[-1]
-        if (a.cause, a.step, a.place) == (b.cause, b.step, b.place) and b.place and not b.progressed:
+        if (a.cause, a.step, a.place) == (b.cause, b.step, b.place) and b.place and \
+                (not b.progressed or _its_own_call(b.place)):
             return (f"its sandbox was lost twice in a row the same way ({b.cause}) at the same place "
-                    f"({b.step or 'no step'}: {b.place}) with nothing done between: resumed again it would be lost "
-                    "again")
+                    f"({b.step or 'no step'}: {b.place}): resumed again it would be lost again")
     return None
+
+
+def _its_own_call(place: str) -> bool:
+    """A tool call the run made itself (a command, a file written) — the kind that brings its sandbox down again
+    (out of memory, a fork flood) — not a wait on a person (the human channel's ``ask``)."""
+    return place.startswith("tool ") and "mcp__human__" not in place
 
 
 def losses_text(losses: Sequence[Loss]) -> str:
