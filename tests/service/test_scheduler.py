@@ -160,13 +160,25 @@ async def test_queued_runs_wait_while_the_gate_holds_or_refuses_and_start_once_i
     await w.until(run_id, "running")
 
 
-async def test_a_vanished_sandbox_fails_its_run_and_frees_its_slot(make_world: Callable[..., World]) -> None:
-    w = await make_world(waits)
+async def test_a_vanished_sandbox_puts_its_run_back_in_line_and_frees_its_slot(
+        make_world: Callable[..., World]) -> None:
+    w = await make_world(waits, resume_backoff_s=60)
     run_id = w.submit()
     await w.until(run_id, "running")
     w.backend.runs.by_handle.clear()  # the engine lost it
+    row = await w.until(run_id, "queued")
+    assert [x.cause for x in row.losses] == ["vanished"] and row.sandboxes == 1 and row.not_before
+    assert "disappeared without writing exit.json" in row.losses[0].error and row.error is None
+    assert not w.scheduler.handles and row.token_sha256 is None, "no sandbox, no token while it waits to resume"
+
+
+async def test_with_max_resumes_0_a_vanished_sandbox_fails_its_run(make_world: Callable[..., World]) -> None:
+    w = await make_world(waits, max_resumes=0)
+    run_id = w.submit()
+    await w.until(run_id, "running")
+    w.backend.runs.by_handle.clear()
     row = await w.until(run_id, "failed")
-    assert "disappeared without writing exit.json" in (row.error or ""), row.error
+    assert "more than max_resumes = 0" in (row.error or "") and "disappeared without writing exit.json" in row.error
     assert not w.scheduler.handles
 
 
