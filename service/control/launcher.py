@@ -103,9 +103,10 @@ class Launcher:
         from sandbox.envfile import write_env_file
 
         layout = layout_of(self.config.runs_root, run)
-        if not run.base or not (layout.workspace / ".git").exists():
-            raise RunFolderGone(f"run {run.id} cannot be resumed: its checkout {layout.workspace} is gone (its folder "
-                                "was removed while it had no sandbox)", run_id=run.id)
+        git = layout.workspace / ".git"
+        if not run.base or git.is_symlink() or not git.is_dir():  # make_workspace gives it a git dir of its own
+            raise RunFolderGone(f"run {run.id} cannot be resumed: its checkout {layout.workspace} is gone or no longer "
+                                "a git checkout", run_id=run.id)
         layout.exit_file.unlink(missing_ok=True)
         write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=False, held=held))
         resume = Resume(n=run.sandboxes, cause=_resume_cause(run), since_checkpoint_s=_since_checkpoint(run))
