@@ -54,10 +54,6 @@ class Recovery:
                     raise
                 f.backoff.failed(run.id)  # the passes try it again, and end it alone if it keeps failing
                 f.failed("scheduler.recover_failed", run.id, e, tenant=run.tenant, run=run.id)
-        for run in self.runs.list(statuses=["parked"], oldest_first=True):  # parked by a replica that died meanwhile:
-            if (run.handle or run.token_sha256) and f.leases.hold(run.id):  # its sandbox or token may remain
-                f.live.of(run.id).handle = live.get(run.id)
-                await self.parking.settle(run, f.live.get(run.id))
         for run_id in set(live) - set(f.live.handles()):
             row = self.runs.get(run_id)
             log.warning("run.orphan_sandbox", run=run_id, status=row.status if row else None,
