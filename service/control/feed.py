@@ -12,7 +12,7 @@ import asyncio
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from sandbox.records import Event, decode_audit
+from sandbox.records import QUESTION_ID, Event, decode_audit
 
 from ..logging import get_logger
 from ..metrics import Metrics
@@ -25,6 +25,7 @@ from .live import LiveRun, one_line
 __all__ = ["EventFeed", "Item", "SUB_QUEUE"]
 
 SUB_QUEUE = 10_000
+ASKING_MAX = 100  # open questions a run is believed to have at once (it is parked while any is open)
 
 audit_log = get_logger("flower.audit")
 
@@ -165,9 +166,10 @@ def guard_meaning(guard: str | None, role: str | None, tool: str | None) -> str:
 def _asking(ev: Event, live: LiveRun) -> None:
     """Its open questions, from its ``ask`` events (a claim: at worst a run gets itself parked, or not)."""
     qid, state = ev.payload.get("id"), ev.payload.get("state")
-    if not isinstance(qid, str) or ev.payload.get("kind") == "mail":
+    if not isinstance(qid, str) or not QUESTION_ID.fullmatch(qid) or ev.payload.get("kind") == "mail":
         return
     if state == "asked":
-        live.asking.add(qid)
+        if len(live.asking) < ASKING_MAX:  # a run claiming a million open questions holds the service no more memory
+            live.asking.add(qid)
     else:
         live.asking.discard(qid)
