@@ -50,6 +50,7 @@ from flower.core.files import write_atomic
 from .checkpoint import CheckpointError, checkpoint
 from .layout import RunLayout
 from .resume import ask_of, left_questions, note_of, resumed_flow, stale_locks
+from .setup import SEED, plant
 from .spec import RunSpec, SpecError, read_spec
 
 __all__ = ["main", "EventLog", "write_exit", "exit_document", "jsonable", "EXIT_CODES", "STATUSES"]
@@ -316,6 +317,10 @@ class _Run:
             loop.add_signal_handler(sig, self.kill, sig)
 
         layout, log, resume = self.layout, self.log, self.spec.resume
+        if self.spec.environment is not None and self.spec.environment.seed:  # what the team's setup installed
+            planted = await asyncio.to_thread(plant, Path(SEED), layout.workspace)
+            log.write("system", f"{planted} entries from the environment's setup put in the checkout",
+                      payload={"subtype": "seeded", "entries": planted})
         wf = _workflow(ask_of(self.spec, layout) if resume else self.spec.ask, self.spec.options, layout)
         if resume is not None:  # see sandbox/resume.py
             left = left_questions(layout)

@@ -14,7 +14,9 @@
     ├── RunFileError            a run file that is not a plain, small, regular file where it should be (OSError)
     ├── RecordError             a run-written record that is not one (ValueError)
     ├── EnvFileError            an env file that cannot be written or read (ValueError)
-    └── ImageError              the sandbox image cannot be built or found (RuntimeError)
+    ├── ImageError              the sandbox image cannot be built or found (RuntimeError)
+    ├── EnvironmentRefused      the team's environment cannot be made as asked (ValueError)
+    └── SetupFailed             a setup command of the team's environment failed (RuntimeError)
 
 The builtin mixins stay (as ``flower.core.errors`` keeps them): code that caught ``ValueError`` or ``OSError``
 before still does. Each backend maps its engine's errors into this tree inside itself — Docker's connection errors
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 __all__ = ["SandboxError", "BackendError", "BackendUnavailable", "RunExists", "SpecError", "WorktreeError",
            "DiffTooLarge", "NotAGitRepo", "BranchExists", "CheckpointError", "RunFileError", "RecordError", "EnvFileError",
-           "ImageError"]
+           "ImageError", "EnvironmentRefused", "SetupFailed"]
 
 
 class SandboxError(Exception):
@@ -83,3 +85,17 @@ class EnvFileError(SandboxError, ValueError):
 
 class ImageError(SandboxError, RuntimeError):
     """Building the base, the wheelhouse or the image failed; the message carries the tool's last words."""
+
+
+class EnvironmentRefused(SandboxError, ValueError):
+    """The team's environment cannot be made: an image the runtime cannot live in, a base image not on this machine,
+    a setup that would carry a secret into the prepared image (the sentence says which and what to do)."""
+
+
+class SetupFailed(SandboxError, RuntimeError):
+    """A setup command of the team's environment failed; ``tail`` is the end of its output."""
+
+    def __init__(self, message: str, *, tail: str = "", exit_code: int | None = None) -> None:
+        super().__init__(message)
+        self.tail = tail
+        self.exit_code = exit_code

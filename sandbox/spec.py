@@ -23,7 +23,7 @@ from .envfile import EnvFileError, check_env
 from .layout import RunLayout, check_run_id
 from .errors import SpecError
 
-__all__ = ["RunSpec", "Resume", "Egress", "SpecError", "write_spec", "read_spec", "check_options", "allowed_options"]
+__all__ = ["RunSpec", "Resume", "Prepared", "Egress", "SpecError", "write_spec", "read_spec", "check_options", "allowed_options"]
 
 # Decided by the sandbox from the run's layout: a client setting them is an error, not a preference.
 SET_BY_SANDBOX = {
@@ -132,6 +132,25 @@ class Resume(msgspec.Struct, kw_only=True):
     """For a loss: the time from its last checkpoint to the loss (what it may have cost)."""
 
 
+class Prepared(msgspec.Struct, frozen=True, kw_only=True):
+    """The team's environment a run starts in (``sandbox.prepare``): its image with the setup done, and what the
+    backend and the runner must know of it. The runner is not in that image: the backend mounts flower's runtime
+    (``runtime``, a read-only volume) and starts it from there."""
+
+    image: str
+    """The prepared image (its tag); the base image itself when there was no setup."""
+    key: str
+    """What it was prepared from, hashed (``sandbox.environment.Recipe.key``)."""
+    runtime: str
+    """The volume holding flower's runtime (python, the runner, the CLI, git), mounted read-only."""
+    env: dict[str, str] = {}
+    """The image's own environment with the team's ``containerEnv``/``remoteEnv`` on top (PATH included)."""
+    user: str | None = None
+    """``uid:gid`` the run's processes take (the devcontainer's ``remoteUser``), or None for the backend's."""
+    seed: bool = False
+    """Setup left files in the checkout (e.g. ``node_modules``): the runner copies them into the run's own."""
+
+
 class RunSpec(msgspec.Struct):
     """One run: who asks (``tenant``), what (``ask``), how (``options``), non-secret ``env`` extras.
 
@@ -153,6 +172,8 @@ class RunSpec(msgspec.Struct):
     objects: str = ""
     egress: Egress = "closed"
     resume: Resume | None = None
+    environment: Prepared | None = None
+    """The team's environment (``sandbox.prepare``), or None for flower's own image."""
 
     def __post_init__(self) -> None:
         try:

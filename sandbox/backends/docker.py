@@ -39,7 +39,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import BackendError, BackendUnavailable, RunExists, SandboxError
 from ..layout import RunLayout
-from ..spec import Egress, RunSpec
+from ..runtime import RUNTIME
+from ..runtime import argv as runtime_argv
+from ..spec import Egress, Prepared, RunSpec
 from .base import Handle, State, check_prepared, claim_slot, claimed_run, run_env, stopped_exit, warm_env
 
 RUN_USER = "10001:10001"
@@ -125,7 +127,8 @@ class DockerBackend:
         objects = check_prepared(layout, spec)
         labels = {"flower.run": layout.run_id, "flower.tenant": spec.tenant}
         return self._run(layout, self.container_name(layout), objects=objects, egress=spec.egress,
-                         env=run_env(layout, spec, str(layout.env_file)), labels=labels, network=network, warm=False)
+                         env=run_env(layout, spec, str(layout.env_file)), labels=labels, network=network, warm=False,
+                         environment=spec.environment)
 
     @_mapped
     def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress,
@@ -149,8 +152,10 @@ class DockerBackend:
         return {folder: handle for folder, handle in found.items() if claimed_run(folder) is None}
 
     def _run(self, layout: RunLayout, name: str, *, objects: Path | None, egress: Egress, env: dict[str, str],
-             labels: dict[str, str], network: str | None, warm: bool) -> Handle:
-        """One container; a ``warm`` one starts in its slot folder, which holds nothing of any run until its claim."""
+             labels: dict[str, str], network: str | None, warm: bool, environment: Prepared | None = None) -> Handle:
+        """One container; a ``warm`` one starts in its slot folder, which holds nothing of any run until its claim.
+        With the team's ``environment``: its prepared image, flower's runtime mounted read-only and started from
+        there, its variables under the run's own, its user (never root) in place of ``user``."""
         import docker
         from docker.types import Mount
 
@@ -164,7 +169,10 @@ class DockerBackend:
             pass
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
-        owner = self.mail_owner()
+        # the devcontainer's user when a root service can hand it the run's folders; else the backend's
+        user = environment.user if environment is not None and environment.user and os.getuid() == 0 \
+            else self.run_user()
+        owner = self.mail_owner(user)
         if owner is not None:  # warm: the (empty) mailbox to watch, the checkout made ahead, its CLI's home
             layout.hand_over(*owner)
         mounts = [Mount(str(d), str(d), type="bind") for d in layout.writable]
@@ -175,6 +183,12 @@ class DockerBackend:
             mounts.append(Mount(str(layout.gateway), str(layout.gateway), type="bind", read_only=True))
         labels = {**self.labels, **labels, "flower.dir": str(layout.dir)}
         kw: dict[str, Any] = {}
+        image, command = self.image, [str(layout.spec_file)]
+        if environment is not None:
+            mounts.append(Mount(RUNTIME, environment.runtime, type="volume", read_only=True))
+            image, command = environment.image, runtime_argv("sandbox.entrypoint", str(layout.spec_file))
+            env = {**environment.env, **env}
+            kw["entrypoint"] = []
         if egress == "closed":  # not even loopback to the host: the model is behind the gateway's socket
             kw["network_mode"] = "none"
         elif network is not None:
@@ -189,13 +203,13 @@ class DockerBackend:
             kw["pids_limit"] = self.pids_limit
         try:
             c = self.client.containers.run(
-                self.image, [str(layout.spec_file)], name=name, detach=True, labels=labels, environment=env,
+                image, command, name=name, detach=True, labels=labels, environment=env,
                 working_dir="/" if warm else str(layout.workspace), mounts=mounts, init=True,
-                cap_drop=["ALL"], user=self.run_user(),
+                cap_drop=["ALL"], user=user,
                 security_opt=["no-new-privileges"], read_only=self.read_only,
                 tmpfs={"/tmp": f"rw,nosuid,nodev,size={self.tmp_size},mode=1777"}, **kw)
         except docker.errors.ImageNotFound:
-            raise BackendError(f"image {self.image} does not exist here: build it with sandbox.image.ensure_image()") \
+            raise BackendError(f"image {image} does not exist here: build it with sandbox.image.ensure_image()") \
                 from None
         except docker.errors.APIError as e:
             raise BackendError(f"Docker could not start run {layout.run_id}: {e.explanation or e}") from None
@@ -287,9 +301,9 @@ class DockerBackend:
             return None
         return c
 
-    def mail_owner(self) -> tuple[int, int] | None:
+    def mail_owner(self, user: str | None = None) -> tuple[int, int] | None:
         """Who files the service writes for a run must belong to (so a uid-10001 run can read them)."""
-        uid, gid = (int(x) for x in self.run_user().split(":"))
+        uid, gid = (int(x) for x in (user or self.run_user()).split(":"))
         return (uid, gid) if os.getuid() == 0 and uid != 0 else None
 
     def run_user(self) -> str:

@@ -1,0 +1,425 @@
+"""The team's environment, made ready once and kept: its image, its setup done, flower's runtime beside it.
+
+``prepare(recipe, tree, ...)`` → ``Prepared`` (what a run's spec carries):
+
+1. **Base**: the recipe's image (the tenant's, or the repository's devcontainer ``image``) — it must be on this
+   machine, nothing is pulled — or the devcontainer's Dockerfile built from the repository at the run's base, with
+   no network (installs belong in setup, which goes through the allow-list). ``runtime.check_image`` refuses an
+   image flower's runtime cannot live in.
+2. **Key**: the base image's id, the setup commands, the environment, the user and the digests of what setup reads
+   (the devcontainer file, the Dockerfile, the lockfiles at the run's base) — ``Recipe.key``. A prepared image
+   of that key (``flower-env/<tenant>:<key>``) is reused as it is: no setup.
+3. **Setup** (only when the key is new): a container of the base image with the repository at ``WORKSPACE``,
+   flower's runtime mounted read-only, no network but the egress socket (the tenant's allow-list) and the
+   setup-only secrets in a read-only file beside the plan — never in the container's environment or its layers.
+   ``sandbox.setup`` runs the commands as root (nothing of the host is writable in there: it may install into the
+   image) and moves what they made in the checkout (``node_modules``…) to ``SEED``, which the runner copies into
+   each run's own checkout. A failing command fails the prepare with its tail (``SetupFailed``), and nothing is
+   kept: the next run prepares again.
+4. **Scan, then commit**: every file setup added or changed is read back and searched for each secret's value;
+   one found refuses the prepare and names the file (the prepared image would carry it to every run). Then the
+   container is committed with the base image's own config and flower's labels.
+
+``prune(cap_bytes)`` removes the least recently used prepared images past a size cap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+import msgspec
+
+from .errors import EnvironmentRefused, SetupFailed
+from .runtime import BIN, RUNTIME, argv, check_image, ensure_runtime
+from .setup import SEED, SEED_MARK
+from .spec import Prepared
+
+__all__ = ["Recipe", "Build", "Command", "Stage", "prepare", "prune", "WORKSPACE", "SEED", "PLAN_DIR",
+           "PREPARED_REPO"]
+
+WORKSPACE = "/workspaces"
+PLAN_DIR = "/run/flower-setup"
+PREPARED_REPO = "flower-env"
+_VERSION = "1"  # what prepare does: a change here prepares every environment again
+_TAIL = 60
+_SCAN_CAP = 64 << 20  # a file setup wrote larger than this is not searched for secrets (it is named in the log)
+# Setup runs as root in a container with nothing of the host writable: enough to install into the image, no more.
+_SETUP_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL"]
+
+Command = str | list[str]
+"""A shell line (``/bin/sh -c``) or an argv (no shell), as the Dev Containers specification has them."""
+Stage = dict[str, Command]
+"""Commands run at once (the specification's object form); one command alone is named ``""``."""
+EgressOpener = Callable[[str, Path], AbstractContextManager[object]]
+"""``(key, folder)`` → a context in which the tenant's egress socket is open in ``folder``."""
+Log = Callable[[str], None]
+
+
+class Build(msgspec.Struct, frozen=True, kw_only=True):
+    """A devcontainer's ``build``: paths relative to the repository's root, checked to stay inside it."""
+
+    dockerfile: str
+    context: str = "."
+    args: dict[str, str] = {}
+    target: str | None = None
+
+
+class Recipe(msgspec.Struct, frozen=True, kw_only=True):
+    """What a team's environment is made of: everything its key covers."""
+
+    image: str | None = None
+    build: Build | None = None
+    stages: list[Stage] = []
+    env: dict[str, str] = {}
+    user: str | None = None
+    inputs: dict[str, str] = {}
+    """``path → sha256`` of the files setup reads: the devcontainer file, its Dockerfile, the lockfiles."""
+
+    def key(self, base_id: str) -> str:
+        body = msgspec.json.encode({"v": _VERSION, "base": base_id, "stages": self.stages, "env": self.env,
+                                    "user": self.user, "inputs": dict(sorted(self.inputs.items()))})
+        return hashlib.sha256(body).hexdigest()[:24]
+
+
+_locks: dict[str, threading.Lock] = {}
+_locks_lock = threading.Lock()
+
+
+def _lock(key: str) -> threading.Lock:
+    """Two runs of one key at once prepare it once: the second waits and finds the image."""
+    with _locks_lock:
+        return _locks.setdefault(key, threading.Lock())
+
+
+def prepare(recipe: Recipe, tree: Path, *, tenant: str, sandbox_image: str, client: Any = None,
+            secrets: Mapping[str, str] | None = None, egress: EgressOpener | None = None,
+            timeout_s: float = 1800.0, log: Log | None = None) -> Prepared:
+    """The team's environment for a checkout whose files at the run's base are in ``tree`` (see the module doc).
+
+    Blocking (a first setup may take minutes). ``secrets``: setup-only values (a private registry's token);
+    ``egress``: opens the tenant's allow-listed way out for the setup container, else setup has no network."""
+    import docker
+
+    client = client or docker.from_env()
+    say = log or (lambda _text: None)
+    runtime = ensure_runtime(client, sandbox_image)
+    base_id, name = _base(client, recipe, tree, tenant, say)
+    config = check_image(client, base_id, name)
+    user = _user(client, base_id, name, recipe.user)
+    env = _env(config, recipe.env)
+    if not recipe.stages:
+        return Prepared(image=base_id, key=recipe.key(base_id), runtime=runtime, env=env, user=user)
+    key = recipe.key(base_id)
+    tag = f"{PREPARED_REPO}/{_safe(tenant)}:{key}"
+    with _lock(key):
+        try:
+            image = client.images.get(tag)
+            say(f"prepared environment {tag} is there: no setup")
+            _touch(image)
+            return Prepared(image=tag, key=key, runtime=runtime, env=env, user=user,
+                            seed=image.labels.get("org.flower.env.seed") == "1")
+        except docker.errors.ImageNotFound:
+            pass
+        say(f"preparing {tag} from {name}: {sum(len(s) for s in recipe.stages)} setup command(s)")
+        started = time.monotonic()
+        seed = _setup(client, recipe, tree, base_id, config, runtime, tag, key, dict(secrets or {}), egress,
+                      timeout_s, say)
+        say(f"prepared {tag} in {time.monotonic() - started:.0f}s")
+    return Prepared(image=tag, key=key, runtime=runtime, env=env, user=user, seed=seed)
+
+
+def _base(client: Any, recipe: Recipe, tree: Path, tenant: str, say: Log) -> tuple[str, str]:
+    """The base image's id and a name for it in sentences."""
+    import docker
+
+    if recipe.build is not None:
+        b = recipe.build
+        tag = f"{PREPARED_REPO}-base/{_safe(tenant)}:{hashlib.sha256(msgspec.json.encode(b) + _digest(recipe)).hexdigest()[:24]}"
+        try:
+            return client.images.get(tag).id, f"{b.dockerfile} (built)"
+        except docker.errors.ImageNotFound:
+            pass
+        context = (tree / b.context).resolve()
+        dockerfile = (tree / b.dockerfile).resolve()
+        if not context.is_relative_to(tree.resolve()) or not dockerfile.is_relative_to(tree.resolve()):
+            raise EnvironmentRefused(f"the devcontainer's build names {b.dockerfile} / {b.context} outside the "
+                                     "repository")
+        say(f"building {b.dockerfile}")
+        try:
+            image, _ = client.images.build(path=str(context), dockerfile=str(dockerfile), buildargs=dict(b.args),
+                                           target=b.target, tag=tag, rm=True, forcerm=True, network_mode="none",
+                                           labels={"org.flower.env.base": tenant})
+        except docker.errors.BuildError as e:
+            lines = [str(x.get("stream") or x.get("error") or "").rstrip() for x in e.build_log]
+            tail = "\n".join(line for line in lines if line)[-4000:]
+            raise SetupFailed(f"the devcontainer's Dockerfile {b.dockerfile} did not build (its RUN lines have no "
+                              f"network: installs go in setup commands): {e.msg}", tail=tail) from None
+        return image.id, f"{b.dockerfile} (built)"
+    if not recipe.image:
+        raise EnvironmentRefused("the environment names no image: set the tenant's `image` or the devcontainer's "
+                                 "`image`/`build`")
+    try:
+        return client.images.get(recipe.image).id, recipe.image
+    except docker.errors.ImageNotFound:
+        raise EnvironmentRefused(f"the base image {recipe.image} is not on this machine: flower pulls nothing — "
+                                 f"`docker pull {recipe.image}` (or `docker load`) it on the engine first") from None
+
+
+def _digest(recipe: Recipe) -> bytes:
+    return msgspec.json.encode(dict(sorted(recipe.inputs.items())))
+
+
+def _user(client: Any, image_id: str, name: str, user: str | None) -> str | None:
+    """``uid:gid`` of the devcontainer's user in the image; root refused (a run never runs as root)."""
+    if user is None:
+        return None
+    if user.isdigit():
+        uid, gid = user, user
+    else:
+        passwd = _read_file(client, image_id, "/etc/passwd").decode("utf-8", "replace")
+        found = [line.split(":") for line in passwd.splitlines() if line.split(":")[0] == user]
+        if not found or len(found[0]) < 4:
+            raise EnvironmentRefused(f"the devcontainer's remoteUser {user!r} is not a user of the image {name}")
+        uid, gid = found[0][2], found[0][3]
+    if uid == "0":
+        raise EnvironmentRefused(f"the devcontainer's remoteUser {user!r} is root: a run never runs as root "
+                                 "(setup does, in its own container); name an unprivileged user")
+    return f"{uid}:{gid}"
+
+
+def _env(config: Mapping[str, Any], extra: Mapping[str, str]) -> dict[str, str]:
+    """The team's environment variables on top of the image's, and PATH ending with flower's ``BIN``."""
+    image_env = dict(item.split("=", 1) for item in (config.get("Env") or []) if "=" in item)
+    path = extra.get("PATH") or image_env.get("PATH") or "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    return {**extra, "PATH": f"{path}:{BIN}"}
+
+
+def _read_file(client: Any, image_id: str, path: str) -> bytes:
+    container = client.containers.create(image_id, ["/bin/true"], entrypoint=[], network_mode="none")
+    try:
+        stream, _ = container.get_archive(path)
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            f = tar.extractfile(member) if member is not None else None
+            return f.read(1 << 20) if f is not None else b""
+    except Exception:  # noqa: BLE001 — no such file: nothing
+        return b""
+    finally:
+        container.remove(force=True)
+
+
+def _setup(client: Any, recipe: Recipe, tree: Path, base_id: str, config: Mapping[str, Any], runtime: str,
+           tag: str, key: str, secrets: dict[str, str], egress: EgressOpener | None, timeout_s: float,
+           say: Log) -> bool:
+    """Run the setup in a container of the base image, scan what it wrote, commit it as ``tag``; whether it left a
+    seed for the checkout."""
+    from docker.types import Mount
+
+    outer = Path(tempfile.mkdtemp(prefix="flower-setup-"))  # 0700: only the service sees into it
+    try:
+        plan_dir = outer / "plan"
+        plan_dir.mkdir(mode=0o755)
+        workspace = f"{WORKSPACE}/{tree.name}"
+        plan = {"workspace": workspace, "seed": SEED, "stages": recipe.stages, "env": recipe.env}
+        (plan_dir / "plan.json").write_text(json.dumps(plan))
+        (plan_dir / "secrets.json").write_text(json.dumps(secrets))
+        os.chmod(plan_dir / "plan.json", 0o644)
+        os.chmod(plan_dir / "secrets.json", 0o644)  # readable by the setup's root, which holds no DAC_READ_SEARCH
+        egress_dir = outer / "egress"
+        egress_dir.mkdir(mode=0o755)
+        mounts = [Mount(RUNTIME, runtime, type="volume", read_only=True),
+                  Mount(PLAN_DIR, str(plan_dir), type="bind", read_only=True),
+                  Mount(str(egress_dir), str(egress_dir), type="bind", read_only=True)]
+        opened = egress(f"setup-{key[:12]}", egress_dir) if egress is not None else nullcontext()
+        with opened:
+            container = client.containers.create(
+                base_id, argv("sandbox.setup", f"{PLAN_DIR}/plan.json", str(egress_dir)), entrypoint=[],
+                user="0:0", network_mode="none", mounts=mounts, working_dir="/", cap_drop=["ALL"],
+                cap_add=_SETUP_CAPS, security_opt=["no-new-privileges"], pids_limit=1024, mem_limit="4g",
+                memswap_limit="4g", tmpfs={"/tmp": "rw,nosuid,nodev,size=1g,mode=1777"},
+                environment={"LANG": "C.UTF-8", "HOME": "/root", "PATH": _env(config, recipe.env)["PATH"]},
+                labels={"org.flower.setup": key})
+            try:
+                container.put_archive("/", _tar_of(tree, workspace.lstrip("/")))
+                container.start()
+                code = _wait(container, timeout_s)
+                tail = _tail(container.logs().decode("utf-8", "replace"))
+                if code != 0:
+                    what = "did not finish" if code is None else f"exited {code}"
+                    raise SetupFailed(f"setup {what}; the run did not start (the next run prepares again)",
+                                      tail=tail, exit_code=code)
+                say(tail)
+                _scan(container, secrets, [RUNTIME, PLAN_DIR, str(egress_dir)])
+                image_labels = dict((config.get("Labels") or {}))
+                seeded = _seeded(container)
+                conf = {"Env": list(config.get("Env") or []), "Cmd": config.get("Cmd"),
+                        "Entrypoint": config.get("Entrypoint"), "User": config.get("User") or "",
+                        "WorkingDir": config.get("WorkingDir") or "",
+                        "Labels": {**image_labels, "org.flower.env.key": key, "org.flower.env.base": base_id,
+                                   "org.flower.env.seed": "1" if seeded else "0"}}
+                repo, _, tag_name = tag.rpartition(":")
+                container.commit(repository=repo, tag=tag_name, conf=conf)
+                return seeded
+            finally:
+                container.remove(force=True)
+    finally:
+        shutil.rmtree(outer, ignore_errors=True)
+
+
+def _wait(container: Any, timeout_s: float) -> int | None:
+    import requests
+
+    try:
+        return int(container.wait(timeout=timeout_s)["StatusCode"])
+    except (requests.exceptions.ConnectionError, requests.exceptions.ReadTimeout):
+        container.kill()
+        return None
+
+
+def _tail(text: str) -> str:
+    return "\n".join(text.rstrip().splitlines()[-_TAIL:])
+
+
+def _tar_of(tree: Path, prefix: str) -> bytes:
+    """The repository's files at the run's base, under ``prefix``, owned by root (setup's user)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        def owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            return info
+
+        tar.add(str(tree), arcname=prefix, filter=owned)
+    return buf.getvalue()
+
+
+def _seeded(container: Any) -> bool:
+    import docker
+
+    try:
+        container.get_archive(f"{SEED}/{SEED_MARK}")
+        return True
+    except docker.errors.NotFound:
+        return False
+
+
+def _changed(container: Any, mounts: list[str]) -> list[str]:
+    """The top-most paths setup added or changed (deletions carry nothing), none of them a mount or holding one."""
+    skip = ("/proc", "/sys", "/dev", "/tmp", *mounts)
+
+    def mounted(p: str) -> bool:
+        return any(p == m or p.startswith(m + "/") or m.startswith(p.rstrip("/") + "/") for m in skip)
+
+    tops: list[str] = []
+    for p in sorted(d["Path"] for d in (container.diff() or []) if d.get("Kind") in (0, 1)):
+        if mounted(p) or (tops and p.startswith(tops[-1].rstrip("/") + "/")):
+            continue
+        tops.append(p)
+    return tops
+
+
+def _scan(container: Any, secrets: Mapping[str, str], mounts: list[str]) -> None:
+    """Refuse a setup that left a secret's value in a file the prepared image would keep."""
+    needles = {name: value.encode() for name, value in secrets.items() if len(value) >= 4}
+    if not needles:
+        return
+    for top in _changed(container, mounts):
+        for path, data in _files(container, top):
+            for name, needle in needles.items():
+                if needle in data:
+                    raise EnvironmentRefused(
+                        f"setup left the secret {name} in {path}: the prepared environment would carry it to every "
+                        "run — have setup read it from its environment only (e.g. an .npmrc line "
+                        f"`${{{name}}}`, or pip's --index-url from the variable) and not write it down")
+
+
+def _files(container: Any, top: str) -> Iterator[tuple[str, bytes]]:
+    stream, _ = container.get_archive(top)
+    reader = _StreamReader(stream)
+    with tarfile.open(fileobj=reader, mode="r|") as tar:
+        parent = str(PurePosixPath(top).parent)
+        for member in tar:
+            if not member.isfile() or member.size > _SCAN_CAP:
+                continue
+            f = tar.extractfile(member)
+            if f is not None:
+                yield f"{parent.rstrip('/')}/{member.name}", f.read()
+
+
+class _StreamReader(io.RawIOBase):
+    """A file over the engine's chunked archive stream (tarfile's streaming mode reads from it)."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._buf = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self._buf:
+            try:
+                self._buf = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(b), len(self._buf))
+        b[:n] = self._buf[:n]
+        self._buf = self._buf[n:]
+        return n
+
+
+def _safe(name: str) -> str:
+    out = "".join(c if c.isalnum() or c in "-_." else "-" for c in name.lower()).strip("-.")
+    return out[:64] or "tenant"
+
+
+def _touch(image: Any) -> None:
+    """Remember when a prepared image was last used (``prune`` keeps the recent ones)."""
+    _used[image.id] = time.time()
+
+
+_used: dict[str, float] = {}
+
+
+def prune(cap_bytes: int, client: Any = None) -> list[str]:
+    """Remove prepared images, least recently used first (by this process; else oldest), until their total size is
+    under ``cap_bytes``; the tags removed. An image a container still uses is skipped (the engine refuses)."""
+    import docker
+
+    client = client or docker.from_env()
+    images = [i for i in client.images.list(filters={"label": "org.flower.env.key"})]
+    images.sort(key=lambda i: _used.get(i.id, _created(i)))
+    total = sum(int(i.attrs.get("Size") or 0) for i in images)
+    removed: list[str] = []
+    for image in images:
+        if total <= cap_bytes:
+            break
+        try:
+            client.images.remove(image.id, force=False)
+        except docker.errors.APIError:
+            continue
+        total -= int(image.attrs.get("Size") or 0)
+        removed.extend(image.tags)
+    return removed
+
+
+def _created(image: Any) -> float:
+    from datetime import datetime
+
+    raw = str(image.attrs.get("Created") or "")
+    try:
+        return datetime.fromisoformat(raw[:26].rstrip("Z") + "+00:00").timestamp()
+    except ValueError:
+        return 0.0
