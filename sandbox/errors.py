@@ -14,6 +14,7 @@
     ├── RunFileError            a run file that is not a plain, small, regular file where it should be (OSError)
     ├── RecordError             a run-written record that is not one (ValueError)
     ├── EnvFileError            an env file that cannot be written or read (ValueError)
+    ├── DevContainerError       a repository's devcontainer.json that flower cannot honour (ValueError)
     ├── ImageError              the sandbox image cannot be built or found (RuntimeError)
     ├── EnvironmentRefused      the team's environment cannot be made as asked (ValueError)
     └── SetupFailed             a setup command of the team's environment failed (RuntimeError)
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 __all__ = ["SandboxError", "BackendError", "BackendUnavailable", "RunExists", "SpecError", "WorktreeError",
            "DiffTooLarge", "NotAGitRepo", "BranchExists", "CheckpointError", "RunFileError", "RecordError", "EnvFileError",
-           "ImageError", "EnvironmentRefused", "SetupFailed"]
+           "DevContainerError", "ImageError", "EnvironmentRefused", "SetupFailed"]
 
 
 class SandboxError(Exception):
@@ -81,6 +82,18 @@ class RecordError(SandboxError, ValueError):
 
 class EnvFileError(SandboxError, ValueError):
     """A key or value that cannot go into an env file."""
+
+
+class DevContainerError(SandboxError, ValueError):
+    """A devcontainer.json (or a file it names) that does not parse, or asks what flower does not do.
+
+    ``path`` is the file, repository-relative; ``sentence`` says what is wrong and what to do; ``line`` and
+    ``column`` (1-based) point into the file when the JSON itself is at fault."""
+
+    def __init__(self, path: str, sentence: str, *, line: int | None = None, column: int | None = None) -> None:
+        self.path, self.sentence, self.line, self.column = path, sentence, line, column
+        where = f"{path}:{line}:{column}" if line is not None else path
+        super().__init__(f"{where}: {sentence}")
 
 
 class ImageError(SandboxError, RuntimeError):
