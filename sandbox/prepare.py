@@ -41,56 +41,24 @@ from typing import Any
 
 import msgspec
 
+from .environment import WORKSPACE, Recipe
 from .errors import EnvironmentRefused, SetupFailed
 from .runtime import BIN, RUNTIME, argv, check_image, ensure_runtime
 from .setup import SEED, SEED_MARK
 from .spec import Prepared
 
-__all__ = ["Recipe", "Build", "Command", "Stage", "prepare", "prune", "WORKSPACE", "SEED", "PLAN_DIR",
-           "PREPARED_REPO"]
+__all__ = ["prepare", "prune", "EgressOpener", "PLAN_DIR", "PREPARED_REPO"]
 
-WORKSPACE = "/workspaces"
 PLAN_DIR = "/run/flower-setup"
 PREPARED_REPO = "flower-env"
-_VERSION = "1"  # what prepare does: a change here prepares every environment again
 _TAIL = 60
 _SCAN_CAP = 64 << 20  # a file setup wrote larger than this is not searched for secrets (it is named in the log)
 # Setup runs as root in a container with nothing of the host writable: enough to install into the image, no more.
 _SETUP_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL"]
 
-Command = str | list[str]
-"""A shell line (``/bin/sh -c``) or an argv (no shell), as the Dev Containers specification has them."""
-Stage = dict[str, Command]
-"""Commands run at once (the specification's object form); one command alone is named ``""``."""
 EgressOpener = Callable[[str, Path], AbstractContextManager[object]]
 """``(key, folder)`` → a context in which the tenant's egress socket is open in ``folder``."""
 Log = Callable[[str], None]
-
-
-class Build(msgspec.Struct, frozen=True, kw_only=True):
-    """A devcontainer's ``build``: paths relative to the repository's root, checked to stay inside it."""
-
-    dockerfile: str
-    context: str = "."
-    args: dict[str, str] = {}
-    target: str | None = None
-
-
-class Recipe(msgspec.Struct, frozen=True, kw_only=True):
-    """What a team's environment is made of: everything its key covers."""
-
-    image: str | None = None
-    build: Build | None = None
-    stages: list[Stage] = []
-    env: dict[str, str] = {}
-    user: str | None = None
-    inputs: dict[str, str] = {}
-    """``path → sha256`` of the files setup reads: the devcontainer file, its Dockerfile, the lockfiles."""
-
-    def key(self, base_id: str) -> str:
-        body = msgspec.json.encode({"v": _VERSION, "base": base_id, "stages": self.stages, "env": self.env,
-                                    "user": self.user, "inputs": dict(sorted(self.inputs.items()))})
-        return hashlib.sha256(body).hexdigest()[:24]
 
 
 _locks: dict[str, threading.Lock] = {}
@@ -301,7 +269,7 @@ def _tar_of(tree: Path, prefix: str) -> bytes:
             info.uname = info.gname = "root"
             return info
 
-        tar.add(str(tree), arcname=prefix, filter=owned)
+        tar.add(str(tree), arcname=prefix, filter=lambda i: None if i.name.split("/")[-1] == ".git" else owned(i))
     return buf.getvalue()
 
 

@@ -44,6 +44,10 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     in a new sandbox on its own folder; the next loss fails it with every cause listed. 0: never resumed."""
     resume_backoff_s: Annotated[float, msgspec.Meta(ge=0, le=600)] = 2.0
     """The wait before the first resume; it doubles with each loss (at most 5 minutes)."""
+    setup_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 1800.0
+    """How long a team's setup commands may take (``sandbox.prepare``) before the run fails with their tail."""
+    environment_cache_gb: Annotated[float, msgspec.Meta(gt=0)] = 20.0
+    """Prepared environments kept, at most (the engine's sizes); the least recently used go first."""
     warm: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0
     """Sandboxes kept started ahead for each tenant's repository, runner imported and waiting with nothing of any
     run in it (``sandbox.pool``): a run claims one and skips most of its start. docker and local backends."""

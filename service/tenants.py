@@ -24,6 +24,11 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     # push_url = "ssh://git@git.acme.example/acme.git"
     # push_ssh_key_file = "/etc/flower/acme.deploy-key"    # private key, 0600
     # push_known_hosts_file = "/etc/flower/acme.known_hosts"
+    # optional: the team's own environment (Docker backend; service/README.md, "Your repository's environment")
+    image = "node:20-bookworm"               # its base image, on the engine (nothing is pulled)
+    setup = ["npm ci"]                       # run once per image + lockfiles, kept as a prepared image
+    setup_secrets_file = "/etc/flower/acme.setup.env"   # e.g. NPM_TOKEN=…: seen by setup only, never by a run
+    devcontainer = true                      # the repository's .devcontainer/devcontainer.json wins over `image`
 
 ``server_tools`` names the provider's server-side tools a run may ask for (``web_search``, ``web_fetch``,
 ``code_execution``, ``tool_search_tool_regex``, ``tool_search_tool_bm25``, ``mcp_servers``) and the content it may
@@ -115,6 +120,10 @@ class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     push_credentials_file: str | None = None
     push_ssh_key_file: str | None = None
     push_known_hosts_file: str | None = None
+    image: Annotated[str, msgspec.Meta(min_length=1, max_length=256)] | None = None
+    setup: str | list[Annotated[str, msgspec.Meta(min_length=1)]] = []
+    setup_secrets_file: str | None = None
+    devcontainer: bool = True
 
 
 class Webhook(msgspec.Struct, frozen=True):
@@ -155,6 +164,15 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
     server_tools: frozenset[str] = frozenset()
     webhook: Webhook | None = None
     push: PushTarget | None = None
+    image: str | None = None
+    """The base image of its runs (on the engine; nothing is pulled); None: flower's own, unless the repository
+    has a devcontainer.json."""
+    setup: tuple[str, ...] = ()
+    """Shell lines run in order before the agent phase, after the devcontainer's own; their result is kept."""
+    setup_secrets_file: str | None = None
+    """KEY=value lines given to the setup commands alone (a private registry's token): never to a run."""
+    devcontainer: bool = True
+    """Honour the repository's ``.devcontainer/devcontainer.json`` (it wins over ``image``)."""
 
     def __repr__(self) -> str:  # the hash is not secret, but keep reprs short and boring
         return f"Tenant({self.name!r}, repo={self.repo!r}, quota={self.quota})"
@@ -305,7 +323,10 @@ def _parse(path: Path) -> list[Tenant]:
                           park_after_s=entry.park_after_s, egress=entry.egress,
                           schedule_min_interval_s=entry.schedule_min_interval_s,
                           budget_usd=entry.budget_usd, server_tools=frozenset(entry.server_tools),
-                          webhook=webhook, push=push))
+                          webhook=webhook, push=push, image=entry.image,
+                          setup=(entry.setup,) if isinstance(entry.setup, str) else tuple(entry.setup),
+                          setup_secrets_file=str((base / Path(entry.setup_secrets_file).expanduser()).resolve())
+                          if entry.setup_secrets_file else None, devcontainer=entry.devcontainer))
     return out
 
 

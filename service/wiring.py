@@ -38,6 +38,7 @@ from .clock import SYSTEM, Clock
 from .config import ServiceConfig
 from .control.admission import Admission
 from .control.backoff import Backoff, RepeatLog
+from .control.environments import Environments
 from .control.feed import EventFeed, Item
 from .control.finishing import Finisher
 from .control.following import Following
@@ -154,7 +155,7 @@ def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: 
     warm = WarmKeeper.of(backend, config.runs_root, config.warm, registry.runs, registry.leases, tenants, metrics,
                          errors, replica=owner if registry.dialect == "postgresql" else None,
                          lease_s=config.lease_s, clock=clock)
-    launcher = Launcher(config, backend, warm, harvest, grants.open)
+    launcher = Launcher(config, backend, warm, harvest, grants.open, Environments(config, backend))
     mailbox = Mailbox(config.runs_root, registry.runs, backend, ended=feed.publish_end, wake=hooks.wake, clock=clock)
     retention = Retention(config, registry.runs, harvest, is_live=live.__contains__, clock=clock)
 

@@ -25,6 +25,7 @@ from ..config import ServiceConfig
 from ..errors import RunFolderGone
 from ..registry import HeldRun, Run
 from ..tenants import Tenant
+from .environments import Environments
 from .harvest import Harvest
 from .live import layout_of
 from .runenv import settings_of
@@ -51,8 +52,9 @@ class Started:
 
 class Launcher:
     def __init__(self, config: ServiceConfig, backend: Backend, warm: WarmKeeper,
-                 harvest: Harvest, grant: GrantFn) -> None:
+                 harvest: Harvest, grant: GrantFn, environments: Environments | None = None) -> None:
         self.config = config
+        self.environments = environments
         self.backend = backend
         self.warm = warm
         self.harvest = harvest
@@ -68,7 +70,9 @@ class Launcher:
         objects = str(objects_dir(run.repo))
         if run.sandboxes > 0:
             return self._resume(run, tenant, values, objects, held)
-        slot = self.warm.claim(Shape(Path(run.repo).name, objects, tenant.egress, settings_of(values)))
+        own = self.own_environment(run, tenant)  # a warm sandbox is flower's image: not the team's
+        slot = None if own else self.warm.claim(Shape(Path(run.repo).name, objects, tenant.egress,
+                                                      settings_of(values)))
         with ExitStack() as undo:
             if slot is not None:
                 run = msgspec.structs.replace(run, folder=slot.folder)
@@ -85,8 +89,9 @@ class Launcher:
             held.record_checkout(run.id, layout.branch, base)  # known even if we stop here
             write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=slot is not None,
                                                          held=held))
+            environment = self.environments.of(tenant, run.repo, base) if own and self.environments else None
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
-                           base=base, objects=objects, egress=tenant.egress)
+                           base=base, objects=objects, egress=tenant.egress, environment=environment)
             if slot is not None:
                 assert self.warm.pool is not None  # a slot comes from the pool
                 handle = self.warm.pool.backend.claim(slot.handle, layout, spec)
@@ -95,6 +100,10 @@ class Launcher:
                 handle = self.backend.start(layout, spec)
             undo.pop_all()  # started: nothing is undone
             return Started(handle, base, slot.folder if slot is not None else None)
+
+    def own_environment(self, run: Run, tenant: Tenant) -> bool:
+        """Whether the run may start in its team's environment (``environments``): its start may take a setup."""
+        return self.environments is not None and self.environments.wanted(tenant, run.repo)
 
     def _resume(self, run: Run, tenant: Tenant, values: dict[str, str], objects: str, held: HeldRun) -> Started:
         """A run that had a sandbox starts again in a new one on its own folder — its checkout as left, its
@@ -108,10 +117,12 @@ class Launcher:
             raise RunFolderGone(f"run {run.id} cannot be resumed: its checkout {layout.workspace} is gone or no longer "
                                 "a git checkout", run_id=run.id)
         layout.exit_file.unlink(missing_ok=True)
+        environment = self.environments.of(tenant, run.repo, run.base) \
+            if self.environments is not None and self.own_environment(run, tenant) else None
         write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=False, held=held))
         resume = Resume(n=run.sandboxes, cause=_resume_cause(run), since_checkpoint_s=_since_checkpoint(run))
         spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
-                       base=run.base, objects=objects, egress=tenant.egress, resume=resume)
+                       base=run.base, objects=objects, egress=tenant.egress, resume=resume, environment=environment)
         write_spec(layout, spec)
         return Started(self.backend.start(layout, spec), run.base, None)
 

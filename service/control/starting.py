@@ -9,6 +9,8 @@ import asyncio
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
+from sandbox.errors import SetupFailed
+
 from ..clock import Clock
 from ..config import ServiceConfig
 from ..errors import TenantNotReady
@@ -60,6 +62,8 @@ class Starter:
         self.results = results
         self.metrics = metrics
         self.clock = clock
+        self.launching: set[asyncio.Task[None]] = set()
+        """Starts going on beside the passes: runs whose environment is being prepared."""
 
     async def start_queued(self) -> None:
         """Start what fits, shared between tenants: the next free slot goes to the tenant with the fewest runs
@@ -96,6 +100,12 @@ class Starter:
                 continue
             total += 1
             busy[run.tenant] += 1
+            if await asyncio.to_thread(self.launcher.own_environment, run, tenant):
+                # a team's environment may need minutes of setup: the pass (and every other run) does not wait
+                task = asyncio.create_task(self._launch(run, tenant))
+                self.launching.add(task)
+                task.add_done_callback(self.launching.discard)
+                continue
             await self._launch(run, tenant)
             if not health.backend_up or health.disk().low:
                 return
@@ -115,6 +125,8 @@ class Starter:
                 self.following.failed("scheduler.start_failed", run.id, e, tenant=run.tenant, run=run.id)
                 return
             why = f"{type(e).__name__}: {one_line(e)}"
+            if isinstance(e, SetupFailed) and e.tail:  # what the team needs to fix is in the command's output
+                why = f"{why}\n{e.tail[-3000:]}"
             if isinstance(e, TenantNotReady):  # the tenant reads what is wrong; the operator's log, where and the fix
                 log.warning("tenant.not_ready", tenant=run.tenant, run=run.id, error=str(e))
                 why = f"{e.public}: ask the operator of this service to fix it (the service's log says what and how)"

@@ -14,7 +14,8 @@ import pytest
 
 from flower.testing import ScriptedModel
 from sandbox.errors import EnvironmentRefused, SetupFailed
-from sandbox.prepare import Recipe, prepare
+from sandbox.environment import Recipe
+from sandbox.prepare import prepare
 from sandbox.testing import GIT_CHECKED, Person, prepare as prepare_run, read_events, starter_rules
 
 pytestmark = [pytest.mark.docker, pytest.mark.cli]

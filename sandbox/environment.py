@@ -1,0 +1,86 @@
+"""What a team's environment is made of (``Recipe``): the tenant's image and setup, or the repository's own
+``devcontainer.json`` — read from the repository at the run's base — and the files its setup depends on.
+
+The devcontainer wins over the tenant's ``image`` (it is the repository's own word); its lifecycle commands
+(``onCreateCommand``, ``updateContentCommand``, ``postCreateCommand``, in the specification's order) run first,
+then the tenant's ``setup`` lines. ``Recipe.key`` covers everything the prepared image depends on, so a changed
+lockfile, command or base image prepares again and nothing else does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import msgspec
+
+from .devcontainer import Build, Command as DcCommand, Lifecycle, Parallel, lockfiles, load
+
+__all__ = ["Recipe", "Build", "Command", "Stage", "recipe_of", "WORKSPACE"]
+
+WORKSPACE = "/workspaces"
+"""Where setup finds the checkout (``/workspaces/<repo>``, as the specification's tools put it)."""
+_VERSION = "1"  # what prepare does: a change here prepares every environment again
+
+Command = str | list[str]
+"""A shell line (``/bin/sh -c``) or an argv (no shell), as the Dev Containers specification has them."""
+Stage = dict[str, Command]
+"""Commands run at once (the specification's object form); one command alone is named ``""``."""
+
+
+class Recipe(msgspec.Struct, frozen=True, kw_only=True):
+    """What a team's environment is made of: everything its key covers."""
+
+    image: str | None = None
+    build: Build | None = None
+    stages: list[Stage] = []
+    env: dict[str, str] = {}
+    user: str | None = None
+    inputs: dict[str, str] = {}
+    """``path → sha256`` of the files setup reads: the devcontainer file, its Dockerfile, the lockfiles."""
+
+    def key(self, base_id: str) -> str:
+        body = msgspec.json.encode({"v": _VERSION, "base": base_id, "build": self.build, "stages": self.stages,
+                                    "env": self.env, "user": self.user, "inputs": dict(sorted(self.inputs.items()))})
+        return hashlib.sha256(body).hexdigest()[:24]
+
+
+def recipe_of(tree: Path, *, image: str | None, setup: tuple[str, ...] = (),
+              devcontainer: bool = True) -> Recipe | None:
+    """The recipe for the repository whose files at the run's base are in ``tree``; None when nothing asks for one
+    (no tenant image, no setup, no devcontainer.json): the run uses flower's own image. DevContainerError for a
+    devcontainer.json flower will not honour."""
+    dc = load(tree) if devcontainer else None
+    if dc is None and image is None and not setup:
+        return None
+    stages: list[Stage] = []
+    env: dict[str, str] = {}
+    user = None
+    inputs = dict(lockfiles(tree))
+    build = None
+    if dc is not None:
+        dc = dc.in_workspace(f"{WORKSPACE}/{tree.name}")
+        image, build, user = dc.image, dc.build, dc.user()
+        stages = [_stage(step) for _, step in dc.setup()]
+        env = dict(dc.container_env)
+        env.update({k: v for k, v in dc.remote_env_in(env).items() if v is not None})
+        inputs[dc.path] = _sha(tree / dc.path)
+        if build is not None:
+            inputs[build.dockerfile] = _sha(tree / build.dockerfile)
+    stages += [{"": line} for line in setup]
+    return Recipe(image=image, build=build, stages=stages, env=env, user=user, inputs=inputs)
+
+
+def _stage(step: Lifecycle) -> Stage:
+    if isinstance(step, Parallel):
+        return {name: _command(c) for name, c in step.commands.items()}
+    return {"": _command(step)}
+
+
+def _command(c: DcCommand) -> Command:
+    return c.shell if c.shell is not None else list(c.argv or ())
+
+
+def _sha(path: Path) -> str:
+    """The file's digest (the devcontainer's parser has already refused symlinks and escapes)."""
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()

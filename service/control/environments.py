@@ -1,0 +1,78 @@
+"""A run's environment: the team's (its image, its devcontainer.json, its setup) prepared before its sandbox starts.
+
+The recipe is read from the tenant's repository at the run's base — never from the run's checkout, which the run
+may have changed by a resume — and prepared by ``sandbox.prepare`` (reused when its key is known). Only the Docker
+backend runs a team's image; asking another for one fails the run with a sentence saying so.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from sandbox.backends.base import Backend
+from sandbox.environment import recipe_of
+from sandbox.errors import EnvironmentRefused
+from sandbox.prepare import EgressOpener, prepare, prune
+from sandbox.spec import Prepared
+
+from ..config import ServiceConfig
+from ..tenants import Tenant, TenantNotReady, operator_file
+
+__all__ = ["Environments", "DEVCONTAINER_PATHS"]
+
+DEVCONTAINER_PATHS = (".devcontainer/devcontainer.json", ".devcontainer.json", ".devcontainer")
+
+
+class Environments:
+    def __init__(self, config: ServiceConfig, backend: Backend,
+                 egress: Callable[[Tenant], EgressOpener | None] | None = None) -> None:
+        self.config = config
+        self.backend = backend
+        self.egress = egress or (lambda _tenant: None)
+
+    def wanted(self, tenant: Tenant, repo: str) -> bool:
+        """Whether a run of ``tenant`` may need its own environment (then no warm sandbox of flower's image fits
+        it, and its start may take a setup's minutes)."""
+        if tenant.image is not None or tenant.setup:
+            return True
+        if not tenant.devcontainer:
+            return False
+        out = subprocess.run(["git", "-C", repo, "ls-tree", "--name-only", "HEAD", "--", *DEVCONTAINER_PATHS],
+                             capture_output=True, text=True, timeout=30)
+        return bool(out.stdout.strip())
+
+    def of(self, tenant: Tenant, repo: str, base: str) -> Prepared | None:
+        """Blocking: the prepared environment of a run of ``tenant`` from ``base``, or None for flower's own image.
+        EnvironmentRefused, DevContainerError or SetupFailed say what stops it."""
+        with tempfile.TemporaryDirectory(prefix="flower-tree-") as tmp:
+            tree = Path(tmp) / Path(repo).name
+            tree.mkdir()
+            _archive(repo, base, tree)
+            recipe = recipe_of(tree, image=tenant.image, setup=tenant.setup, devcontainer=tenant.devcontainer)
+            if recipe is None:
+                return None
+            client = getattr(self.backend, "client", None)
+            sandbox_image = getattr(self.backend, "image", None)
+            if self.config.backend != "docker" or client is None or not sandbox_image:
+                raise EnvironmentRefused(f"tenant {tenant.name} asks for its own environment (an image, setup or the "
+                                         f"repository's devcontainer.json), which only the docker backend runs; this "
+                                         f"service uses {self.config.backend}")
+            secrets = {}
+            if tenant.setup_secrets_file:
+                secrets = operator_file(Path(tenant.setup_secrets_file),
+                                        f"the setup secrets file of tenant {tenant.name}", TenantNotReady)
+            prepared = prepare(recipe, tree, tenant=tenant.name, sandbox_image=sandbox_image, client=client,
+                               secrets=secrets, egress=self.egress(tenant), timeout_s=self.config.setup_timeout_s)
+        prune(int(self.config.environment_cache_gb * 1e9), client)
+        return prepared
+
+
+def _archive(repo: str, base: str, into: Path) -> None:
+    """The repository's files at ``base`` into ``into`` (git archive of the tenant's own repository: trusted)."""
+    archive = subprocess.run(["git", "-C", repo, "archive", "--format=tar", base], capture_output=True, timeout=300,
+                             check=True)
+    subprocess.run(["tar", "-x", "-C", str(into), "--no-same-owner"], input=archive.stdout, check=True,
+                   capture_output=True, timeout=300)
