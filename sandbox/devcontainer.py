@@ -264,12 +264,12 @@ def find(repo_root: Path) -> str | None:
         if _candidate(repo_root, rel):
             return rel
     kind = _lkind(repo_root, ".devcontainer")
-    if kind == "missing":
-        return None
+    if kind == "symlink":
+        raise DevContainerError(".devcontainer", "is a symlink: not followed")
     if kind != "dir":
-        raise DevContainerError(".devcontainer", "is a symlink or not a folder: not followed")
+        return None
     found = []
-    with os.scandir(repo_root / ".devcontainer") as it:
+    with open_dir(repo_root, ".devcontainer") as dfd, os.scandir(dfd) as it:
         for seen, entry in enumerate(it):
             if seen >= MAX_SCAN:
                 break
@@ -454,13 +454,14 @@ def parse(text: str, *, path: str = LOCATIONS[0], checkout: str = "") -> DevCont
 def _refuse_keys(doc: Mapping[str, object], path: str) -> None:
     """Every key flower does not honour, in one sentence each, joined: the team fixes them all at once."""
     build = doc.get("build")
-    given = [(k, v) for k, v in doc.items() if k != "build"]
-    given += [(f"build.{k}", v) for k, v in build.items()] if isinstance(build, dict) else []
+    # A key of build is looked up as "build.<key>"; a top-level key is never one with a dot in these tables.
+    given = [(k, v, "." not in k) for k, v in doc.items()]
+    given += [(f"build.{k}", v, True) for k, v in build.items()] if isinstance(build, dict) else []
     problems = []
-    for key, value in given:
-        if key in HONOURED or key in IGNORED:
+    for key, value, known in given:
+        if known and (key in _HONOURED_KEYS or key in HONOURED or key in IGNORED):
             continue
-        if key in REFUSED:
+        if known and key in REFUSED:
             if value not in _HARMLESS.get(key, ()):
                 problems.append(f"\"{key}\" is not honoured: {REFUSED[key]}.")
         else:

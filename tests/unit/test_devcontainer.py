@@ -58,6 +58,11 @@ def test_a_repository_without_one_has_none(tmp_path: Path) -> None:
     assert load(tmp_path) is None
 
 
+def test_a_plain_file_named_devcontainer_is_no_configuration(tmp_path: Path) -> None:
+    write(tmp_path, ".devcontainer", "notes")
+    assert load(tmp_path) is None
+
+
 def test_two_sub_folder_configurations_are_refused_naming_both(tmp_path: Path) -> None:
     write(tmp_path, ".devcontainer/node/devcontainer.json", doc())
     write(tmp_path, ".devcontainer/python/devcontainer.json", doc())
@@ -112,6 +117,25 @@ def test_comments_and_trailing_commas_are_read_and_strings_that_look_like_them_s
                                     "QUOTE": 'say "hi" // still a string', "SLASH": "ends in a backslash \\",
                                     "ESCAPED": 'one " // two'}
     assert config.post_create == Command(argv=("npm", "ci"))
+
+
+def test_a_typical_configuration_with_an_editors_leftovers_loads(tmp_path: Path) -> None:
+    write(tmp_path, WHERE, """{
+        "name": "shop (Node 20)",
+        "build": { "dockerfile": "Dockerfile", "args": { "VARIANT": "20-bookworm" } },
+        // "features": { "ghcr.io/devcontainers/features/github-cli:1": {} },
+        "features": {},
+        "forwardPorts": [],
+        "containerEnv": { "NPM_CONFIG_UPDATE_NOTIFIER": "false" },
+        "postCreateCommand": "npm ci",
+        "customizations": { "vscode": { "extensions": ["dbaeumer.vscode-eslint"] } },
+        "remoteUser": "node",
+    }""")
+    write(tmp_path, ".devcontainer/Dockerfile", "ARG VARIANT\nFROM node:${VARIANT}\n")
+    assert load(tmp_path) == DevContainer(path=WHERE, build=Build(".devcontainer/Dockerfile", ".devcontainer",
+                                                                  args={"VARIANT": "20-bookworm"}),
+                                          container_env={"NPM_CONFIG_UPDATE_NOTIFIER": "false"},
+                                          post_create=Command(shell="npm ci"), remote_user="node")
 
 
 def test_a_byte_order_mark_is_allowed() -> None:
@@ -187,7 +211,8 @@ def test_a_refused_key_given_the_value_flower_already_has_is_accepted(key: str, 
 
 def test_metadata_keys_are_ignored_even_with_host_variables_in_them() -> None:
     text = doc(**{"$schema": "https://x", "name": "${localEnv:USER}'s box", "shutdownAction": "none",
-                  "customizations": {"vscode": {"settings": {"home": "${localEnv:HOME}"}}}, "waitFor": "onCreateCommand",
+                  "customizations": {"vscode": {"settings": {"home": "${localEnv:HOME}"}}},
+                  "waitFor": "onCreateCommand",
                   "secrets": {"NPM_TOKEN": {}}, "portsAttributes": {"3000": {}}, "otherPortsAttributes": {},
                   "updateRemoteUserUID": True, "init": True, "extensions": ["ms-python.python"], "settings": {}})
     assert parse(text) == DevContainer(path=WHERE, image="debian:12")
@@ -196,6 +221,12 @@ def test_metadata_keys_are_ignored_even_with_host_variables_in_them() -> None:
 def test_an_unknown_key_of_build_is_named_with_its_prefix() -> None:
     e = refused(json.dumps({"build": {"dockerfile": "Dockerfile", "platform": "arm64"}}))
     assert "\"build.platform\" is not a key of the Dev Containers specification" in e.sentence
+
+
+@pytest.mark.parametrize("key", ["build.dockerfile", "build.options", "build.image"])
+def test_a_dotted_key_at_the_top_is_not_mistaken_for_a_key_of_build(key: str) -> None:
+    e = refused(doc(**{key: "x"}))
+    assert e.sentence.startswith(f"\"{key}\" is not a key of the Dev Containers specification")
 
 
 # ------------------------------------------------------------------------------------------------ image or build
@@ -234,7 +265,8 @@ def test_mixed_legacy_and_build_keys_are_refused(keys: dict[str, object], senten
 
 
 @pytest.mark.parametrize("key, value", [("dockerfile", "../../Dockerfile"), ("dockerfile", "/etc/passwd"),
-                                        ("context", "../.."), ("context", "../../../etc"), ("dockerfile", "a/../../..")])
+                                        ("context", "../.."), ("context", "../../../etc"),
+                                        ("dockerfile", "a/../../..")])
 def test_a_path_that_leaves_the_repository_is_refused(key: str, value: str) -> None:
     build = {"dockerfile": "Dockerfile", key: value}
     e = refused(json.dumps({"build": build}))
