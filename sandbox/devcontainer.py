@@ -238,9 +238,7 @@ def _lkind(root: Path, rel: str) -> str:
         here = here / part
         try:
             mode = os.lstat(here).st_mode
-        except FileNotFoundError:
-            return "missing"
-        except NotADirectoryError:
+        except (FileNotFoundError, NotADirectoryError):
             return "missing"
         if stat.S_ISLNK(mode):
             return "symlink"

@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from sandbox.devcontainer import (HONOURED, IGNORED, MAX_CONFIG, MAX_LOCKFILE, REFUSED, Build, Command,
+from sandbox.devcontainer import (HONOURED, IGNORED, MAX_CONFIG, MAX_DOCKERFILE, MAX_LOCKFILE, REFUSED, Build, Command,
                                   DevContainer, DevContainerError, Parallel, find, load, lockfiles, parse)
 from sandbox.errors import SandboxError
 
@@ -454,6 +454,13 @@ def test_a_missing_context_and_a_dockerfile_that_is_a_folder_are_refused(tmp_pat
     write(tmp_path, WHERE, json.dumps({"build": {"dockerfile": "sub"}}))
     (tmp_path / ".devcontainer" / "sub").mkdir()
     with pytest.raises(DevContainerError, match="Dockerfile .devcontainer/sub is not a regular file"):
+        load(tmp_path)
+
+
+def test_an_oversized_dockerfile_is_refused(tmp_path: Path) -> None:
+    write(tmp_path, WHERE, json.dumps({"build": {"dockerfile": "Dockerfile"}}))
+    os.truncate(write(tmp_path, ".devcontainer/Dockerfile", "FROM debian:12\n"), MAX_DOCKERFILE + 1)
+    with pytest.raises(DevContainerError, match=f"Dockerfile .devcontainer/Dockerfile is larger than {MAX_DOCKERFILE}"):
         load(tmp_path)
 
 
