@@ -102,7 +102,7 @@ def cache_root() -> Path:
 
 
 @contextmanager
-def _locked(name: str) -> Iterator[None]:
+def cache_lock(name: str) -> Iterator[None]:
     """One process at a time fills a cache entry (other sessions on this machine wait)."""
     with open(cache_root() / f"{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -112,8 +112,9 @@ def _locked(name: str) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _run(cmd: list[str], what: str, **kw: object) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(cmd, capture_output=True, text=True, **kw)  # type: ignore[call-overload]
+def _run(cmd: list[str], what: str, *, cwd: Path | None = None,
+         env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env)
     if done.returncode != 0:
         raise RegistryDidNotStart(f"{what} failed (exit {done.returncode}): {(done.stderr or done.stdout)[-2000:]}")
     return done
@@ -197,7 +198,7 @@ def verdaccio_bin(version: str = VERDACCIO_VERSION) -> Path:
     script = prefix / "node_modules" / "verdaccio" / "bin" / "verdaccio"
     if script.is_file():
         return script
-    with _locked(f"verdaccio-{version}"):
+    with cache_lock(f"verdaccio-{version}"):
         if script.is_file():  # another session installed it while this one waited
             return script
         staging = Path(tempfile.mkdtemp(prefix=f".verdaccio-{version}-", dir=cache_root()))
@@ -362,7 +363,7 @@ def pytest_wheels(spec: str = PYTEST_SPEC, python: str = TEAM_PYTHON) -> Path:
     folder = cache_root() / f"pytest-wheels-{key}"
     if (folder / ".complete").is_file():
         return folder
-    with _locked(folder.name):
+    with cache_lock(folder.name):
         if (folder / ".complete").is_file():
             return folder
         shutil.rmtree(folder, ignore_errors=True)

@@ -19,7 +19,7 @@ import hashlib
 import subprocess
 from typing import Literal
 
-from _registries import _locked
+from _registries import cache_lock
 
 TeamKind = Literal["node", "python"]
 BASE = "flower/base:bookworm"
@@ -64,7 +64,7 @@ def team_image(kind: TeamKind) -> str:
     digest = recipe_digest(dockerfile)
     if _label(tag) == digest:
         return tag
-    with _locked(f"team-image-{kind}"):  # two sessions on one engine build it once
+    with cache_lock(f"team-image-{kind}"):  # two sessions on one engine build it once
         if _label(tag) == digest:
             return tag
         _ensure_base()
