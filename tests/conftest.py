@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from _postgres import postgres_empty_url, postgres_server, postgres_url  # noqa: F401  (fixtures)
+from _registries import npm_registry, package_index  # noqa: F401  (fixtures: one server each per session)
 from flower.core.credentials import LOOKUP_VARS
 from flower.testing import Rule, ScriptedModel
 
