@@ -86,7 +86,8 @@ class Launcher:
             write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=slot is not None,
                                                          held=held))
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
-                           base=base, objects=objects, egress=tenant.egress)
+                           base=base, objects=objects, egress=tenant.egress, verify=tenant.verify,
+                           verify_timeout_s=tenant.verify_timeout_s)
             if slot is not None:
                 assert self.warm.pool is not None  # a slot comes from the pool
                 handle = self.warm.pool.backend.claim(slot.handle, layout, spec)
@@ -111,7 +112,8 @@ class Launcher:
         write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=False, held=held))
         resume = Resume(n=run.sandboxes, cause=_resume_cause(run), since_checkpoint_s=_since_checkpoint(run))
         spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
-                       base=run.base, objects=objects, egress=tenant.egress, resume=resume)
+                       base=run.base, objects=objects, egress=tenant.egress, resume=resume, verify=tenant.verify,
+                       verify_timeout_s=tenant.verify_timeout_s)
         write_spec(layout, spec)
         return Started(self.backend.start(layout, spec), run.base, None)
 
