@@ -53,6 +53,7 @@ TAIL_LINES = 60
 EVENT = "verify"
 """The kind of the event each check writes (text: its summary; payload: ``Check.payload()``)."""
 _KEEP = 4 * TAIL_BYTES  # raw bytes kept while reading: enough for the cleaned tail whatever the escapes took
+_CUT = "…\n"  # what opens a tail that left something out
 _DRAIN = 1024 * 1024  # bytes still read once the shell has ended (what it wrote last is in the pipe already)
 
 
@@ -90,16 +91,16 @@ class Check:
 
 
 def tail_of(raw: bytes, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> str:
-    """The last ``max_lines`` lines and at most ``max_bytes`` bytes (UTF-8) of ``raw``, safe for a terminal or a
-    prompt; cut on a character, a leading ``…`` when something was left out."""
+    """The end of ``raw``, safe for a terminal or a prompt: its last ``max_lines`` lines, at most ``max_bytes`` bytes
+    of UTF-8 in all, cut on a character; a first line ``…`` when something was left out."""
     text = clean(raw.decode("utf-8", "replace")).rstrip("\n")
     lines = text.split("\n")
     cut = len(lines) > max_lines
     text = "\n".join(lines[-max_lines:])
-    data = text.encode("utf-8")
-    if len(data) > max_bytes:
-        text, cut = data[-max_bytes:].decode("utf-8", "ignore"), True
-    return "…\n" + text if cut else text
+    data, room = text.encode("utf-8"), max_bytes - len(_CUT.encode("utf-8"))
+    if len(data) > max_bytes or (cut and len(data) > room):
+        text, cut = data[-room:].decode("utf-8", "ignore"), True
+    return _CUT + text if cut else text
 
 
 def copy_worktree(worktree: Path, into: Path) -> Path:
@@ -128,6 +129,14 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in TOKEN_KEYS and k != "FLOWER_ENV"}
 
 
+def _exit_fd(pid: int) -> list[int]:
+    """A pidfd of ``pid`` (readable once it has ended), where the kernel has them; else nothing (a second's poll)."""
+    try:
+        return [os.pidfd_open(pid)]
+    except (AttributeError, OSError):
+        return []
+
+
 def run_check(cmd: str, cwd: Path, *, timeout_s: float = VERIFY_TIMEOUT_S, env: dict[str, str] | None = None) -> Check:
     """Blocking: ``sh -c cmd`` in ``cwd`` until it ends or ``timeout_s`` passes (then its whole group is killed)."""
     t0 = time.monotonic()
@@ -139,6 +148,7 @@ def run_check(cmd: str, cwd: Path, *, timeout_s: float = VERIFY_TIMEOUT_S, env: 
         return Check(cmd, None, error=f"cannot start `sh` in {cwd}: {e.strerror or e}")
     assert proc.stdout is not None
     out, fd, timed_out, after = bytearray(), proc.stdout.fileno(), False, 0
+    watch = [fd, *_exit_fd(proc.pid)]  # the shell's end wakes the wait even while something it left holds the output
     try:
         while True:
             left = t0 + timeout_s - time.monotonic()
@@ -146,7 +156,8 @@ def run_check(cmd: str, cwd: Path, *, timeout_s: float = VERIFY_TIMEOUT_S, env: 
                 timed_out = True
                 break
             ended = proc.poll() is not None
-            if not select.select([fd], [], [], 0 if ended else min(left, 1.0))[0]:
+            ready = select.select(watch if not ended else [fd], [], [], 0 if ended else min(left, 1.0))[0]
+            if fd not in ready:
                 if ended:  # the shell is gone and its output read; what it left running is killed below
                     break
                 continue
@@ -169,6 +180,8 @@ def run_check(cmd: str, cwd: Path, *, timeout_s: float = VERIFY_TIMEOUT_S, env: 
             pass
         proc.wait()
         proc.stdout.close()
+        for extra in watch[1:]:
+            os.close(extra)
     return Check(cmd, None if timed_out else proc.returncode, tail_of(bytes(out)), timed_out, time.monotonic() - t0)
 
 
