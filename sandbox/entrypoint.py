@@ -11,6 +11,8 @@
    workbench is ``<run>/.flower-<repo>`` (outside the worktree). Workers are *not* given CLI worktrees of
    their own: the run's worktree already isolates the run, and the bundled CLI puts a linked worktree's
    subagent worktrees under the *main* checkout (``<repo>/.claude/worktrees``), on branches nothing merges.
+   With a verify command (``RunSpec.verify``) every round of the work runs it in a copy of the worktree before
+   the judge (``sandbox/verify.py``): a ``verify`` event says how it ended, and a failure is never achieved.
 4. The human channel is the mailbox folder (read-only here: the service writes it); questions go to
    ``outbox/questions/``; ``mailbox/interrupt.json`` interrupts the step in flight.
 5. After every step, every ``CHECKPOINT_EVERY_S`` (300 s) while a step runs when something changed, and once more at
@@ -51,7 +53,7 @@ from .checkpoint import CheckpointError, checkpoint
 from .layout import RunLayout
 from .resume import ask_of, left_questions, note_of, resumed_flow, stale_locks
 from .setup import SEED, plant
-from .spec import RunSpec, SpecError, read_spec
+from .spec import RUN_OPTIONS, RunSpec, SpecError, read_spec
 
 __all__ = ["main", "EventLog", "write_exit", "exit_document", "jsonable", "EXIT_CODES", "STATUSES"]
 
@@ -216,7 +218,7 @@ def _workflow(ask: str, run_options: dict[str, Any], layout: RunLayout) -> Any:
     from flower.core.guard import isolated
     from flower.workflow import starter_flow
 
-    options = {k: v for k, v in run_options.items() if k != "isolate"}
+    options = {k: v for k, v in run_options.items() if k != "isolate" and k not in RUN_OPTIONS}
     if not layout.workspace.is_dir():
         raise _Stop(f"the run's worktree {layout.workspace} does not exist: add it before starting the run")
     try:
@@ -227,6 +229,19 @@ def _workflow(ask: str, run_options: dict[str, Any], layout: RunLayout) -> Any:
         for agent in (getattr(step.spec, "agents", None) or {}).values():
             isolated(agent, False)
     return wf
+
+
+def _checked(wf: Any, spec: RunSpec, layout: RunLayout) -> None:
+    """With a verify command, each round of the work runs it in a copy of the worktree before the judge
+    (``sandbox/verify.py``); without one the flow is left as it is."""
+    from flower.workflow.starter import WORK_STEP
+
+    from .verify import verified
+
+    if spec.verify is None:
+        return
+    wf.steps = [verified(s, spec.verify, worktree=layout.workspace, scratch=layout.workbench,
+                         timeout_s=spec.verify_timeout_s) if s.name == WORK_STEP else s for s in wf.steps]
 
 
 def commit_message(run_id: str, why: str) -> str:
@@ -322,6 +337,7 @@ class _Run:
             log.write("system", f"{planted} entries from the environment's setup put in the checkout",
                       payload={"subtype": "seeded", "entries": planted})
         wf = _workflow(ask_of(self.spec, layout) if resume else self.spec.ask, self.spec.options, layout)
+        _checked(wf, self.spec, layout)
         if resume is not None:  # see sandbox/resume.py
             left = left_questions(layout)
             resumed_flow(wf, note_of(self.spec, left), left, layout)

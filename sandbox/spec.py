@@ -2,7 +2,8 @@
 
 ``options`` are ``starter_flow`` keyword arguments a client may set; their names and types are checked
 against ``starter_flow``'s own signature, so a new parameter there is accepted here without a change.
-The workspace and the run dir are the sandbox's to choose, never the client's.
+The workspace and the run dir are the sandbox's to choose, never the client's. One option is the sandbox's
+own rather than the flow's: ``verify``, the ask's check command (``RUN_OPTIONS``; it becomes ``RunSpec.verify``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from .envfile import EnvFileError, check_env
 from .layout import RunLayout, check_run_id
 from .errors import SpecError
 
-__all__ = ["RunSpec", "Resume", "Prepared", "Egress", "SpecError", "write_spec", "read_spec", "check_options", "allowed_options"]
+__all__ = ["RunSpec", "Resume", "Prepared", "Egress", "SpecError", "write_spec", "read_spec", "check_options",
+           "allowed_options", "check_verify", "RUN_OPTIONS"]
 
 # Decided by the sandbox from the run's layout: a client setting them is an error, not a preference.
 SET_BY_SANDBOX = {
@@ -44,6 +46,9 @@ BOUNDS: dict[str, tuple[float, float, str]] = {
 }
 MAX_NUMBER = 1_000_000_000
 MAX_DEPTH = 8
+RUN_OPTIONS: dict[str, Any] = {"verify": str}
+"""Options the sandbox takes itself, not ``starter_flow``: ``verify`` is the ask's check command (``RunSpec.verify``)."""
+MAX_VERIFY = 4000  # characters of a verify command: a command line, not a script
 
 
 def _depth(value: Any) -> int:
@@ -63,13 +68,13 @@ def _depth(value: Any) -> int:
 
 @functools.cache
 def allowed_options() -> dict[str, Any]:
-    """``{name: type}`` of every ``starter_flow`` keyword a client may set."""
+    """``{name: type}`` of every option a client may set: ``starter_flow``'s keywords and ``RUN_OPTIONS``."""
     from flower.workflow.starter import starter_flow  # here: what imports the spec (the gateway) skips the SDK
 
     hints = typing.get_type_hints(starter_flow)
     params = inspect.signature(starter_flow).parameters
-    return {name: hints.get(name, Any) for name, p in params.items()
-            if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in SET_BY_SANDBOX}
+    return {**{name: hints.get(name, Any) for name, p in params.items()
+               if p.kind is inspect.Parameter.KEYWORD_ONLY and name not in SET_BY_SANDBOX}, **RUN_OPTIONS}
 
 
 def check_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +107,16 @@ def check_options(options: dict[str, Any]) -> dict[str, Any]:
     for name in _NAMES:
         if name in out and (not _FILE_NAME.fullmatch(out[name]) or out[name] in (".", "..")):
             raise SpecError(f"option {name!r} must be a plain file name (no '/')")
+    if "verify" in out:
+        check_verify(out["verify"], "option 'verify'")
     return out
+
+
+def check_verify(cmd: str, what: str = "verify") -> None:
+    """A verify command is one shell command line: not blank, no NUL, at most ``MAX_VERIFY`` characters."""
+    if not cmd.strip() or "\0" in cmd or len(cmd) > MAX_VERIFY:
+        raise SpecError(f"{what} must be a shell command (e.g. `pytest -q`) of 1 to {MAX_VERIFY} characters, "
+                        "without NUL characters")
 
 
 def check_env_extras(env: dict[str, str]) -> None:
@@ -159,7 +173,9 @@ class RunSpec(msgspec.Struct):
     from: the run hands back its commits past it (``sandbox.checkpoint``); ``objects`` is the team's object
     store its checkout borrows, mounted read-only (``worktree.make_workspace``). ``egress`` "closed" (the
     default) gives the sandbox no network at all — the model is reached through the gateway's socket — and
-    "open" the backend's network.
+    "open" the backend's network. ``verify`` is the command the judge's round runs in a copy of the worktree
+    (``sandbox.verify``), stopped after ``verify_timeout_s``; None: nothing to run, the judge judges alone. The
+    service sets it from the tenant; an ask's own ``verify`` option, when there is one, wins.
     """
 
     run_id: str
@@ -174,6 +190,8 @@ class RunSpec(msgspec.Struct):
     resume: Resume | None = None
     environment: Prepared | None = None
     """The team's environment (``sandbox.prepare``), or None for flower's own image."""
+    verify: str | None = None
+    verify_timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
         try:
@@ -186,6 +204,12 @@ class RunSpec(msgspec.Struct):
             raise SpecError("base must be a full commit sha")
         self.options = check_options(self.options)
         check_env_extras(self.env)
+        if self.options.get("verify") is not None:
+            self.verify = self.options["verify"]
+        if self.verify is not None:
+            check_verify(self.verify)
+        if not 1 <= self.verify_timeout_s <= BOUNDS["timeout_s"][1]:
+            raise SpecError(f"verify_timeout_s must be from 1 to {BOUNDS['timeout_s'][1]:.0f} seconds")
 
 
 def write_spec(layout: RunLayout, spec: RunSpec) -> Path:

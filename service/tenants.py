@@ -14,6 +14,8 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     park_after_s = 600                       # optional: a run waiting this long for an answer gives its sandbox back
     allowed_options = ["rounds", "max_asks", "timeout_s"]
     egress = "closed"                        # "open": the run's sandbox gets a network (package installs)
+    verify = "pytest -q"                     # optional: the team's check, run before each verdict (see below)
+    verify_timeout_s = 600                   # optional: the check is stopped after this long (and fails)
     budget_usd = { run = 5.0, day = 50.0 }   # optional: measured by the model gateway, either may be left out
     server_tools = ["web_search"]            # optional: tools the provider runs itself, open egress only
     webhook_url = "https://ci.acme.example/flower"      # optional: signed webhooks (service.results.webhooks)
@@ -35,6 +37,12 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
 have the provider fetch (``url_sources``: a block whose source is a URL; ``file_sources``: an uploaded file): they
 reach the network from the provider's side, so with ``egress = "closed"`` none is forwarded whatever the list says,
 and by default none is.
+
+``verify`` is a shell command line (``npm test``, ``pytest -q``, ``go test ./...``): after every round of work the
+run copies its worktree as it is (untracked files and installed dependencies too) and runs ``sh -c <verify>`` in
+the copy; the exit code and the output's tail are the judge's evidence, and a round whose check fails is not
+achieved, whatever the judge says. An ask may set its own with the ``verify`` option (it wins; list ``verify`` in
+``allowed_options`` to let it). Without one the judge judges alone, and may still answer "cannot verify here".
 
 ``webhook_url`` gets a POST on ``run.started``, ``question.asked`` and ``run.ended`` (JSON; header
 ``X-Flower-Signature-256: sha256=<hex HMAC-SHA256 of the body>`` keyed with the contents of
@@ -76,7 +84,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from flower.core.credentials import TOKEN_KEYS
-from sandbox.spec import Egress
+from sandbox.spec import Egress, SpecError, check_verify
 
 from .errors import TenantError, TenantNotReady
 from .fields import explain
@@ -112,6 +120,8 @@ class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     schedule_min_interval_s: Annotated[float, msgspec.Meta(ge=1)] | None = None
     allowed_options: list[str] = []
     egress: Egress = "closed"
+    verify: str | None = None
+    verify_timeout_s: Annotated[float, msgspec.Meta(ge=1, le=7 * 24 * 3600)] = 600.0
     budget_usd: Budget = Budget()
     server_tools: list[str] = []
     webhook_url: str | None = None
@@ -160,6 +170,9 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
     schedule_min_interval_s: float | None = None
     """The shortest time between two ticks of its schedules; None: the service's ``schedule_min_interval_s``."""
     egress: Egress = "closed"
+    verify: str | None = None
+    """The team's check, run before each verdict in a copy of the run's worktree (``sandbox.verify``); None: none."""
+    verify_timeout_s: float = 600.0
     budget_usd: Budget = Budget()
     server_tools: frozenset[str] = frozenset()
     webhook: Webhook | None = None
@@ -297,6 +310,11 @@ def _parse(path: Path) -> list[Tenant]:
         if unknown:
             raise TenantError(f"tenant {entry.name} in {path} lists unknown server tool(s) {', '.join(unknown)} in "
                               f"`server_tools`; use only {', '.join(SERVER_TOOLS)}")
+        if entry.verify is not None:
+            try:
+                check_verify(entry.verify)
+            except SpecError as e:
+                raise TenantError(f"`verify` of tenant {entry.name} in {path}: {e}") from None
         names.add(entry.name)
         hashes.add(digest)
         base = path.parent
@@ -320,7 +338,8 @@ def _parse(path: Path) -> list[Tenant]:
         out.append(Tenant(name=entry.name, token_hash=digest, repo=repo, credentials=cred, quota=entry.quota,
                           allowed_options=frozenset(entry.allowed_options), max_queued=entry.max_queued,
                           requests_per_s=entry.requests_per_s, request_burst=entry.request_burst,
-                          park_after_s=entry.park_after_s, egress=entry.egress,
+                          park_after_s=entry.park_after_s, egress=entry.egress, verify=entry.verify,
+                          verify_timeout_s=entry.verify_timeout_s,
                           schedule_min_interval_s=entry.schedule_min_interval_s,
                           budget_usd=entry.budget_usd, server_tools=frozenset(entry.server_tools),
                           webhook=webhook, push=push, image=entry.image,

@@ -5,7 +5,7 @@ independent judge says whether it was reached — anything short of a clear yes 
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +15,11 @@ from ..core.events import Event
 from ..core.roles import judge
 from ..core.runtime import Runtime, StepResult
 from ..docs.goal import Goal
-from ..docs.verdict import Verdict
+from ..docs.verdict import NOT_YET, Verdict
 from .base import Ctx, OnFail, Step, StepAbort, _maybe
 
-__all__ = ["goal_step", "with_goal", "GOAL_KEY", "VERDICT_KEY", "ROUND_KEY", "VERIFY_PROMPT",
-           "SET_GOAL_PROMPT", "NO_BRIEF", "ACCEPT", "AMEND", "DISAGREE"]
+__all__ = ["goal_step", "with_goal", "GOAL_KEY", "VERDICT_KEY", "ROUND_KEY", "EVIDENCE_KEY", "Evidence",
+           "VERIFY_PROMPT", "EVIDENCE_PROMPT", "SET_GOAL_PROMPT", "NO_BRIEF", "ACCEPT", "AMEND", "DISAGREE"]
 
 GOAL_KEY = "_goal"
 """ctx key of the frozen ``Goal`` (``ctx[goal step name]`` holds its prompt block)."""
@@ -27,6 +27,24 @@ VERDICT_KEY = "_verdict"
 """ctx key of the latest round's ``Verdict``."""
 ROUND_KEY = "_goal_rounds"
 """ctx key: how many verdict rounds the guarded step has had (it restarts at that step's first attempt)."""
+EVIDENCE_KEY = "_evidence"
+"""ctx key: an ``Evidence`` found outside the work this round, set before the guard's gate runs; taken by it once."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What a check run outside the work found this round (e.g. the team's test command, run in a copy of the
+    worktree): the judge reads it beside the report, the verdict's reason carries it, and while it has not
+    ``passed`` the round is not achieved, whatever the judge says — nobody is asked "cannot verify" then either."""
+
+    summary: str
+    """One line: what ran and how it ended (``verify `pytest -q` exited 1``)."""
+    detail: str = ""
+    """The output's tail."""
+    passed: bool = False
+
+    def block(self) -> str:
+        return f"{self.summary}\n```\n{self.detail.strip()}\n```" if self.detail.strip() else self.summary
 
 SET_GOAL_PROMPT = (
     "下面是已经和需求方确认过的需求。请为它设定目标:先看清楚你所在的环境能验证什么,"
@@ -54,6 +72,15 @@ VERIFY_PROMPT = """\
 """
 """The verdict round's prompt; placeholders ``{round}``, ``{goal}`` (goal block), ``{report}``."""
 
+EVIDENCE_PROMPT = """\
+
+
+下面是这一轮结束后,在工作区的一份副本里实际运行检查命令的结果。这是证据,不是汇报:
+<检查>
+{evidence}
+</检查>"""
+"""Follows the goal block in the verdict round's prompt when the round has ``Evidence``; placeholder ``{evidence}``."""
+
 ACCEPT = "接受这个结果,就这样往下走"
 AMEND = "修改目标"
 DISAGREE = "裁判判错了,这个环境能验证,接着干"
@@ -62,6 +89,7 @@ DISAGREE = "裁判判错了,这个环境能验证,接着干"
 _NO_GOAL = "## 目标\n(没有冻结的目标:按任务本身和交付物判断)"
 NO_BRIEF = "(没有确认书)"
 """What the goal-setting judge reads in place of the brief when ``ctx[brief_key]`` is missing."""
+_LABELS = {"achieved": "达成", "not_yet": "未达成", "unreachable": "无法验证"}
 _AMBIGUOUS = "裁判没有给出明确的结论(达成 / 未达成 / 无法验证),按未达成处理:请把交付物和验证证据摆清楚。"
 
 
@@ -148,7 +176,9 @@ def with_goal(
     whose work itself failed has no verdict and continues its session with the runtime's resume
     prompt. The judge is a fresh session each round named ``<label>#<round>`` (label: ``name`` or
     ``<step>·判定``), so it never enters the lineage. ``ctx[ROUND_KEY]`` restarts at the step's
-    first attempt; ``ctx[VERDICT_KEY]`` is the latest verdict.
+    first attempt; ``ctx[VERDICT_KEY]`` is the latest verdict. An ``Evidence`` in ``ctx[EVIDENCE_KEY]`` (a check
+    run outside the work, put there before this gate runs) is shown to the judge and carried in the verdict's reason;
+    one that did not pass makes the round not achieved whatever the judge said.
     """
     path = Path(goal_path)
     label = name or f"{step.name}·判定"
@@ -158,6 +188,7 @@ def with_goal(
 
     async def gate(result: StepResult, ctx: Ctx) -> bool:
         ctx.pop(VERDICT_KEY, None)
+        evidence = ctx.pop(EVIDENCE_KEY, None)
         if result.step == step.name:  # the step's first attempt: its rounds start again
             ctx[ROUND_KEY] = 0
         rt = ctx.get("_runtime")
@@ -167,11 +198,18 @@ def with_goal(
             return False
         ctx[ROUND_KEY] = n = ctx.get(ROUND_KEY, 0) + 1
         goal = _current_goal(ctx, path)
-        ask = VERIFY_PROMPT.format(round=n, goal=goal.prompt_block() if goal.complete() else _NO_GOAL,
-                                   report=result.text.strip() or "(没有汇报)")
+        shown = goal.prompt_block() if goal.complete() else _NO_GOAL
+        if isinstance(evidence, Evidence):
+            shown += EVIDENCE_PROMPT.format(evidence=evidence.block())
+        ask = VERIFY_PROMPT.format(round=n, goal=shown, report=result.text.strip() or "(没有汇报)")
         vr = await rt.run(judger, ask, step_name=f"{label}#{n}", on_event=ctx.get("_on_event"))
         verdict = Verdict.parse(vr.text if vr.ok else "")
         ctx[VERDICT_KEY] = verdict
+        if isinstance(evidence, Evidence):
+            if not evidence.passed:
+                _overruled(verdict, evidence)
+                return False
+            verdict.reason = f"{verdict.reason}\n\n{evidence.block()}".strip()
         if verdict.achieved:
             return True
         if not verdict.unreachable:
@@ -191,6 +229,15 @@ def with_goal(
         return inner_reject(result, ctx) if inner_reject is not None else ""
 
     return replace(step, retries=max(0, rounds - 1), gate=gate, on_reject=on_reject)
+
+
+def _overruled(verdict: Verdict, evidence: Evidence) -> None:
+    """A check that failed outweighs whatever the judge said: not achieved, the check's output leading the reason."""
+    said = _LABELS.get(verdict.state, "没有明确结论")
+    verdict.reason = (f"{evidence.block()}\n\n检查没有通过,这一轮不能算达成(裁判的结论:{said})。\n\n"
+                      f"{verdict.reason}").strip()
+    verdict.failed.insert(0, evidence.summary)
+    verdict.state = NOT_YET
 
 
 def _current_goal(ctx: Ctx, path: Path) -> Goal:

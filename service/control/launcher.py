@@ -91,7 +91,8 @@ class Launcher:
                                                          held=held))
             environment = self.environments.of(tenant, run.repo, base) if own and self.environments else None
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
-                           base=base, objects=objects, egress=tenant.egress, environment=environment)
+                           base=base, objects=objects, egress=tenant.egress, environment=environment,
+                           verify=tenant.verify, verify_timeout_s=tenant.verify_timeout_s)
             if slot is not None:
                 assert self.warm.pool is not None  # a slot comes from the pool
                 handle = self.warm.pool.backend.claim(slot.handle, layout, spec)
@@ -122,7 +123,8 @@ class Launcher:
         write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=False, held=held))
         resume = Resume(n=run.sandboxes, cause=_resume_cause(run), since_checkpoint_s=_since_checkpoint(run))
         spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
-                       base=run.base, objects=objects, egress=tenant.egress, resume=resume, environment=environment)
+                       base=run.base, objects=objects, egress=tenant.egress, resume=resume, environment=environment,
+                       verify=tenant.verify, verify_timeout_s=tenant.verify_timeout_s)
         write_spec(layout, spec)
         return Started(self.backend.start(layout, spec), run.base, None)
 

@@ -11,12 +11,13 @@ import pytest
 
 from flower.workflow import starter_flow
 from sandbox.layout import RunLayout
-from sandbox.spec import RunSpec, SpecError, allowed_options, read_spec, write_spec
+from sandbox.spec import RUN_OPTIONS, RunSpec, SpecError, allowed_options, read_spec, write_spec
 
 
 def test_options_follow_starter_flows_signature() -> None:
     kw = {n for n, p in inspect.signature(starter_flow).parameters.items() if p.kind is p.KEYWORD_ONLY}
-    assert set(allowed_options()) == kw - {"workspace", "run_dir"}
+    assert set(allowed_options()) == (kw - {"workspace", "run_dir"}) | set(RUN_OPTIONS)
+    assert not set(RUN_OPTIONS) & kw, "a sandbox option never shadows one of the flow's"
     assert {"rounds", "goal", "judge_can_run", "clarify_only", "max_asks", "timeout_s", "instructions", "isolate",
             "new"} <= set(allowed_options())
 
@@ -45,6 +46,10 @@ def test_a_valid_spec_converts_its_options() -> None:
     ({"instructions": [[[[[[[[[["deep"]]]]]]]]]]}, "nest deeper than 8"),
     ({"isolate": False}, "the run's git worktree is its isolation"),
     ({"brief_name": "../../etc/passwd"}, "plain file name"),
+    ({"verify": 1}, "option 'verify': Expected `str`, got `int`"),
+    ({"verify": "  "}, "option 'verify' must be a shell command"),
+    ({"verify": "x" * 4001}, "of 1 to 4000 characters"),
+    ({"verify": "a\0b"}, "without NUL"),
 ])
 def test_bad_options_are_refused_with_the_reason(options: dict, message: str) -> None:
     with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)").replace("`", "`")):
@@ -104,3 +109,21 @@ def test_reading_a_bad_spec_says_what_is_wrong(tmp_path: Path) -> None:
     (tmp_path / "c.json").write_text(json.dumps({"run_id": "r1", "tenant": "t"}))
     with pytest.raises(SpecError, match="missing required field `ask`"):
         read_spec(tmp_path / "c.json")
+
+
+def test_the_asks_verify_wins_over_the_tenants_and_an_old_spec_has_none(tmp_path: Path) -> None:
+    assert RunSpec("r1", "t", "x", verify="make test").verify == "make test"
+    spec = RunSpec("r1", "t", "x", options={"verify": "pytest -q", "rounds": 2}, verify="make test")
+    assert spec.verify == "pytest -q" and spec.options == {"verify": "pytest -q", "rounds": 2}
+    lay = RunLayout(tmp_path / "runs", "r1", "ws").ensure()
+    write_spec(lay, spec)
+    back = read_spec(lay.spec_file)
+    assert (back.verify, back.verify_timeout_s) == ("pytest -q", 600.0)
+    old = {k: v for k, v in json.loads(lay.spec_file.read_text()).items() if not k.startswith("verify")}
+    old["options"] = {}
+    lay.spec_file.write_text(json.dumps(old))
+    assert read_spec(lay.spec_file).verify is None, "a spec written before verify existed reads as no check"
+    with pytest.raises(SpecError, match="verify_timeout_s must be from 1 to 604800 seconds"):
+        RunSpec("r1", "t", "x", verify="true", verify_timeout_s=0)
+    with pytest.raises(SpecError, match="verify must be a shell command"):
+        RunSpec("r1", "t", "x", verify="")
