@@ -114,6 +114,8 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     egress_max_upload_mb: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 64
     """What one run may send out through its allow-list in all (request bodies, tunnels included); past it its
     connections are cut."""
+    egress_hosts_file: str = "/etc/hosts"
+    """The hosts file squid reads before it asks DNS (a name pinned to an address for every allow-list)."""
     egress_squid: str = "/usr/sbin/squid"
     """The squid binary that enforces the allow-lists (Debian's ``squid``); needed only when a tenant has one."""
 
@@ -185,7 +187,7 @@ def _read_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ServiceConfigError(f"service config {path} must hold a table/object of settings")
     data = dict(data.get("service", data)) if isinstance(data.get("service"), dict) else data
-    for key in ("data_dir", "tenants", "metrics_token_file"):  # paths in the file are relative to the file
+    for key in ("data_dir", "tenants", "metrics_token_file", "egress_hosts_file"):  # relative to the file
         value = data.get(key)
         if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
             data[key] = str((path.parent / value).resolve())

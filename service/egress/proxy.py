@@ -25,8 +25,10 @@ from __future__ import annotations
 import json
 import os
 import selectors
+import shutil
 import socket
 import stat
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -68,7 +70,8 @@ class EgressRecord:
 
     @property
     def refused(self) -> bool:
-        return "DENIED" in self.result or (self.status in (403, 413) and self.result.startswith(("NONE", "TCP_DENIED")))
+        """squid turned it away: denied, too large, or not a request at all (nothing was forwarded)."""
+        return "DENIED" in self.result or self.result.startswith("NONE") or self.method == "-"
 
 
 @dataclass(eq=False)
@@ -108,21 +111,14 @@ class EgressProxy:
     first ``open`` (nothing runs while no tenant has an allow-list)."""
 
     def __init__(self, folder: Path, *, squid: str = "/usr/sbin/squid", internal_ok: Sequence[str] = (),
-                 forbidden_ports: Sequence[int] = (), max_upload_mb: int = 64,
+                 forbidden_ports: Sequence[int] = (), max_upload_mb: int = 64, hosts_file: str = "/etc/hosts",
                  on_record: Callable[[EgressRecord], None] | None = None) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if os.geteuid() == 0:  # squid drops to its own user: it writes its logs here
-            import pwd
-
-            try:
-                entry = pwd.getpwnam("proxy")
-                os.chown(folder, entry.pw_uid, entry.pw_gid)
-            except KeyError:
-                pass
         self.max_upload = max_upload_mb << 20
-        self._squid = Squid(squid, SquidConfig(folder, tuple(internal_ok), tuple(p for p in forbidden_ports if p),
-                                               max_upload_mb))
+        self._squid_binary, self._hosts_file = squid, hosts_file
+        self._squid_cfg = (tuple(internal_ok), tuple(p for p in forbidden_ports if p), max_upload_mb)
+        self._squid: Squid | None = None  # made with the first rule set
         self.on_record = on_record
         self._lock = threading.RLock()
         self._sets: dict[str, tuple[int, tuple[Rule, ...]]] = {}
@@ -193,24 +189,36 @@ class EgressProxy:
         if self._thread is not None:
             self._thread.join(5)
         self._read_log()
-        self._squid.stop()
+        if self._squid is not None:
+            self._squid.stop()
+            shutil.rmtree(self._squid.cfg.folder, ignore_errors=True)
 
     # -- squid -----------------------------------------------------------------------------------
+    def _squid_of(self) -> Squid:
+        if self._squid is None:
+            work = _squid_folder()
+            shutil.copyfile(self._hosts_file, work / "hosts")  # squid may run as its own user: it reads its copy
+            internal_ok, forbidden, max_mb = self._squid_cfg
+            self._squid = Squid(self._squid_binary, SquidConfig(work, internal_ok, forbidden, max_mb,
+                                                                str(work / "hosts")))
+        return self._squid
+
     def _add_set(self, set_key: str, rules: tuple[Rule, ...]) -> None:
         port = _free_port()
         sets = {**self._sets, set_key: (port, rules)}
-        self._squid.write(sets)
-        self._squid.start_or_reload()
-        self._wait_listening(port)
+        squid = self._squid_of()
+        squid.write(sets)
+        squid.start_or_reload()
+        self._wait_listening(squid, port)
         self._sets = sets
         log.info("egress.rule_set", set=set_key, port=port, rules=[str(r) for r in rules])
 
-    def _wait_listening(self, port: int) -> None:
+    def _wait_listening(self, squid: Squid, port: int) -> None:
         deadline = time.monotonic() + START_WAIT_S
         while time.monotonic() < deadline:
-            why = self._squid.failed()
+            why = squid.failed()
             if why:
-                self._squid.stop()
+                squid.stop()
                 raise SquidError(why)
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -218,7 +226,7 @@ class EgressProxy:
             except OSError:
                 time.sleep(0.05)
         raise SquidError(f"squid did not listen on 127.0.0.1:{port} within {START_WAIT_S:g} s (see "
-                         f"{self.folder / 'cache.log'})")
+                         f"{squid.cfg.folder / 'cache.log'})")
 
     # -- the thread ------------------------------------------------------------------------------
     def _ensure_thread(self) -> None:
@@ -365,7 +373,9 @@ class EgressProxy:
 
     # -- squid's log -----------------------------------------------------------------------------
     def _read_log(self) -> None:
-        path = self.folder / "access.log"
+        if self._squid is None:
+            return
+        path = self._squid.cfg.folder / "access.log"
         try:
             with open(path, "rb") as f:
                 f.seek(self._log_pos)
@@ -393,10 +403,10 @@ class EgressProxy:
         if len(parts) != 10 or not parts[1].isdigit():
             return None
         _, client_port, method, scheme, host, port, status, result, up, down = parts
+        if method == "-" and up == "0":  # a connection that sent nothing (the readiness probe among them)
+            return None
         known = self._by_port.get(int(client_port))
         if known is None:
-            if method == "-":  # a connection that asked nothing (squid's own readiness probe among them)
-                return None
             log.warning("egress.unmapped", line=line[:300], hint="a request squid logged that no run's connection "
                                                                  "made: squid reached by someone else?")
             return None
@@ -472,6 +482,21 @@ def _listen(folder: Path) -> socket.socket:
     sock.listen(64)
     sock.setblocking(False)
     return sock
+
+
+def _squid_folder() -> Path:
+    """squid's own folder (configuration, logs, pid): outside the service's data dir, which squid's user may not
+    enter; owned by that user when squid is started as root (it then drops to Debian's ``proxy``)."""
+    work = Path(tempfile.mkdtemp(prefix="flower-squid-"))
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            entry = pwd.getpwnam("proxy")
+        except KeyError:
+            return work
+        os.chown(work, entry.pw_uid, entry.pw_gid)
+    return work
 
 
 def _free_port() -> int:

@@ -55,6 +55,8 @@ class SquidConfig:
     forbidden_ports: tuple[int, ...] = ()
     """Ports never reached on any host: the service's API and gateway (squid's own are added)."""
     max_request_mb: int = 64
+    hosts_file: str = "/etc/hosts"
+    """Names squid resolves before asking DNS (``hosts_file``)."""
 
 
 def _domain(rule: Rule) -> tuple[str, str]:
@@ -77,6 +79,7 @@ def render(cfg: SquidConfig, sets: Mapping[str, tuple[int, Sequence[Rule]]]) -> 
         f"logformat flower {LOG_FORMAT}",
         f"access_log stdio:{folder}/access.log logformat=flower",
         "buffered_logs off",
+        f"hosts_file {cfg.hosts_file}",
         "logfile_rotate 0",
         "cache deny all",
         "cache_mem 0 MB",
