@@ -121,7 +121,7 @@ class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     request_burst: Annotated[int, msgspec.Meta(ge=1)] | None = None
     schedule_min_interval_s: Annotated[float, msgspec.Meta(ge=1)] | None = None
     allowed_options: list[str] = []
-    egress: str | list[str | dict[str, Any]] = "none"
+    egress: str | list[object] = "none"  # each entry checked by service.egress.rules, which names a bad one
     budget_usd: Budget = Budget()
     server_tools: list[str] = []
     webhook_url: str | None = None

@@ -13,7 +13,7 @@ configuration holds, in the order squid decides:
    when the host's addresses are not internal (loopback, private, link-local; ``internal_ok`` lists the ranges an
    operator lets through, e.g. a mirror on the company network). The name is resolved by squid and only once the
    name matched: an unlisted name is never looked up at all;
-3. everything else refused. No cache, no ``Via``/``X-Forwarded-For``, bodies capped (``request_body_max_size``).
+3. everything else refused. No cache, no ``X-Forwarded-For``, bodies capped (``request_body_max_size``).
 
 Each request is one line of ``access.log`` (``LOG_FORMAT``): the client's port (the service's side of the
 connection: how a line is mapped back to its run), method, scheme, host, port, status, squid's result code, bytes
@@ -86,7 +86,6 @@ def render(cfg: SquidConfig, sets: Mapping[str, tuple[int, Sequence[Rule]]]) -> 
         "netdb_filename none",
         "visible_hostname flower-egress",
         "httpd_suppress_version_string on",
-        "via off",
         "forwarded_for delete",
         "shutdown_lifetime 0 seconds",
         f"request_body_max_size {cfg.max_request_mb} MB",

@@ -5,19 +5,22 @@ through a run's ``egress.sock`` as the runner's bridge reaches it, registries pl
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import socket
 import threading
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from service.egress import EgressProxy, parse_rules
-from service.logging import configure_logging
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _egress import Registry, hosts_file, registries  # noqa: E402
+from service.egress import EgressProxy, parse_rules  # noqa: E402
+from service.logging import configure_logging  # noqa: E402
 
 
 
@@ -27,41 +30,12 @@ def squid_installed() -> None:
         pytest.fail("these tests need Debian's squid at /usr/sbin/squid (apt-get install squid; .ci/run does)")
 
 
-class _Seen(http.server.BaseHTTPRequestHandler):
-    """Answers every request with 200 and remembers it (method, path, Host, body size)."""
-
-    protocol_version = "HTTP/1.1"
-
-    def _answer(self) -> None:
-        size = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(size)
-        self.server.seen.append((self.command, self.path, self.headers.get("Host"), size))  # type: ignore[attr-defined]
-        body = b"registry says hello"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    do_GET = do_POST = do_HEAD = do_PUT = _answer
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def server() -> Iterator[http.server.ThreadingHTTPServer]:
+def server() -> Iterator[Registry]:
     """Two registries on 127.0.0.1 (the second's port is never listed)."""
-    servers = []
-    for _ in range(2):
-        s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Seen)
-        s.seen = []  # type: ignore[attr-defined]
-        threading.Thread(target=s.serve_forever, daemon=True).start()
-        servers.append(s)
-    servers[0].other = servers[1]  # type: ignore[attr-defined]
-    yield servers[0]
-    for s in servers:
-        s.shutdown()
-        s.server_close()
+    with registries(2) as (first, second):
+        first.other = second  # type: ignore[attr-defined]
+        yield first
 
 
 @pytest.fixture
@@ -74,12 +48,6 @@ def audit() -> Iterator[io.StringIO]:
 
 def lines(out: io.StringIO, event: str) -> list[dict[str, Any]]:
     return [x for x in map(json.loads, out.getvalue().splitlines()) if x.get("event") == event]
-
-
-def hosts_file(tmp_path: Path) -> str:
-    path = tmp_path / "hosts"
-    path.write_text("127.0.0.1 registry.flower.test readonly.flower.test other.flower.test\n")
-    return str(path)
 
 
 def ask(sock: Path, raw: bytes, then: bytes = b"") -> bytes:
@@ -131,9 +99,9 @@ def get(host: str, path: str = "/", *, method: str = "GET", headers: str = "", b
 
 
 @pytest.fixture
-def proxy(tmp_path: Path, server: http.server.ThreadingHTTPServer) -> Iterator[EgressProxy]:
+def proxy(tmp_path: Path, server: Registry) -> Iterator[EgressProxy]:
     p = EgressProxy(tmp_path / "egress", internal_ok=["127.0.0.1/32"], max_upload_mb=1,
-                    hosts_file=hosts_file(tmp_path))
+                    hosts_file=str(hosts_file(tmp_path)))
     yield p
     p.shutdown()
 
@@ -196,7 +164,7 @@ def test_the_service_s_own_ports_are_refused_even_when_listed(tmp_path: Path, se
     """The API's and the gateway's ports (and squid's) are never reached, whatever an allow-list names."""
     port = server.server_address[1]
     proxy = EgressProxy(tmp_path / "egress", internal_ok=["127.0.0.1/32"], forbidden_ports=[port],
-                        hosts_file=hosts_file(tmp_path))
+                        hosts_file=str(hosts_file(tmp_path)))
     try:
         sock = proxy.open("run-c", "acme", parse_rules([f"registry.flower.test:{port}"]), tmp_path / "gw")
         for raw in (get(f"registry.flower.test:{port}"),
@@ -215,7 +183,7 @@ def test_a_listed_name_that_resolves_inside_is_refused(tmp_path: Path, server: A
     """DNS rebinding: a listed name whose address is loopback (or private) is refused unless the operator lets
     that range through (``egress_internal``)."""
     port = server.server_address[1]
-    proxy = EgressProxy(tmp_path / "egress", hosts_file=hosts_file(tmp_path))
+    proxy = EgressProxy(tmp_path / "egress", hosts_file=str(hosts_file(tmp_path)))
     try:
         sock = proxy.open("run-e", "acme", parse_rules([f"registry.flower.test:{port}"]), tmp_path / "gw")
         assert ask(sock, get(f"registry.flower.test:{port}")).startswith(b"HTTP/1.1 403")
