@@ -50,6 +50,7 @@ from typing import Any
 from flower.core.files import write_atomic
 
 from .checkpoint import CheckpointError, checkpoint
+from .egress import EGRESS_ENV, EGRESS_SOCKET, open_egress
 from .layout import RunLayout
 from .resume import ask_of, left_questions, note_of, resumed_flow, stale_locks
 from .setup import SEED, plant
@@ -503,6 +504,8 @@ async def _run(spec_file: Path) -> int:
     exit_file = spec_file.parent.parent / "outbox" / "exit.json"
     warm = os.environ.get("FLOWER_WARM") == "1"
     os.environ.update(QUIET)
+    if os.environ.get(EGRESS_ENV) == "proxied":  # the allow-list's way out, for all the run spawns (sandbox.egress)
+        os.environ.update(open_egress(spec_file.parent.parent / "gateway" / EGRESS_SOCKET))
     ahead = _Ahead()
     if warm:
         _imports()

@@ -132,7 +132,7 @@ def check_env_extras(env: dict[str, str]) -> None:
             raise SpecError(f"env key {key} is set by the sandbox and cannot be given in the spec")
 
 
-Egress = Literal["closed", "open"]
+Egress = Literal["closed", "open", "proxied"]  # proxied: no network but the allow-list's socket (sandbox.egress)
 
 
 class Resume(msgspec.Struct, kw_only=True):
@@ -172,10 +172,11 @@ class RunSpec(msgspec.Struct):
     entrypoint finds its layout from the spec file alone. ``base`` is the commit the run's branch starts
     from: the run hands back its commits past it (``sandbox.checkpoint``); ``objects`` is the team's object
     store its checkout borrows, mounted read-only (``worktree.make_workspace``). ``egress`` "closed" (the
-    default) gives the sandbox no network at all — the model is reached through the gateway's socket — and
-    "open" the backend's network. ``verify`` is the command the judge's round runs in a copy of the worktree
-    (``sandbox.verify``), stopped after ``verify_timeout_s``; None: nothing to run, the judge judges alone. The
-    service sets it from the tenant; an ask's own ``verify`` option, when there is one, wins.
+    default) gives the sandbox no network at all — the model is reached through the gateway's socket — "proxied"
+    no network either but the allow-list's socket beside it (``sandbox.egress``), and "open" the backend's network.
+    ``verify`` is the command the judge's round runs in a copy of the worktree (``sandbox.verify``), stopped after
+    ``verify_timeout_s``; None: nothing to run, the judge judges alone. The service sets it from the tenant; an
+    ask's own ``verify`` option, when there is one, wins.
     """
 
     run_id: str

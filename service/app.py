@@ -41,6 +41,7 @@ from .api.stream import events
 from .clock import SYSTEM, Clock
 from .config import ServiceConfig
 from .control.canary import check
+from .egress import read_counts
 from .gateway.keeper import GatewayKeeper
 from .logging import get_logger
 from .registry import open_registry
@@ -119,7 +120,7 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None, clock: 
     state_log = get_logger("flower.service")
     tenants = Tenants(config.tenants, on_reload_error=lambda why: state_log.error("tenants.reload_failed",
                                                                                    error=why),
-                      on_reload=lambda found: _announce(found, "tenants.reloaded"))
+                      on_reload=lambda found: _announce(found, "tenants.reloaded"), presets=config.presets())
     _announce(tenants.all(), "tenants.loaded")
     config.data_path.mkdir(parents=True, exist_ok=True, mode=0o700)
     config.runs_root.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -138,6 +139,7 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None, clock: 
         return {t.name: open_now[t.name] for t in tenants.all()}
 
     metrics.watch(registry.runs.counts, streams)
+    metrics.watch_egress(lambda: read_counts(config.data_path / "egress"))  # the gateway process's proxies
     keeper = GatewayKeeper(config, gateway_command) if config.gateway_process == "beside" else None
 
     @asynccontextmanager

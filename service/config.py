@@ -106,6 +106,29 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Prove at start, through the bundled CLI, that the guards hold (``flower check --guards``); refuse runs if not."""
     guard_canary_cli: str = ""
     """The CLI the canary proves, when not the SDK's bundled one (the same path local runs would use)."""
+    # -- egress by allow-list (service/egress/) ------------------------------------------------------
+    egress_presets: dict[str, list[str | dict[str, Any]]] = {}
+    """Named allow-lists a tenant's ``egress`` may name (``[egress_presets]`` in the file), over the built-in
+    ``package-registries`` (``service.egress.rules.PACKAGE_REGISTRIES``: the public npm, PyPI, Debian, crates, Go
+    proxy and Maven hosts); a preset of the same name replaces it."""
+    egress_internal: list[str] = []
+    """Internal address ranges (CIDRs) an allow-listed host may resolve to; by default none: a listed name that
+    resolves to loopback, a private or a link-local address is refused (e.g. ``["10.1.2.0/24"]`` for a mirror on
+    the company network)."""
+    egress_max_upload_mb: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 64
+    """What one run may send out through its allow-list in all (request bodies, tunnels included); past it its
+    connections are cut."""
+    egress_hosts_file: str = "/etc/hosts"
+    """The hosts file squid reads before it asks DNS (a name pinned to an address for every allow-list)."""
+    egress_squid: str = "/usr/sbin/squid"
+    """The squid binary that enforces the allow-lists (Debian's ``squid``); needed only when a tenant has one."""
+
+    def presets(self) -> dict[str, tuple[object, ...]]:
+        """The allow-lists a tenant may name: the built-in ones, then the config's."""
+        from .egress.rules import DEFAULT_PRESETS
+
+        return {**DEFAULT_PRESETS, **{name: tuple(entries) for name, entries in self.egress_presets.items()}}
+
     # -- results reaching the team (service/results/) -------------------------
     webhook_retry_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 15.0
     """A failed webhook delivery is tried again this much later, then twice that, … (5 tries in all)."""
@@ -168,7 +191,7 @@ def _read_file(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ServiceConfigError(f"service config {path} must hold a table/object of settings")
     data = dict(data.get("service", data)) if isinstance(data.get("service"), dict) else data
-    for key in ("data_dir", "tenants", "metrics_token_file"):  # paths in the file are relative to the file
+    for key in ("data_dir", "tenants", "metrics_token_file", "egress_hosts_file"):  # relative to the file
         value = data.get(key)
         if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
             data[key] = str((path.parent / value).resolve())
@@ -201,6 +224,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
     if not Path(cfg.tenants).is_file():
         raise ServiceConfigError(f"tenants file {cfg.tenants} does not exist: create it (see service/tenants.py) "
                           f"or set `tenants` in {where}")
+    _check_egress(cfg, where)
     if cfg.database_url and not cfg.database_url.startswith(("postgresql://", "postgresql+psycopg://",
                                                              "postgres://")):
         scheme = cfg.database_url.split(":", 1)[0]
@@ -216,6 +240,27 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
         raise ServiceConfigError("backend 'kubernetes' needs `gateway_port` (where the service serves the model gateway) "
                           "and `gateway_url` (how run pods reach it, e.g. http://flower:8081)")
     return cfg
+
+
+def _check_egress(cfg: ServiceConfig, where: str) -> None:
+    """Each preset parses (its bad entry named) and each internal range is one."""
+    import ipaddress
+
+    from .egress.rules import RuleError, parse_rules
+
+    for name, entries in cfg.egress_presets.items():
+        if name in ("none", "closed", "open"):
+            raise ServiceConfigError(f"egress preset {name!r} in {where} has the name of an egress mode; pick another")
+        try:
+            parse_rules(entries, {})
+        except RuleError as e:
+            raise ServiceConfigError(f"egress preset {name!r} in {where}: {e}") from None
+    for cidr in cfg.egress_internal:
+        try:
+            ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            raise ServiceConfigError(f"`egress_internal` in {where} holds {cidr!r}, which is not an address range "
+                                     "such as 10.1.2.0/24") from None
 
 
 def config_of_json(data: bytes) -> ServiceConfig:

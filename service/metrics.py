@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 __all__ = ["Metrics", "FailureReason", "CONTENT_TYPE"]
@@ -49,6 +49,29 @@ class _Gauges(Collector):
         for tenant, n in sorted(self.streams().items()):
             s.add_metric([tenant], n)
         yield s
+
+
+class _Egress(Collector):
+    """Read at scrape time: the egress proxies' totals (``service.egress.proxy.read_counts``), which live in the
+    gateway's process and survive its restarts."""
+
+    def __init__(self, read: Callable[[], Mapping[str, int]]) -> None:
+        self.read = read
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily("flower_egress_requests", "Requests a run made through its tenant's egress "
+                                       "allow-list, by decision (allowed, refused).", labels=["tenant", "decision"])
+        sent = CounterMetricFamily("flower_egress_bytes", "Bytes through the egress allow-lists, by direction (up: "
+                                   "from the run, down: to it).", labels=["tenant", "direction"])
+        for name, n in sorted(self.read().items()):
+            kind, _, rest = name.partition("|")
+            tenant, _, label = rest.partition("|")
+            if kind == "requests":
+                requests.add_metric([tenant, label], n)
+            elif kind == "bytes":
+                sent.add_metric([tenant, label], n)
+        yield requests
+        yield sent
 
 
 class _Summed(Collector):
@@ -109,6 +132,11 @@ class Metrics:
               streams: Callable[[], Mapping[str, int]]) -> None:
         """Register the scrape-time gauges (the registry's run counts, the scheduler's open streams)."""
         self.registry.register(_Gauges(runs, streams))
+
+    def watch_egress(self, read: Callable[[], Mapping[str, int]]) -> None:
+        """Register the egress counters, read at scrape time (``requests|<tenant>|<decision>``,
+        ``bytes|<tenant>|<direction>``)."""
+        self.registry.register(_Egress(read))
 
     # -- what the scheduler reports --------------------------------------------------------------
     def started(self, tenant: str, waited_s: float) -> None:

@@ -13,7 +13,7 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     request_burst = 500                      # optional: requests at once before the rate paces them
     park_after_s = 600                       # optional: a run waiting this long for an answer gives its sandbox back
     allowed_options = ["rounds", "max_asks", "timeout_s"]
-    egress = "closed"                        # "open": the run's sandbox gets a network (package installs)
+    egress = "package-registries"            # optional: what the run may reach on the network (below)
     verify = "pytest -q"                     # optional: the team's check, run before each verdict (see below)
     verify_timeout_s = 600                   # optional: the check is stopped after this long (and fails)
     budget_usd = { run = 5.0, day = 50.0 }   # optional: measured by the model gateway, either may be left out
@@ -32,10 +32,24 @@ The tenants file is TOML (``[[tenant]]`` tables) or JSON (``{"tenant": [...]}`` 
     setup_secrets_file = "/etc/flower/acme.setup.env"   # e.g. NPM_TOKEN=…: seen by setup only, never by a run
     devcontainer = true                      # the repository's .devcontainer/devcontainer.json wins over `image`
 
+``egress`` says what a run may reach besides the model gateway:
+
+* ``"none"`` (the default; ``"closed"`` means the same): nothing — the sandbox has no network and no proxy;
+* a preset's name, e.g. ``"package-registries"`` (the public npm, PyPI, Debian, crates, Go proxy and Maven hosts;
+  presets are named and edited in the service config's ``[egress_presets]``);
+* a list of entries, presets' names among them: ``"host"`` (ports 80 and 443), ``"*.example.com"`` (every name
+  under it), ``"host:port"`` (that port only), or ``{host = "registry.example.com", methods = ["GET", "HEAD",
+  "OPTIONS"]}`` (only those methods, so never through a CONNECT tunnel: ``service.egress.rules``). The sandbox
+  still has no network: its runner leads a loopback port to the socket ``gateway/egress.sock``, and squid on the
+  service's side lets through what the list allows, each request audited (``service.egress``);
+* ``"open"``: the sandbox gets the backend's network, unfiltered and unaudited.
+
+An entry that cannot be used makes the file invalid, with a sentence naming the entry.
+
 ``server_tools`` names the provider's server-side tools a run may ask for (``web_search``, ``web_fetch``,
 ``code_execution``, ``tool_search_tool_regex``, ``tool_search_tool_bm25``, ``mcp_servers``) and the content it may
 have the provider fetch (``url_sources``: a block whose source is a URL; ``file_sources``: an uploaded file): they
-reach the network from the provider's side, so with ``egress = "closed"`` none is forwarded whatever the list says,
+reach the network from the provider's side, so unless ``egress = "open"`` none is forwarded whatever the list says,
 and by default none is.
 
 ``verify`` is a shell command line (``npm test``, ``pytest -q``, ``go test ./...``): after every round of work the
@@ -76,7 +90,7 @@ import json
 import os
 import threading
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
@@ -86,6 +100,7 @@ import msgspec
 from flower.core.credentials import TOKEN_KEYS
 from sandbox.spec import Egress, SpecError, check_verify
 
+from .egress.rules import DEFAULT_PRESETS, Rule, RuleError, parse_rules
 from .errors import TenantError, TenantNotReady
 from .fields import explain
 from .gateway.wire import SERVER_TOOLS
@@ -119,7 +134,7 @@ class _TenantEntry(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     request_burst: Annotated[int, msgspec.Meta(ge=1)] | None = None
     schedule_min_interval_s: Annotated[float, msgspec.Meta(ge=1)] | None = None
     allowed_options: list[str] = []
-    egress: Egress = "closed"
+    egress: str | list[object] = "none"  # each entry checked by service.egress.rules, which names a bad one
     verify: str | None = None
     verify_timeout_s: Annotated[float, msgspec.Meta(ge=1, le=7 * 24 * 3600)] = 600.0
     budget_usd: Budget = Budget()
@@ -170,6 +185,10 @@ class Tenant(msgspec.Struct, frozen=True, kw_only=True):
     schedule_min_interval_s: float | None = None
     """The shortest time between two ticks of its schedules; None: the service's ``schedule_min_interval_s``."""
     egress: Egress = "closed"
+    """The sandbox's network: "closed" (none, the egress "none"), "proxied" (none but the allow-list's socket),
+    "open"."""
+    egress_allow: tuple[Rule, ...] = ()
+    """The allow-list squid enforces when ``egress`` is "proxied"."""
     verify: str | None = None
     """The team's check, run before each verdict in a copy of the run's worktree (``sandbox.verify``); None: none."""
     verify_timeout_s: float = 600.0
@@ -273,7 +292,25 @@ def not_ready(tenants: list[Tenant]) -> list[tuple[str, str]]:
     return found
 
 
-def _parse(path: Path) -> list[Tenant]:
+def _egress(entry: _TenantEntry, path: Path, presets: Mapping[str, Sequence[object]]) -> tuple[Egress,
+                                                                                               tuple[Rule, ...]]:
+    """The sandbox's network and the allow-list, from the tenant's ``egress``."""
+    value = entry.egress
+    if value in ("none", "closed"):
+        return "closed", ()
+    if value == "open":
+        return "open", ()
+    if isinstance(value, str) and value not in presets:
+        raise TenantError(f"tenant {entry.name} in {path} has egress = {value!r}: write \"none\", \"open\", a "
+                          f"preset's name ({', '.join(sorted(presets)) or 'none configured'}) or a list of hosts")
+    try:
+        return "proxied", parse_rules(value, presets)
+    except RuleError as e:
+        raise TenantError(f"tenant {entry.name} in {path}: {e}") from None
+
+
+def _parse(path: Path, presets: Mapping[str, Sequence[object]] | None = None) -> list[Tenant]:
+    presets = DEFAULT_PRESETS if presets is None else presets
     try:
         raw = path.read_bytes()
     except OSError as e:
@@ -315,6 +352,7 @@ def _parse(path: Path) -> list[Tenant]:
                 check_verify(entry.verify)
             except SpecError as e:
                 raise TenantError(f"`verify` of tenant {entry.name} in {path}: {e}") from None
+        egress, allow = _egress(entry, path, presets)
         names.add(entry.name)
         hashes.add(digest)
         base = path.parent
@@ -338,8 +376,8 @@ def _parse(path: Path) -> list[Tenant]:
         out.append(Tenant(name=entry.name, token_hash=digest, repo=repo, credentials=cred, quota=entry.quota,
                           allowed_options=frozenset(entry.allowed_options), max_queued=entry.max_queued,
                           requests_per_s=entry.requests_per_s, request_burst=entry.request_burst,
-                          park_after_s=entry.park_after_s, egress=entry.egress, verify=entry.verify,
-                          verify_timeout_s=entry.verify_timeout_s,
+                          park_after_s=entry.park_after_s, egress=egress, egress_allow=allow,
+                          verify=entry.verify, verify_timeout_s=entry.verify_timeout_s,
                           schedule_min_interval_s=entry.schedule_min_interval_s,
                           budget_usd=entry.budget_usd, server_tools=frozenset(entry.server_tools),
                           webhook=webhook, push=push, image=entry.image,
@@ -444,13 +482,15 @@ class Tenants:
     """The tenants file, re-read when its modification time changes."""
 
     def __init__(self, path: str | Path, *, on_reload_error: Callable[[str], None] | None = None,
-                 on_reload: Callable[[list[Tenant]], None] | None = None) -> None:
+                 on_reload: Callable[[list[Tenant]], None] | None = None,
+                 presets: Mapping[str, Sequence[object]] | None = None) -> None:
         self.path = Path(path)
+        self.presets = presets  # the egress presets a tenant may name (``ServiceConfig.presets``)
         self._lock = threading.Lock()
         self._on_error = on_reload_error
         self._on_reload = on_reload  # told the tenants after each good read: the operator hears of a broken one
         self._stamp = self._mtime()
-        self._tenants = _parse(self.path)
+        self._tenants = _parse(self.path, presets)
 
     def _mtime(self) -> tuple[int, int] | None:
         try:
@@ -465,7 +505,7 @@ class Tenants:
             with self._lock:
                 if stamp != self._stamp:
                     try:
-                        self._tenants = _parse(self.path)
+                        self._tenants = _parse(self.path, self.presets)
                     except TenantError as e:
                         if self._on_error is not None:
                             self._on_error(f"{e}; the last good tenants file stays in force (tenants, tokens and "

@@ -11,7 +11,9 @@ mean the same thing on both sides — and nothing else of the run folder or of t
 
 Network: a spec with ``egress="closed"`` (the service's default for every tenant) runs with
 ``network_mode: none`` — no interface but its own loopback, where the runner bridges to the gateway's
-socket (``sandbox.bridge``). ``egress="open"`` uses ``network_mode`` / ``start(network=...)``.
+socket (``sandbox.bridge``). ``egress="proxied"`` too: the allow-list's socket (``gateway/egress.sock``, in the same
+read-only mount) is its only other way out (``sandbox.egress``). ``egress="open"`` uses ``network_mode`` /
+``start(network=...)``. The runner is told which in ``FLOWER_EGRESS``.
 
 Hardened by default, each a constructor argument: uid 10001 whatever the service runs as (``user``; uid 0 is
 refused: without a user-remapping engine it is the host's root), a
@@ -39,6 +41,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..errors import BackendError, BackendUnavailable, RunExists, SandboxError
 from ..layout import RunLayout
+from ..egress import EGRESS_ENV
 from ..runtime import RUNTIME
 from ..runtime import argv as runtime_argv
 from ..spec import Egress, Prepared, RunSpec
@@ -189,7 +192,8 @@ class DockerBackend:
             image, command = environment.image, runtime_argv("sandbox.entrypoint", str(layout.spec_file))
             env = {**environment.env, **env}
             kw["entrypoint"] = []
-        if egress == "closed":  # not even loopback to the host: the model is behind the gateway's socket
+        env = {**env, EGRESS_ENV: egress}
+        if egress != "open":  # not even loopback to the host: the model (and the allow-list) are behind sockets
             kw["network_mode"] = "none"
         elif network is not None:
             kw["network"] = network

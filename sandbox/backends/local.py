@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..layout import RunLayout, folder_of, local_handle
+from ..egress import EGRESS_ENV
 from ..spec import Egress, RunSpec
 from .base import (RUN_MARK, WARM_MARK, BackendError, Handle, State, check_prepared, check_spec, claim_slot,
                    claimed_run, read_exit, run_env, stopped_exit, warm_env)
@@ -367,7 +368,7 @@ class LocalBackend:
         layout.exit_file.unlink(missing_ok=True)
         if owner is not None:  # what the run writes, and its mail (spec, env file) to read; mounted read-only
             layout.hand_over(*owner)
-        env = {"PATH": self.path, **env}
+        env = {"PATH": self.path, **env, EGRESS_ENV: egress}  # proxied: sandbox.egress bridges gateway/egress.sock
         if owner is not None:  # the wrapper, bubblewrap and setpriv run as root: nothing may load code into them
             env = {k: v for k, v in env.items() if not k.startswith("LD_")}
         _sweep()

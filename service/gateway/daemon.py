@@ -8,7 +8,8 @@ upstream and credentials read from its credentials file, a listener on the run's
 local and Docker backends — and closes the grants of runs that are no longer active (or whose tenant left the
 tenants file). Calls are admitted and their usage metered into the registry here (``Budgets``: holds in the
 registry, so two gateways on one database share a budget), and the wire audit's counts go to the
-registry (``wire_audit``) for the scheduler's comparison at a run's end. The scheduler stops a run over budget
+registry (``wire_audit``) for the scheduler's comparison at a run's end. A run whose tenant has an egress allow-list
+gets its ``egress.sock`` beside its gateway socket here too (``service.egress``: squid, started with the first). The scheduler stops a run over budget
 from its row; this side answers 403 from the moment it is over.
 
 Started by the service beside itself it is given the service's pid (``--parent``): once that process is gone and
@@ -31,6 +32,7 @@ import time
 from pathlib import Path
 
 from ..config import ServiceConfig
+from ..egress import EgressProxy, SquidError
 from ..control.live import layout_of, one_line
 from ..logging import get_logger
 from ..metrics import Metrics
@@ -99,6 +101,10 @@ class GatewayProcess:
         self.gateway.on_audit = self._audited
         if config.backend == "kubernetes":
             self.gateway.resolve = self._resolve
+        self.egress = EgressProxy(config.data_path / "egress" / "gateway", squid=config.egress_squid,
+                                  internal_ok=config.egress_internal, max_upload_mb=config.egress_max_upload_mb,
+                                  hosts_file=config.egress_hosts_file,
+                                  forbidden_ports=[config.port, config.gateway_port or 0])
         self._failed: dict[str, str] = {}  # run → why its grant could not be opened (logged once)
         self._lookup: asyncio.Task[dict[str, Run]] | None = None  # the registry read unknown tokens share
         self._looked = -RESOLVE_S  # when (loop time) it began
@@ -118,6 +124,7 @@ class GatewayProcess:
         for run in wanted.values():
             if self.gateway.grant(run.id) is None:
                 await self._open(run)
+        await self._egress(wanted)
         for run_id in set(self._failed) - set(wanted):
             del self._failed[run_id]
 
@@ -154,6 +161,26 @@ class GatewayProcess:
         budget = await asyncio.to_thread(self.registry.spend.run_budget, run_id)
         return grant_of(run, tenant, values, run.token_sha256, spent=True, budget_usd=budget,
                         on_first=lambda: self.registry.wire_audit.record_first_request(run_id, time.time()))
+
+    async def _egress(self, wanted: dict[str, Run]) -> None:
+        """The allow-list's socket beside the gateway's, for each active run whose tenant has one (its rules as the
+        tenants file says now); gone for the rest (``service.egress``)."""
+        for run_id in set(self.egress.keys()) - set(wanted):
+            await asyncio.to_thread(self.egress.close, run_id)
+        if self.config.backend == "kubernetes":
+            return
+        for run in wanted.values():
+            tenant = self.tenants.get(run.tenant)
+            if tenant is None or tenant.egress != "proxied":
+                if run.id in self.egress.keys():
+                    await asyncio.to_thread(self.egress.close, run.id)
+                continue
+            folder = layout_of(self.config.runs_root, run).gateway
+            try:
+                await asyncio.to_thread(self.egress.open, run.id, tenant.name, tenant.egress_allow, folder)
+            except (OSError, SquidError) as e:
+                self._failed_once(run, f"its egress socket could not be opened ({type(e).__name__}: "
+                                       f"{one_line(e, 300)})")
 
     def _failed_once(self, run: Run, why: str) -> None:
         if self._failed.get(run.id) != why:
@@ -295,7 +322,8 @@ async def serve_gateway(config: ServiceConfig, *, parent: int | None = None) -> 
     registry = open_registry(config)
     if released := registry.spend.release_holds(holds_owner(config)):
         log.info("gateway.holds_released", holds=released, why="the calls a gateway before this one had in flight")
-    tenants = Tenants(config.tenants, on_reload_error=lambda why: log.error("tenants.reload_failed", error=why))
+    tenants = Tenants(config.tenants, on_reload_error=lambda why: log.error("tenants.reload_failed", error=why),
+                      presets=config.presets())
     process = GatewayProcess(config, registry, tenants)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -313,6 +341,7 @@ async def serve_gateway(config: ServiceConfig, *, parent: int | None = None) -> 
             loop.remove_reader(pokes)
             pokes.close()
         await process.gateway.aclose()
+        await asyncio.to_thread(process.egress.shutdown)
         registry.close()
         os.close(fd)
         log.info("gateway.stopped", pid=os.getpid())

@@ -1,0 +1,505 @@
+"""EgressProxy: a run's way to the network through its tenant's allow-list, opened and closed by the service.
+
+``open(key, tenant, rules, folder)`` makes ``folder/egress.sock`` (the run's ``gateway/`` folder, read-only inside
+the sandbox, where the runner bridges it to a loopback port: ``sandbox.egress``) and leads every connection made
+to it to squid's port for that set of rules (``service.egress.squid``); ``close(key)`` removes the socket and ends
+the connections. ``key`` is what the audit names: a run's id, or ``setup-<x>`` for a setup container.
+
+Mapping squid's lines back to runs: each connection this side opens to squid has its own source port, recorded
+with the key before a byte is sent; squid logs that port with each request (``%>p``). A record outlives its
+connection for ``KEEP_S`` (squid writes a tunnel's line when it closes).
+
+Audit and counts: each request squid logs becomes ``audit.egress`` (allowed) or ``audit.egress_refused``
+(``source="proxy"``) on the ``flower.audit`` logger — tenant, run, method, host, port, status, squid's result
+code, bytes up and down — at most ``MAX_LINES_PER_KEY`` lines per key (then one ``audit.egress_unlogged``; the
+counts go on). ``counts()`` are the totals by tenant (requests by decision, bytes by direction), kept in
+``counts.json`` in the proxy's folder (so they survive a restart and another process can read them for
+``/metrics``). A run's uploads are capped in all (``max_upload_mb``, tunnels included: squid cannot see into
+them): past it its connections are cut, new ones refused, and it is audited once.
+
+One thread of its own with a selector (as the runner's bridge): the sockets, the pumps and the log's tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import socket
+import stat
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..logging import get_logger
+from .rules import Rule, key_of
+from .squid import Squid, SquidConfig, SquidError
+
+__all__ = ["EgressProxy", "EgressRecord", "SOCKET_NAME", "KEEP_S", "MAX_LINES_PER_KEY", "SquidError"]
+
+SOCKET_NAME = "egress.sock"  # beside gateway.sock (sandbox/egress.py EGRESS_SOCKET)
+KEEP_S = 120.0
+MAX_LINES_PER_KEY = 1000
+MAX_CONNECTIONS_PER_KEY = 64
+START_WAIT_S = 30.0
+_TICK_S = 0.2
+
+audit_log = get_logger("flower.audit")
+log = get_logger("flower.service.egress")
+
+
+@dataclass(frozen=True)
+class EgressRecord:
+    """One request as squid saw it, mapped to its run."""
+
+    key: str
+    tenant: str
+    method: str
+    scheme: str
+    host: str
+    port: int
+    status: int
+    result: str
+    bytes_up: int
+    bytes_down: int
+
+    @property
+    def refused(self) -> bool:
+        """squid turned it away: denied, too large, or not a request at all (nothing was forwarded)."""
+        return "DENIED" in self.result or self.result.startswith("NONE") or self.method == "-"
+
+
+@dataclass(eq=False)
+class _Opening:
+    """One key's socket."""
+
+    key: str
+    tenant: str
+    set_key: str
+    server: socket.socket
+    folder: Path
+    lines: int = 0
+    uploaded: int = 0
+    cut: bool = False
+    conns: set["_Pair"] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class _Pair:
+    """A run's connection and this side's to squid, piped both ways with at most one chunk held for a side that
+    is slow to read (its peer is not read meanwhile): a run that stops reading slows only itself."""
+
+    run: socket.socket
+    squid: socket.socket
+    opening: _Opening
+    held: dict[socket.socket, bytes] = field(default_factory=dict)  # what waits to be sent to that socket
+    eof: set[socket.socket] = field(default_factory=set)  # the sockets that sent their end
+    shut: set[socket.socket] = field(default_factory=set)  # the sockets told our end
+    done: bool = False
+
+    def other(self, s: socket.socket) -> socket.socket:
+        return self.squid if s is self.run else self.run
+
+
+class EgressProxy:
+    """squid with one port per rule set, and one socket per key leading there. Thread-safe; squid starts with the
+    first ``open`` (nothing runs while no tenant has an allow-list)."""
+
+    def __init__(self, folder: Path, *, squid: str = "/usr/sbin/squid", internal_ok: Sequence[str] = (),
+                 forbidden_ports: Sequence[int] = (), max_upload_mb: int = 64, hosts_file: str = "/etc/hosts",
+                 on_record: Callable[[EgressRecord], None] | None = None) -> None:
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.max_upload = max_upload_mb << 20
+        self._squid_binary, self._hosts_file = squid, hosts_file
+        self._squid_cfg = (tuple(internal_ok), tuple(p for p in forbidden_ports if p), max_upload_mb)
+        self._squid: Squid | None = None  # made with the first rule set
+        self.on_record = on_record
+        self._lock = threading.RLock()
+        self._sets: dict[str, tuple[int, tuple[Rule, ...]]] = {}
+        self._open: dict[str, _Opening] = {}
+        self._by_port: dict[int, tuple[str, str, float | None]] = {}  # source port → key, tenant, closed at
+        self._counts: Counter[str] = Counter(self._load_counts())
+        self._sel = selectors.DefaultSelector()
+        self._log_pos = 0
+        self._log_rest = b""
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # -- the interface ---------------------------------------------------------------------------
+    def open(self, key: str, tenant: str, rules: Sequence[Rule], folder: Path) -> Path:
+        """Listen on ``folder/egress.sock`` for ``key`` with ``rules``; again with other rules: they apply from now
+        on. Returns the socket's path. SquidError when squid cannot serve them."""
+        rules = tuple(sorted(set(rules)))
+        set_key = key_of(rules)
+        with self._lock:
+            if set_key not in self._sets:
+                self._add_set(set_key, rules)
+            opening = self._open.get(key)
+            if opening is not None and opening.folder == folder:
+                opening.set_key = set_key
+                return folder / SOCKET_NAME
+            if opening is not None:
+                self.close(key)
+            server = _listen(folder)
+            self._open[key] = _Opening(key, tenant, set_key, server, folder)
+            self._ensure_thread()
+            self._sel.register(server, selectors.EVENT_READ, self._open[key])
+            log.info("egress.opened", tenant=tenant, run=key, rules=[str(r) for r in rules])
+            return folder / SOCKET_NAME
+
+    def close(self, key: str) -> None:
+        """The key's socket goes and its connections end (what squid logs of them later is still audited)."""
+        with self._lock:
+            opening = self._open.pop(key, None)
+            if opening is None:
+                return
+            self._unregister(opening.server)
+            opening.server.close()
+            try:
+                fd = os.open(opening.folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+                try:
+                    os.unlink(SOCKET_NAME, dir_fd=fd)
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass
+            for pair in list(opening.conns):
+                self._end(pair)
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._open)
+
+    def counts(self) -> dict[str, int]:
+        """Totals: ``requests|<tenant>|<allowed or refused>`` and ``bytes|<tenant>|<up or down>``."""
+        with self._lock:
+            return dict(self._counts)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            for key in list(self._open):
+                self.close(key)
+            self._closed = True
+        if self._thread is not None:
+            self._thread.join(5)
+        self._read_log()
+        if self._squid is not None:
+            self._squid.stop()
+            shutil.rmtree(self._squid.cfg.folder, ignore_errors=True)
+
+    # -- squid -----------------------------------------------------------------------------------
+    def _squid_of(self) -> Squid:
+        if self._squid is None:
+            work = _squid_folder()
+            shutil.copyfile(self._hosts_file, work / "hosts")  # squid may run as its own user: it reads its copy
+            internal_ok, forbidden, max_mb = self._squid_cfg
+            self._squid = Squid(self._squid_binary, SquidConfig(work, internal_ok, forbidden, max_mb,
+                                                                str(work / "hosts")))
+        return self._squid
+
+    def _add_set(self, set_key: str, rules: tuple[Rule, ...]) -> None:
+        port = _free_port()
+        sets = {**self._sets, set_key: (port, rules)}
+        squid = self._squid_of()
+        squid.write(sets)
+        squid.start_or_reload()
+        self._wait_listening(squid, port)
+        self._sets = sets
+        log.info("egress.rule_set", set=set_key, port=port, rules=[str(r) for r in rules])
+
+    def _wait_listening(self, squid: Squid, port: int) -> None:
+        deadline = time.monotonic() + START_WAIT_S
+        while time.monotonic() < deadline:
+            why = squid.failed()
+            if why:
+                squid.stop()
+                raise SquidError(why)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise SquidError(f"squid did not listen on 127.0.0.1:{port} within {START_WAIT_S:g} s (see "
+                         f"{squid.cfg.folder / 'cache.log'})")
+
+    # -- the thread ------------------------------------------------------------------------------
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="flower-egress", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        last_log = 0.0
+        while not self._closed:
+            try:
+                ready = self._sel.select(_TICK_S)
+            except OSError:
+                time.sleep(_TICK_S)
+                ready = []
+            with self._lock:
+                for key, mask in ready:
+                    if isinstance(key.data, _Opening):
+                        self._accept(key.data)
+                    elif isinstance(key.data, _Pair) and not key.data.done:
+                        self._ready(key.fileobj, key.data, mask)  # type: ignore[arg-type]
+            if time.monotonic() - last_log >= _TICK_S:
+                last_log = time.monotonic()
+                self._read_log()
+
+    def _accept(self, opening: _Opening) -> None:
+        try:
+            client, _ = opening.server.accept()
+        except OSError:
+            return
+        if opening.cut or len(opening.conns) >= MAX_CONNECTIONS_PER_KEY or opening.key not in self._open:
+            client.close()
+            return
+        port = self._sets[opening.set_key][0]
+        upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            upstream.connect(("127.0.0.1", port))
+        except OSError:  # squid reconfiguring: the run's client sees the connection close and tries again
+            upstream.close()
+            client.close()
+            return
+        self._by_port[int(upstream.getsockname()[1])] = (opening.key, opening.tenant, None)
+        pair = _Pair(client, upstream, opening)
+        opening.conns.add(pair)
+        client.setblocking(False)
+        upstream.setblocking(False)
+        self._sel.register(client, selectors.EVENT_READ, pair)
+        self._sel.register(upstream, selectors.EVENT_READ, pair)
+
+    def _ready(self, s: socket.socket, pair: _Pair, mask: int) -> None:
+        if mask & selectors.EVENT_WRITE:
+            self._flush(s, pair)
+        if mask & selectors.EVENT_READ and not pair.done:
+            self._read(s, pair)
+        if not pair.done:
+            self._watch(pair)
+
+    def _read(self, s: socket.socket, pair: _Pair) -> None:
+        other = pair.other(s)
+        try:
+            chunk = s.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._end(pair)
+            return
+        if not chunk:
+            pair.eof.add(s)
+            self._flush(other, pair)
+            return
+        if s is pair.run:
+            pair.opening.uploaded += len(chunk)
+            if pair.opening.uploaded > self.max_upload:
+                self._cut(pair.opening)
+                return
+        pair.held[other] = pair.held.get(other, b"") + chunk
+        self._flush(other, pair)
+
+    def _flush(self, s: socket.socket, pair: _Pair) -> None:
+        """Send what is held for ``s``; once its peer ended and nothing is held, pass the end on."""
+        data = pair.held.get(s, b"")
+        try:
+            if data:
+                try:
+                    sent = s.send(data)
+                except BlockingIOError:
+                    sent = 0
+                pair.held[s] = data[sent:]
+            if not pair.held.get(s) and pair.other(s) in pair.eof and s not in pair.shut:
+                pair.shut.add(s)
+                s.shutdown(socket.SHUT_WR)
+        except OSError:
+            self._end(pair)
+            return
+        if len(pair.shut) == 2:
+            self._end(pair)
+
+    def _watch(self, pair: _Pair) -> None:
+        """Each socket is read while nothing waits for its peer, and written to while something waits for it."""
+        for s in (pair.run, pair.squid):
+            events = (selectors.EVENT_READ if s not in pair.eof and not pair.held.get(pair.other(s)) else 0) | \
+                     (selectors.EVENT_WRITE if pair.held.get(s) else 0)
+            try:
+                if events:
+                    self._sel.modify(s, events, pair)
+                else:
+                    self._sel.unregister(s)
+            except KeyError:
+                if events:
+                    self._sel.register(s, events, pair)
+            except (ValueError, OSError):
+                pass
+
+    def _cut(self, opening: _Opening) -> None:
+        """Past the upload cap: every connection of this key ends, and no new one is led anywhere."""
+        opening.cut = True
+        for pair in list(opening.conns):
+            self._end(pair)
+        audit_log.warning("audit.egress_refused", tenant=opening.tenant, run=opening.key, source="proxy",
+                          reason="upload_cap", limit_bytes=self.max_upload, bytes_up=opening.uploaded,
+                          hint="its connections were cut and new ones are refused")
+        self._counts[f"requests|{opening.tenant}|refused"] += 1
+
+    def _end(self, pair: _Pair) -> None:
+        if pair.done:
+            return
+        pair.done = True
+        pair.opening.conns.discard(pair)
+        try:
+            port = int(pair.squid.getsockname()[1])
+            key, tenant, _ = self._by_port.get(port, (pair.opening.key, pair.opening.tenant, None))
+            self._by_port[port] = (key, tenant, time.monotonic())
+        except OSError:
+            pass
+        for s in (pair.run, pair.squid):
+            self._unregister(s)
+            s.close()
+
+    def _unregister(self, s: socket.socket) -> None:
+        try:
+            self._sel.unregister(s)
+        except (KeyError, ValueError):
+            pass
+
+    # -- squid's log -----------------------------------------------------------------------------
+    def _read_log(self) -> None:
+        if self._squid is None:
+            return
+        path = self._squid.cfg.folder / "access.log"
+        try:
+            with open(path, "rb") as f:
+                f.seek(self._log_pos)
+                data = f.read(1 << 20)
+        except OSError:
+            return
+        self._log_pos += len(data)
+        data = self._log_rest + data
+        lines = data.split(b"\n")
+        self._log_rest = lines.pop()
+        with self._lock:
+            for line in lines:
+                record = self._record(line.decode("utf-8", "replace"))
+                if record is not None:
+                    self._audit(record)
+            now = time.monotonic()
+            for port, (_, _, closed) in list(self._by_port.items()):
+                if closed is not None and now - closed > KEEP_S:
+                    del self._by_port[port]
+            if lines:
+                self._save_counts()
+
+    def _record(self, line: str) -> EgressRecord | None:
+        parts = line.split()
+        if len(parts) != 10 or not parts[1].isdigit():
+            return None
+        _, client_port, method, scheme, host, port, status, result, up, down = parts
+        if method == "-" and up == "0":  # a connection that sent nothing (the readiness probe among them)
+            return None
+        known = self._by_port.get(int(client_port))
+        if known is None:
+            log.warning("egress.unmapped", line=line[:300], hint="a request squid logged that no run's connection "
+                                                                 "made: squid reached by someone else?")
+            return None
+        return EgressRecord(key=known[0], tenant=known[1], method=method, scheme=scheme if scheme != "-" else "",
+                            host=host, port=int(port) if port.isdigit() else 0,
+                            status=int(status) if status.isdigit() else 0, result=result,
+                            bytes_up=int(up) if up.isdigit() else 0, bytes_down=int(down) if down.isdigit() else 0)
+
+    def _audit(self, r: EgressRecord) -> None:
+        decision = "refused" if r.refused else "allowed"
+        self._counts[f"requests|{r.tenant}|{decision}"] += 1
+        self._counts[f"bytes|{r.tenant}|up"] += r.bytes_up
+        self._counts[f"bytes|{r.tenant}|down"] += r.bytes_down
+        opening = self._open.get(r.key)
+        if opening is not None:
+            opening.lines += 1
+            if opening.lines > MAX_LINES_PER_KEY:
+                if opening.lines == MAX_LINES_PER_KEY + 1:
+                    audit_log.warning("audit.egress_unlogged", tenant=r.tenant, run=r.key, after=MAX_LINES_PER_KEY,
+                                      hint="further requests are counted in /metrics, not logged one by one")
+                return
+        fields = dict(tenant=r.tenant, run=r.key, method=r.method, host=r.host, port=r.port, status=r.status,
+                      result=r.result, bytes_up=r.bytes_up, bytes_down=r.bytes_down, source="proxy")
+        if r.refused:
+            audit_log.warning("audit.egress_refused", **fields)
+        else:
+            audit_log.info("audit.egress", **fields)
+        if self.on_record is not None:
+            self.on_record(r)
+
+    def _load_counts(self) -> dict[str, int]:
+        try:
+            data = json.loads((self.folder / "counts.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return {str(k): int(v) for k, v in data.items() if isinstance(v, int)} if isinstance(data, dict) else {}
+
+    def _save_counts(self) -> None:
+        tmp = self.folder / "counts.json.tmp"
+        tmp.write_text(json.dumps(dict(self._counts), sort_keys=True))
+        os.replace(tmp, self.folder / "counts.json")
+
+
+def read_counts(root: Path) -> Counter[str]:
+    """Every proxy's totals under ``root`` (``<root>/*/counts.json``), summed: what ``/metrics`` shows."""
+    total: Counter[str] = Counter()
+    for path in sorted(root.glob("*/counts.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            total.update({str(k): int(v) for k, v in data.items() if isinstance(v, int)})
+    return total
+
+
+def _listen(folder: Path) -> socket.socket:
+    """``folder/egress.sock``, reachable by the run's uid (what reaches it is led to squid alone)."""
+    folder.mkdir(mode=0o755, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        try:
+            if stat.S_ISSOCK(os.stat(SOCKET_NAME, dir_fd=fd, follow_symlinks=False).st_mode):
+                os.unlink(SOCKET_NAME, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        path = f"/proc/self/fd/{fd}/{SOCKET_NAME}"
+        sock.bind(path)
+        os.chmod(path, 0o666)
+    finally:
+        os.close(fd)
+    sock.listen(64)
+    sock.setblocking(False)
+    return sock
+
+
+def _squid_folder() -> Path:
+    """squid's own folder (configuration, logs, pid): outside the service's data dir, which squid's user may not
+    enter; owned by that user when squid is started as root (it then drops to Debian's ``proxy``)."""
+    work = Path(tempfile.mkdtemp(prefix="flower-squid-"))
+    if os.geteuid() == 0:
+        import pwd
+
+        try:
+            entry = pwd.getpwnam("proxy")
+        except KeyError:
+            return work
+        os.chown(work, entry.pw_uid, entry.pw_gid)
+    return work
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
