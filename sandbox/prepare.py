@@ -73,11 +73,12 @@ def _lock(key: str) -> threading.Lock:
 
 def prepare(recipe: Recipe, tree: Path, *, tenant: str, sandbox_image: str, client: Any = None,
             secrets: Mapping[str, str] | None = None, egress: EgressOpener | None = None,
-            timeout_s: float = 1800.0, log: Log | None = None) -> Prepared:
+            timeout_s: float = 1800.0, network_mode: str = "none", log: Log | None = None) -> Prepared:
     """The team's environment for a checkout whose files at the run's base are in ``tree`` (see the module doc).
 
     Blocking (a first setup may take minutes). ``secrets``: setup-only values (a private registry's token);
-    ``egress``: opens the tenant's allow-listed way out for the setup container, else setup has no network."""
+    ``egress``: opens the tenant's allow-listed way out for the setup container, else setup has no network (but
+    ``network_mode``'s, for a tenant whose egress is open)."""
     import docker
 
     client = client or docker.from_env()
@@ -103,7 +104,7 @@ def prepare(recipe: Recipe, tree: Path, *, tenant: str, sandbox_image: str, clie
         say(f"preparing {tag} from {name}: {sum(len(s) for s in recipe.stages)} setup command(s)")
         started = time.monotonic()
         seed = _setup(client, recipe, tree, base_id, config, runtime, tag, key, dict(secrets or {}), egress,
-                      timeout_s, say)
+                      timeout_s, network_mode, say)
         say(f"prepared {tag} in {time.monotonic() - started:.0f}s")
     return Prepared(image=tag, key=key, runtime=runtime, env=env, user=user, seed=seed)
 
@@ -190,7 +191,7 @@ def _read_file(client: Any, image_id: str, path: str) -> bytes:
 
 def _setup(client: Any, recipe: Recipe, tree: Path, base_id: str, config: Mapping[str, Any], runtime: str,
            tag: str, key: str, secrets: dict[str, str], egress: EgressOpener | None, timeout_s: float,
-           say: Log) -> bool:
+           network_mode: str, say: Log) -> bool:
     """Run the setup in a container of the base image, scan what it wrote, commit it as ``tag``; whether it left a
     seed for the checkout."""
     from docker.types import Mount
@@ -214,7 +215,7 @@ def _setup(client: Any, recipe: Recipe, tree: Path, base_id: str, config: Mappin
         with opened:
             container = client.containers.create(
                 base_id, argv("sandbox.setup", f"{PLAN_DIR}/plan.json", str(egress_dir)), entrypoint=[],
-                user="0:0", network_mode="none", mounts=mounts, working_dir="/", cap_drop=["ALL"],
+                user="0:0", network_mode=network_mode, mounts=mounts, working_dir="/", cap_drop=["ALL"],
                 cap_add=_SETUP_CAPS, security_opt=["no-new-privileges"], pids_limit=1024, mem_limit="4g",
                 memswap_limit="4g", tmpfs={"/tmp": "rw,nosuid,nodev,size=1g,mode=1777"},
                 environment={"LANG": "C.UTF-8", "HOME": "/root", "PATH": _env(config, recipe.env)["PATH"]},

@@ -166,6 +166,9 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None, clock: 
                 canary.cancel()
             await service.schedules.stop()
             await scheduler.stop()
+            environments = scheduler.starter.launcher.environments
+            if environments is not None:  # the setups' squid (runs' egress is the gateway's)
+                await asyncio.to_thread(environments.close)
             if keeper is not None:
                 await keeper.stop()
             await gateway.aclose()

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-from collections.abc import Callable
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sandbox.backends.base import Backend
@@ -19,6 +21,7 @@ from sandbox.prepare import EgressOpener, prepare, prune
 from sandbox.spec import Prepared
 
 from ..config import ServiceConfig
+from ..egress.proxy import EgressProxy
 from ..tenants import Tenant, TenantNotReady, operator_file
 
 __all__ = ["Environments", "DEVCONTAINER_PATHS"]
@@ -27,11 +30,38 @@ DEVCONTAINER_PATHS = (".devcontainer/devcontainer.json", ".devcontainer.json", "
 
 
 class Environments:
-    def __init__(self, config: ServiceConfig, backend: Backend,
-                 egress: Callable[[Tenant], EgressOpener | None] | None = None) -> None:
+    def __init__(self, config: ServiceConfig, backend: Backend) -> None:
         self.config = config
         self.backend = backend
-        self.egress = egress or (lambda _tenant: None)
+        self._proxy: EgressProxy | None = None
+        self._lock = threading.Lock()
+
+    def egress(self, tenant: Tenant) -> EgressOpener | None:
+        """The tenant's allow-list for its setup: a squid of the control plane's own (started with the first setup
+        that needs it), audited like a run's — setup reaches what the runs may, no more."""
+        if tenant.egress != "proxied" or not tenant.egress_allow:
+            return None
+        with self._lock:
+            if self._proxy is None:
+                c = self.config
+                self._proxy = EgressProxy(c.data_path / "egress" / "setup", squid=c.egress_squid,
+                                          internal_ok=c.egress_internal, max_upload_mb=c.egress_max_upload_mb,
+                                          hosts_file=c.egress_hosts_file, forbidden_ports=[c.port, c.gateway_port or 0])
+            proxy = self._proxy
+
+        @contextmanager
+        def opened(key: str, folder: Path) -> Iterator[None]:
+            proxy.open(key, tenant.name, tenant.egress_allow, folder)
+            try:
+                yield
+            finally:
+                proxy.close(key)
+
+        return opened
+
+    def close(self) -> None:
+        if self._proxy is not None:
+            self._proxy.shutdown()
 
     def wanted(self, tenant: Tenant, repo: str) -> bool:
         """Whether a run of ``tenant`` may need its own environment (then no warm sandbox of flower's image fits
@@ -65,7 +95,8 @@ class Environments:
                 secrets = operator_file(Path(tenant.setup_secrets_file),
                                         f"the setup secrets file of tenant {tenant.name}", TenantNotReady)
             prepared = prepare(recipe, tree, tenant=tenant.name, sandbox_image=sandbox_image, client=client,
-                               secrets=secrets, egress=self.egress(tenant), timeout_s=self.config.setup_timeout_s)
+                               secrets=secrets, egress=self.egress(tenant), timeout_s=self.config.setup_timeout_s,
+                               network_mode=(self.config.network_mode or "bridge") if tenant.egress == "open" else "none")
         prune(int(self.config.environment_cache_gb * 1e9), client)
         return prepared
 
