@@ -33,7 +33,9 @@ SEED_MARK = ".flower-seed"
 
 def _environment(plan: dict[str, object], secrets: dict[str, str], egress_dir: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()}
-    env.update({str(k): str(v) for k, v in dict(plan.get("env") or {}).items()})  # type: ignore[arg-type]
+    extra = plan.get("env")
+    if isinstance(extra, dict):
+        env.update({str(k): str(v) for k, v in extra.items()})
     socket = egress_dir / "egress.sock"
     if socket.exists():
         from .egress import open_egress

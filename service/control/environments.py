@@ -22,7 +22,8 @@ from sandbox.spec import Prepared
 
 from ..config import ServiceConfig
 from ..egress.proxy import EgressProxy
-from ..tenants import Tenant, TenantNotReady, operator_file
+from ..operator_files import operator_file
+from ..tenants import Tenant, TenantNotReady
 
 __all__ = ["Environments", "DEVCONTAINER_PATHS"]
 

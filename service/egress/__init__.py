@@ -2,7 +2,8 @@
 request (``rules``: what an entry means; ``squid``: the configuration and the process; ``proxy``: the run's socket,
 the mapping of squid's lines back to runs, the audit and the counts)."""
 
-from .proxy import SOCKET_NAME, EgressProxy, EgressRecord, read_counts
+from .counts import read_counts
+from .proxy import SOCKET_NAME, EgressProxy, EgressRecord
 from .rules import DEFAULT_PRESETS, PACKAGE_REGISTRIES, Rule, RuleError, parse_rules
 from .squid import SquidError
 

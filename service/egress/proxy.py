@@ -450,19 +450,6 @@ class EgressProxy:
         os.replace(tmp, self.folder / "counts.json")
 
 
-def read_counts(root: Path) -> Counter[str]:
-    """Every proxy's totals under ``root`` (``<root>/*/counts.json``), summed: what ``/metrics`` shows."""
-    total: Counter[str] = Counter()
-    for path in sorted(root.glob("*/counts.json")):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict):
-            total.update({str(k): int(v) for k, v in data.items() if isinstance(v, int)})
-    return total
-
-
 def _listen(folder: Path) -> socket.socket:
     """``folder/egress.sock``, reachable by the run's uid (what reaches it is led to squid alone)."""
     folder.mkdir(mode=0o755, exist_ok=True)

@@ -27,7 +27,8 @@ from sandbox.worktree import GIT_ENV, SAFE_CONFIG
 from ..clock import SYSTEM, Clock
 from ..errors import PushFailed
 from ..registry import Push, Run
-from ..tenants import PushTarget, Tenant, operator_file
+from ..operator_files import operator_file
+from ..tenants import PushTarget, Tenant
 
 __all__ = ["PushFailed", "push_branch", "push_run", "push_due", "ssh_command"]
 
