@@ -22,6 +22,7 @@ from the client and to it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import signal
@@ -132,13 +133,17 @@ class Squid:
         self.binary, self.cfg = binary, cfg
         self.conf = cfg.folder / "squid.conf"
         self.proc: subprocess.Popen[bytes] | None = None
+        # squid names its shared memory (/dev/shm/squid-…) after its service name: two squids of one name on a
+        # machine (the gateway's and the setups', or two services') share it and answer each other's requests 502
+        self.name = "flower" + hashlib.sha256(str(cfg.folder).encode()).hexdigest()[:12]
 
     def write(self, sets: Mapping[str, tuple[int, Sequence[Rule]]]) -> None:
         text = render(self.cfg, sets)
         tmp = self.conf.with_suffix(".tmp")
         tmp.write_text(text)
         os.replace(tmp, self.conf)
-        check = subprocess.run([self.binary, "-k", "parse", "-f", str(self.conf)], capture_output=True, timeout=30)
+        check = subprocess.run([self.binary, "-n", self.name, "-k", "parse", "-f", str(self.conf)],
+                               capture_output=True, timeout=30)
         if check.returncode != 0:
             raise SquidError(f"squid refused its generated configuration {self.conf}: "
                              f"{_tail(check.stderr.decode('utf-8', 'replace'))}")
@@ -151,7 +156,7 @@ class Squid:
             raise SquidError(f"squid is not installed at {self.binary}: install Debian's `squid` package (or set "
                              "`egress_squid` in the service config) to serve egress allow-lists")
         (self.cfg.folder / "squid.pid").unlink(missing_ok=True)
-        self.proc = subprocess.Popen([self.binary, "-N", "-f", str(self.conf)], stdin=subprocess.DEVNULL,
+        self.proc = subprocess.Popen([self.binary, "-n", self.name, "-N", "-f", str(self.conf)], stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True,
                                      preexec_fn=_die_with_parent)
 
