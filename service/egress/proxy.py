@@ -67,6 +67,7 @@ class EgressRecord:
     result: str
     bytes_up: int
     bytes_down: int
+    error: str = ""
 
     @property
     def refused(self) -> bool:
@@ -198,6 +199,7 @@ class EgressProxy:
         if self._squid is None:
             work = _squid_folder()
             shutil.copyfile(self._hosts_file, work / "hosts")  # squid may run as its own user: it reads its copy
+            os.chmod(work / "hosts", 0o644)  # whatever the service's umask (unread, squid would ask DNS instead)
             internal_ok, forbidden, max_mb = self._squid_cfg
             self._squid = Squid(self._squid_binary, SquidConfig(work, internal_ok, forbidden, max_mb,
                                                                 str(work / "hosts")))
@@ -222,9 +224,15 @@ class EgressProxy:
                 raise SquidError(why)
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return
             except OSError:
                 time.sleep(0.05)
+                continue
+            log = squid.cfg.folder / "cache.log"
+            unread = [line for line in log.read_text("utf-8", "replace").splitlines() if "parseEtcHosts" in line]
+            if unread:  # squid would ask DNS for the names the operator pinned
+                squid.stop()
+                raise SquidError(f"squid could not read its hosts file: {unread[-1][:300]}")
+            return
         raise SquidError(f"squid did not listen on 127.0.0.1:{port} within {START_WAIT_S:g} s (see "
                          f"{squid.cfg.folder / 'cache.log'})")
 
@@ -400,9 +408,9 @@ class EgressProxy:
 
     def _record(self, line: str) -> EgressRecord | None:
         parts = line.split()
-        if len(parts) != 10 or not parts[1].isdigit():
+        if len(parts) != 11 or not parts[1].isdigit():
             return None
-        _, client_port, method, scheme, host, port, status, result, up, down = parts
+        _, client_port, method, scheme, host, port, status, result, up, down, error = parts
         if method == "-" and up == "0":  # a connection that sent nothing (the readiness probe among them)
             return None
         known = self._by_port.get(int(client_port))
@@ -413,7 +421,8 @@ class EgressProxy:
         return EgressRecord(key=known[0], tenant=known[1], method=method, scheme=scheme if scheme != "-" else "",
                             host=host, port=int(port) if port.isdigit() else 0,
                             status=int(status) if status.isdigit() else 0, result=result,
-                            bytes_up=int(up) if up.isdigit() else 0, bytes_down=int(down) if down.isdigit() else 0)
+                            bytes_up=int(up) if up.isdigit() else 0, bytes_down=int(down) if down.isdigit() else 0,
+                            error=error if error != "-" else "")
 
     def _audit(self, r: EgressRecord) -> None:
         decision = "refused" if r.refused else "allowed"
@@ -429,7 +438,8 @@ class EgressProxy:
                                       hint="further requests are counted in /metrics, not logged one by one")
                 return
         fields = dict(tenant=r.tenant, run=r.key, method=r.method, host=r.host, port=r.port, status=r.status,
-                      result=r.result, bytes_up=r.bytes_up, bytes_down=r.bytes_down, source="proxy")
+                      result=r.result, bytes_up=r.bytes_up, bytes_down=r.bytes_down, source="proxy",
+                      **({"error": r.error} if r.error else {}))
         if r.refused:
             audit_log.warning("audit.egress_refused", **fields)
         else:
