@@ -3,18 +3,9 @@
 ``open(key, tenant, rules, folder)`` makes ``folder/egress.sock`` (the run's ``gateway/`` folder, read-only inside
 the sandbox, where the runner bridges it to a loopback port: ``sandbox.egress``) and leads every connection made
 to it to squid's port for that set of rules (``service.egress.squid``); ``close(key)`` removes the socket and ends
-the connections. ``key`` is what the audit names: a run's id, or ``setup-<x>`` for a setup container.
-
-Mapping squid's lines back to runs: each connection this side opens to squid has its own source port, recorded
-with the key before a byte is sent; squid logs that port with each request (``%>p``). A record outlives its
-connection for ``KEEP_S`` (squid writes a tunnel's line when it closes).
-
-Audit and counts: each request squid logs becomes ``audit.egress`` (allowed) or ``audit.egress_refused``
-(``source="proxy"``) on the ``flower.audit`` logger — tenant, run, method, host, port, status, squid's result
-code, bytes up and down — at most ``MAX_LINES_PER_KEY`` lines per key (then one ``audit.egress_unlogged``; the
-counts go on). ``counts()`` are the totals by tenant (requests by decision, bytes by direction), kept in
-``counts.json`` in the proxy's folder (so they survive a restart and another process can read them for
-``/metrics``). A run's uploads are capped in all (``max_upload_mb``, tunnels included: squid cannot see into
+the connections. ``key`` is what the audit names: a run's id, or ``setup-<x>`` for a setup container. Each
+connection's source port towards squid is told to the ledger (``service.egress.ledger``), which maps squid's log
+lines back to keys, audits and counts them. A run's uploads are capped in all (``max_upload_mb``, tunnels included: squid cannot see into
 them): past it its connections are cut, new ones refused, and it is audited once.
 
 One thread of its own with a selector (as the runner's bridge): the sockets, the pumps and the log's tail.
@@ -22,7 +13,6 @@ One thread of its own with a selector (as the runner's bridge): the sockets, the
 
 from __future__ import annotations
 
-import json
 import os
 import selectors
 import shutil
@@ -31,47 +21,23 @@ import stat
 import tempfile
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..logging import get_logger
+from .ledger import EgressRecord, Ledger, read_counts
 from .rules import Rule, key_of
 from .squid import Squid, SquidConfig, SquidError
 
-__all__ = ["EgressProxy", "EgressRecord", "SOCKET_NAME", "KEEP_S", "MAX_LINES_PER_KEY", "SquidError"]
+__all__ = ["EgressProxy", "EgressRecord", "SOCKET_NAME", "SquidError", "read_counts"]
 
 SOCKET_NAME = "egress.sock"  # beside gateway.sock (sandbox/egress.py EGRESS_SOCKET)
-KEEP_S = 120.0
-MAX_LINES_PER_KEY = 1000
 MAX_CONNECTIONS_PER_KEY = 64
 START_WAIT_S = 30.0
 _TICK_S = 0.2
 
-audit_log = get_logger("flower.audit")
 log = get_logger("flower.service.egress")
-
-
-@dataclass(frozen=True)
-class EgressRecord:
-    """One request as squid saw it, mapped to its run."""
-
-    key: str
-    tenant: str
-    method: str
-    scheme: str
-    host: str
-    port: int
-    status: int
-    result: str
-    bytes_up: int
-    bytes_down: int
-
-    @property
-    def refused(self) -> bool:
-        """squid turned it away: denied, too large, or not a request at all (nothing was forwarded)."""
-        return "DENIED" in self.result or self.result.startswith("NONE") or self.method == "-"
 
 
 @dataclass(eq=False)
@@ -83,7 +49,6 @@ class _Opening:
     set_key: str
     server: socket.socket
     folder: Path
-    lines: int = 0
     uploaded: int = 0
     cut: bool = False
     conns: set["_Pair"] = field(default_factory=set)
@@ -112,22 +77,18 @@ class EgressProxy:
 
     def __init__(self, folder: Path, *, squid: str = "/usr/sbin/squid", internal_ok: Sequence[str] = (),
                  forbidden_ports: Sequence[int] = (), max_upload_mb: int = 64, hosts_file: str = "/etc/hosts",
-                 on_record: Callable[[EgressRecord], None] | None = None) -> None:
+) -> None:
         self.folder = folder
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.max_upload = max_upload_mb << 20
         self._squid_binary, self._hosts_file = squid, hosts_file
         self._squid_cfg = (tuple(internal_ok), tuple(p for p in forbidden_ports if p), max_upload_mb)
         self._squid: Squid | None = None  # made with the first rule set
-        self.on_record = on_record
         self._lock = threading.RLock()
         self._sets: dict[str, tuple[int, tuple[Rule, ...]]] = {}
         self._open: dict[str, _Opening] = {}
-        self._by_port: dict[int, tuple[str, str, float | None]] = {}  # source port → key, tenant, closed at
-        self._counts: Counter[str] = Counter(self._load_counts())
+        self._ledger = Ledger(folder)
         self._sel = selectors.DefaultSelector()
-        self._log_pos = 0
-        self._log_rest = b""
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -171,6 +132,7 @@ class EgressProxy:
                 pass
             for pair in list(opening.conns):
                 self._end(pair)
+            self._ledger.forget(key)
 
     def keys(self) -> list[str]:
         with self._lock:
@@ -179,7 +141,7 @@ class EgressProxy:
     def counts(self) -> dict[str, int]:
         """Totals: ``requests|<tenant>|<allowed or refused>`` and ``bytes|<tenant>|<up or down>``."""
         with self._lock:
-            return dict(self._counts)
+            return dict(self._ledger.counts)
 
     def shutdown(self) -> None:
         with self._lock:
@@ -198,6 +160,7 @@ class EgressProxy:
         if self._squid is None:
             work = _squid_folder()
             shutil.copyfile(self._hosts_file, work / "hosts")  # squid may run as its own user: it reads its copy
+            os.chmod(work / "hosts", 0o644)  # whatever the service's umask (unread, squid would ask DNS instead)
             internal_ok, forbidden, max_mb = self._squid_cfg
             self._squid = Squid(self._squid_binary, SquidConfig(work, internal_ok, forbidden, max_mb,
                                                                 str(work / "hosts")))
@@ -222,11 +185,22 @@ class EgressProxy:
                 raise SquidError(why)
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return
             except OSError:
                 time.sleep(0.05)
+                continue
+            log = squid.cfg.folder / "cache.log"
+            unread = [line for line in log.read_text("utf-8", "replace").splitlines() if "parseEtcHosts" in line]
+            if unread:  # squid would ask DNS for the names the operator pinned
+                squid.stop()
+                raise SquidError(f"squid could not read its hosts file: {unread[-1][:300]}")
+            return
         raise SquidError(f"squid did not listen on 127.0.0.1:{port} within {START_WAIT_S:g} s (see "
                          f"{squid.cfg.folder / 'cache.log'})")
+
+    def _read_log(self) -> None:
+        with self._lock:
+            if self._squid is not None:
+                self._ledger.read(self._squid.cfg.folder / "access.log")
 
     # -- the thread ------------------------------------------------------------------------------
     def _ensure_thread(self) -> None:
@@ -268,7 +242,7 @@ class EgressProxy:
             upstream.close()
             client.close()
             return
-        self._by_port[int(upstream.getsockname()[1])] = (opening.key, opening.tenant, None)
+        self._ledger.connected(int(upstream.getsockname()[1]), opening.key, opening.tenant)
         pair = _Pair(client, upstream, opening)
         opening.conns.add(pair)
         client.setblocking(False)
@@ -345,10 +319,7 @@ class EgressProxy:
         opening.cut = True
         for pair in list(opening.conns):
             self._end(pair)
-        audit_log.warning("audit.egress_refused", tenant=opening.tenant, run=opening.key, source="proxy",
-                          reason="upload_cap", limit_bytes=self.max_upload, bytes_up=opening.uploaded,
-                          hint="its connections were cut and new ones are refused")
-        self._counts[f"requests|{opening.tenant}|refused"] += 1
+        self._ledger.cut(opening.key, opening.tenant, opening.uploaded, self.max_upload)
 
     def _end(self, pair: _Pair) -> None:
         if pair.done:
@@ -356,9 +327,7 @@ class EgressProxy:
         pair.done = True
         pair.opening.conns.discard(pair)
         try:
-            port = int(pair.squid.getsockname()[1])
-            key, tenant, _ = self._by_port.get(port, (pair.opening.key, pair.opening.tenant, None))
-            self._by_port[port] = (key, tenant, time.monotonic())
+            self._ledger.closed(int(pair.squid.getsockname()[1]))
         except OSError:
             pass
         for s in (pair.run, pair.squid):
@@ -370,85 +339,6 @@ class EgressProxy:
             self._sel.unregister(s)
         except (KeyError, ValueError):
             pass
-
-    # -- squid's log -----------------------------------------------------------------------------
-    def _read_log(self) -> None:
-        if self._squid is None:
-            return
-        path = self._squid.cfg.folder / "access.log"
-        try:
-            with open(path, "rb") as f:
-                f.seek(self._log_pos)
-                data = f.read(1 << 20)
-        except OSError:
-            return
-        self._log_pos += len(data)
-        data = self._log_rest + data
-        lines = data.split(b"\n")
-        self._log_rest = lines.pop()
-        with self._lock:
-            for line in lines:
-                record = self._record(line.decode("utf-8", "replace"))
-                if record is not None:
-                    self._audit(record)
-            now = time.monotonic()
-            for port, (_, _, closed) in list(self._by_port.items()):
-                if closed is not None and now - closed > KEEP_S:
-                    del self._by_port[port]
-            if lines:
-                self._save_counts()
-
-    def _record(self, line: str) -> EgressRecord | None:
-        parts = line.split()
-        if len(parts) != 10 or not parts[1].isdigit():
-            return None
-        _, client_port, method, scheme, host, port, status, result, up, down = parts
-        if method == "-" and up == "0":  # a connection that sent nothing (the readiness probe among them)
-            return None
-        known = self._by_port.get(int(client_port))
-        if known is None:
-            log.warning("egress.unmapped", line=line[:300], hint="a request squid logged that no run's connection "
-                                                                 "made: squid reached by someone else?")
-            return None
-        return EgressRecord(key=known[0], tenant=known[1], method=method, scheme=scheme if scheme != "-" else "",
-                            host=host, port=int(port) if port.isdigit() else 0,
-                            status=int(status) if status.isdigit() else 0, result=result,
-                            bytes_up=int(up) if up.isdigit() else 0, bytes_down=int(down) if down.isdigit() else 0)
-
-    def _audit(self, r: EgressRecord) -> None:
-        decision = "refused" if r.refused else "allowed"
-        self._counts[f"requests|{r.tenant}|{decision}"] += 1
-        self._counts[f"bytes|{r.tenant}|up"] += r.bytes_up
-        self._counts[f"bytes|{r.tenant}|down"] += r.bytes_down
-        opening = self._open.get(r.key)
-        if opening is not None:
-            opening.lines += 1
-            if opening.lines > MAX_LINES_PER_KEY:
-                if opening.lines == MAX_LINES_PER_KEY + 1:
-                    audit_log.warning("audit.egress_unlogged", tenant=r.tenant, run=r.key, after=MAX_LINES_PER_KEY,
-                                      hint="further requests are counted in /metrics, not logged one by one")
-                return
-        fields = dict(tenant=r.tenant, run=r.key, method=r.method, host=r.host, port=r.port, status=r.status,
-                      result=r.result, bytes_up=r.bytes_up, bytes_down=r.bytes_down, source="proxy")
-        if r.refused:
-            audit_log.warning("audit.egress_refused", **fields)
-        else:
-            audit_log.info("audit.egress", **fields)
-        if self.on_record is not None:
-            self.on_record(r)
-
-    def _load_counts(self) -> dict[str, int]:
-        try:
-            data = json.loads((self.folder / "counts.json").read_text())
-        except (OSError, ValueError):
-            return {}
-        return {str(k): int(v) for k, v in data.items() if isinstance(v, int)} if isinstance(data, dict) else {}
-
-    def _save_counts(self) -> None:
-        tmp = self.folder / "counts.json.tmp"
-        tmp.write_text(json.dumps(dict(self._counts), sort_keys=True))
-        os.replace(tmp, self.folder / "counts.json")
-
 
 def _listen(folder: Path) -> socket.socket:
     """``folder/egress.sock``, reachable by the run's uid (what reaches it is led to squid alone)."""

@@ -27,6 +27,7 @@ import os
 import re
 import signal
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,8 +37,9 @@ from .rules import Rule
 __all__ = ["SquidConfig", "Squid", "render", "LOG_FORMAT", "INTERNAL", "SquidError"]
 
 SQUID = "/usr/sbin/squid"
-# the client's port, method, scheme, host, port, status to the client, squid's result, bytes in, bytes out
-LOG_FORMAT = "%ts.%03tu %>p %rm %>rs %>rd %>rP %>Hs %Ss %>st %<st"
+# the client's port, method, scheme, host, port, status to the client, squid's result, bytes in, bytes out, the
+# error squid answered with (ERR_ACCESS_DENIED, ERR_CONNECT_FAIL, …; "-" for none)
+LOG_FORMAT = "%ts.%03tu %>p %rm %>rs %>rd %>rP %>Hs %Ss %>st %<st %err_code"
 INTERNAL = ("0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
             "192.168.0.0/16", "::/128", "::1", "fc00::/7", "fe80::/10")
 
@@ -141,6 +143,7 @@ class Squid:
         text = render(self.cfg, sets)
         tmp = self.conf.with_suffix(".tmp")
         tmp.write_text(text)
+        os.chmod(tmp, 0o644)  # squid's user reads it again on each reconfigure
         os.replace(tmp, self.conf)
         check = subprocess.run([self.binary, "-n", self.name, "-k", "parse", "-f", str(self.conf)],
                                capture_output=True, timeout=30)
@@ -156,17 +159,37 @@ class Squid:
             raise SquidError(f"squid is not installed at {self.binary}: install Debian's `squid` package (or set "
                              "`egress_squid` in the service config) to serve egress allow-lists")
         (self.cfg.folder / "squid.pid").unlink(missing_ok=True)
-        self.proc = subprocess.Popen([self.binary, "-n", self.name, "-N", "-f", str(self.conf)], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, close_fds=True,
-                                     preexec_fn=_die_with_parent)
+        started: list[subprocess.Popen[bytes] | BaseException] = []
+        ready = threading.Event()
+
+        def keep() -> None:
+            """Start squid and wait for it: the parent-death signal follows the thread that forked, so that thread
+            lives exactly as long as squid does."""
+            try:
+                with open(self.cfg.folder / "stderr.log", "ab") as err:  # never a pipe nobody reads
+                    proc = subprocess.Popen([self.binary, "-n", self.name, "-N", "-f", str(self.conf)], stdin=subprocess.DEVNULL,
+                                            stdout=subprocess.DEVNULL, stderr=err, close_fds=True,
+                                            preexec_fn=_die_with_parent)
+            except OSError as e:
+                started.append(e)
+                ready.set()
+                return
+            started.append(proc)
+            ready.set()
+            proc.wait()
+
+        threading.Thread(target=keep, name="flower-squid", daemon=True).start()
+        ready.wait()
+        if isinstance(started[0], BaseException):
+            raise SquidError(f"squid could not be started ({started[0]})")
+        self.proc = started[0]
 
     def failed(self) -> str | None:
         """Why squid is not running, if it is not."""
         if self.proc is None or self.proc.poll() is None:
             return None
-        err = self.proc.stderr.read().decode("utf-8", "replace") if self.proc.stderr else ""
-        log = self.cfg.folder / "cache.log"
-        text = err + (log.read_text("utf-8", "replace")[-4000:] if log.is_file() else "")
+        text = "".join(path.read_text("utf-8", "replace")[-4000:] for path in
+                       (self.cfg.folder / "stderr.log", self.cfg.folder / "cache.log") if path.is_file())
         return f"squid exited with status {self.proc.returncode}: {_tail(text)}"
 
     def stop(self) -> None:

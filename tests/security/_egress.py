@@ -22,14 +22,13 @@ class Registry(http.server.ThreadingHTTPServer):
 
 
 class _Seen(http.server.BaseHTTPRequestHandler):
-    """Answers every request with 200 and remembers it (method, path, Host, body size)."""
+    """Answers every request with 200 and remembers it (method, path, Host, the bytes of its body that came)."""
 
     protocol_version = "HTTP/1.1"
     server: Registry
 
     def _answer(self) -> None:
-        size = int(self.headers.get("Content-Length") or 0)
-        self.rfile.read(size)
+        size = len(self.rfile.read(int(self.headers.get("Content-Length") or 0)))  # what came of the body
         self.server.seen.append((self.command, self.path, self.headers.get("Host"), size))
         body = b"registry says hello"
         self.send_response(200)
