@@ -116,7 +116,8 @@ def test_two_teams_install_through_their_allow_list_and_the_judge_runs_their_tes
               "setup_secrets_file": str(secrets["acme"]), "egress": [f"{NPM_HOST}:{npm_registry.port}"],
               "verify": "npm test"},
         beta={"image": team_image("python"), "egress": [f"{PYPI_HOST}:{package_index.port}"],
-              "setup": [f'pip install --no-input --no-cache-dir --break-system-packages --index-url "{index}" '
+              "setup": [f'pip install --no-input --no-cache-dir --break-system-packages --trusted-host {PYPI_HOST} '
+                        f'--index-url "{index}" '
                         "-r requirements.txt"],
               "setup_secrets_file": str(secrets["beta"]), "verify": "python3 -m pytest -q"})
     leaks = (npm_registry.token, package_index.password)
