@@ -61,7 +61,7 @@ def recipe_of(tree: Path, *, image: str | None, setup: tuple[str, ...] = (),
     if dc is not None:
         dc = dc.in_workspace(f"{WORKSPACE}/{tree.name}")
         image, build, user = dc.image, dc.build, dc.user()
-        stages = [_stage(step) for _, step in dc.setup()]
+        stages = [_stage(key, step) for key, step in dc.setup()]
         env = dict(dc.container_env)
         env.update({k: v for k, v in dc.remote_env_in(env).items() if v is not None})
         inputs[dc.path] = _sha(tree / dc.path)
@@ -71,10 +71,11 @@ def recipe_of(tree: Path, *, image: str | None, setup: tuple[str, ...] = (),
     return Recipe(image=image, build=build, stages=stages, env=env, user=user, inputs=inputs)
 
 
-def _stage(step: Lifecycle) -> Stage:
+def _stage(key: str, step: Lifecycle) -> Stage:
+    """One lifecycle command as a stage: its commands by name (the object form), or the one named by its key."""
     if isinstance(step, Parallel):
         return {name: _command(c) for name, c in step.commands.items()}
-    return {"": _command(step)}
+    return {key: _command(step)}
 
 
 def _command(c: DcCommand) -> Command:
@@ -84,3 +85,62 @@ def _command(c: DcCommand) -> Command:
 def _sha(path: Path) -> str:
     """The file's digest (the devcontainer's parser has already refused symlinks and escapes)."""
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def describe(recipe: Recipe | None, where: str) -> str:
+    """What flower will make of a repository's environment, in the words a team checks it by."""
+    if recipe is None:
+        return (f"{where}: no devcontainer.json, no image, no setup — runs use flower's own image (python3 and git; "
+                "nothing of the team's toolchain)\n")
+    lines = [f"{where}:"]
+    if recipe.build is not None:
+        lines.append(f"  image: built from {recipe.build.dockerfile} (context {recipe.build.context}; its RUN lines "
+                     "have no network — installs go in setup)")
+    else:
+        lines.append(f"  image: {recipe.image} (it must be on the service's Docker engine: nothing is pulled)")
+    if recipe.user:
+        lines.append(f"  user: {recipe.user} (the agent runs as this user; never root)")
+    for name, value in sorted(recipe.env.items()):
+        lines.append(f"  env: {name}={value}")
+    if recipe.stages:
+        lines.append("  setup, once per prepared environment, as root, network through the allow-list only:")
+        for n, stage in enumerate(recipe.stages, 1):
+            for name, command in stage.items():
+                shown = command if isinstance(command, str) else " ".join(command)
+                lines.append(f"    {n}. {name + ': ' if name else ''}{shown}")
+    else:
+        lines.append("  setup: none (the image is used as it is)")
+    inputs = ", ".join(sorted(recipe.inputs)) or "nothing in the repository"
+    lines.append(f"  prepared again when any of these change: the base image, the setup, {inputs}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m sandbox.environment [REPO] [--image IMAGE] [--setup LINE]...``: check a repository's environment
+    as the service will read it (its devcontainer.json, and the tenant's image and setup if given)."""
+    import argparse
+    import sys
+
+    from .errors import DevContainerError
+
+    p = argparse.ArgumentParser(prog="python -m sandbox.environment", description=main.__doc__)
+    p.add_argument("repo", nargs="?", default=".", help="the repository's folder (default: here)")
+    p.add_argument("--image", help="the tenant's `image`")
+    p.add_argument("--setup", action="append", default=[], help="a line of the tenant's `setup` (repeatable)")
+    p.add_argument("--no-devcontainer", action="store_true", help="as a tenant with `devcontainer = false`")
+    a = p.parse_args(argv)
+    repo = Path(a.repo)
+    if not repo.is_dir():
+        print(f"{repo} is not a folder", file=sys.stderr)
+        return 2
+    try:
+        recipe = recipe_of(repo, image=a.image, setup=tuple(a.setup), devcontainer=not a.no_devcontainer)
+    except DevContainerError as e:
+        print(f"refused: {e}", file=sys.stderr)
+        return 1
+    sys.stdout.write(describe(recipe, str(repo)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
