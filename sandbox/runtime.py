@@ -57,18 +57,25 @@ def runtime_volume(sandbox_image_id: str) -> str:
     return "flower-runtime-" + hashlib.sha256(sandbox_image_id.encode()).hexdigest()[:16]
 
 
+_filled: set[str] = set()  # volumes seen complete by this process: a start does not probe them again
+_usable: dict[str, dict[str, Any]] = {}  # image id → its config, once it was seen fit for the runtime
+
+
 def ensure_runtime(client: Any, sandbox_image: str) -> str:
     """The volume holding the runtime of ``sandbox_image``, filled once (a half-filled one is filled again)."""
     import docker
 
     image = client.images.get(sandbox_image)
     name = runtime_volume(image.id)
+    if name in _filled and any(v.name == name for v in client.volumes.list(filters={"name": name})):
+        return name
     try:
         client.volumes.get(name)
         probe = client.containers.run(image.id, ["sh", "-c", f"test -e {RUNTIME}/.complete"], entrypoint=[],
                                       user="0:0", network_mode="none", remove=True, detach=False,
                                       volumes={name: {"bind": RUNTIME, "mode": "ro"}})
         del probe
+        _filled.add(name)
         return name
     except docker.errors.NotFound:
         client.volumes.create(name, labels={"org.flower.runtime": image.id})
@@ -77,6 +84,7 @@ def ensure_runtime(client: Any, sandbox_image: str) -> str:
     client.containers.run(image.id, ["sh", "-c", f"rm -rf {RUNTIME}/* {RUNTIME}/.complete; {_FILL}"], entrypoint=[],
                           user="0:0", network_mode="none", remove=True,
                           volumes={name: {"bind": RUNTIME, "mode": "rw"}})
+    _filled.add(name)
     return name
 
 
@@ -85,6 +93,8 @@ def check_image(client: Any, image_id: str, name: str) -> dict[str, Any]:
     import docker
 
     attrs = client.images.get(image_id).attrs
+    if attrs["Id"] in _usable:
+        return _usable[attrs["Id"]]
     arch, os_ = attrs.get("Architecture"), attrs.get("Os")
     if os_ != "linux" or arch != "amd64":
         raise EnvironmentRefused(f"the image {name} is for {os_}/{arch}: flower's runtime needs linux/amd64")
@@ -100,4 +110,5 @@ def check_image(client: Any, image_id: str, name: str) -> dict[str, Any]:
             raise EnvironmentRefused(f"the image {name} has no /bin/sh: setup commands and the agent's shell need "
                                      "one") from None
         raise
-    return dict(attrs.get("Config") or {})
+    _usable[attrs["Id"]] = config = dict(attrs.get("Config") or {})
+    return config
