@@ -140,3 +140,31 @@ def test_a_failing_setup_fails_the_run_with_its_tail_and_the_next_prepares_again
     finally:
         for image in client.images.list(name="flower-env/acme"):
             client.images.remove(image.id, force=True)
+
+
+def test_a_devcontainer_json_that_does_not_parse_fails_the_run_with_where_and_the_next_commit_runs(
+        bare, tmp_path, services: list[Service]):
+    d = Deployment(tmp_path, backend="docker", extra_config='network_mode = "host"\n')
+    beta = d.repos["beta"]
+    (beta / ".devcontainer").mkdir()
+    (beta / ".devcontainer" / "devcontainer.json").write_text('{\n  "image": "%s"\n  "features": {}\n}\n' % bare)
+    git(beta, "add", ".")
+    git(beta, "commit", "-qm", "a broken devcontainer")
+    with ScriptedModel(probe_rules("after the fix")) as model:
+        service = serve(d, services, model, timeout=600)
+        client = service.client("beta")
+        r = client.post("/v1/runs", json={"ask": "broken devcontainer"})
+        failed = wait_status(client, r.json()["id"], ENDED, timeout=300)
+        assert failed["status"] == "failed", failed
+        assert "DevContainerError: .devcontainer/devcontainer.json:3:" in failed["error"], failed["error"]
+        (beta / ".devcontainer" / "devcontainer.json").write_text(
+            '{"image": "%s", "postCreateCommand": "echo fixed > /usr/local/share/marker"}\n' % bare)
+        git(beta, "commit", "-qam", "fixed")
+        fixed = run_one(service, "beta", "after the fix")
+        assert fixed["status"] == "succeeded", fixed
+        assert probe_of(model, "after the fix")[0] == "fixed"
+    import docker
+
+    client_ = docker.from_env()
+    for image in client_.images.list(name="flower-env/beta"):
+        client_.images.remove(image.id, force=True)
