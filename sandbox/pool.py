@@ -20,12 +20,12 @@ import secrets
 import shutil
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .backends.base import Handle, WarmBackend
 from .layout import RunLayout
-from .spec import Egress
+from .spec import Egress, Prepared
 
 __all__ = ["WarmPool", "Shape", "Slot", "SLOT_PREFIX"]
 
@@ -43,6 +43,15 @@ class Shape:
     # the run environment's settings the CLI started ahead inherits (model names and switches — the allow-list of
     # service/control/runenv.py, never a key): a run whose settings differ would find a CLI spawned with other ones
     settings: tuple[tuple[str, str], ...] = ()
+    # the team's prepared environment its sandbox runs in (``sandbox.prepare``); ``image`` names it in comparisons
+    environment: Prepared | None = field(default=None, compare=False, hash=False)
+    image: str = ""
+
+    @classmethod
+    def of(cls, repo_name: str, objects: str, egress: Egress, settings: tuple[tuple[str, str], ...],
+           environment: Prepared | None = None) -> Shape:
+        return cls(repo_name, objects, egress, settings, environment,
+                   environment.image if environment is not None else "")
 
 
 @dataclass(frozen=True)
@@ -226,7 +235,8 @@ class WarmPool:
             layout.gateway.mkdir(mode=0o755)  # empty: the claim opens the run's gateway socket in it
             os.chmod(layout.gateway, 0o755)  # whatever the umask: the waiting runner opens its bridge on it ahead
             handle = self.backend.warm(layout, objects=Path(shape.objects) if shape.objects else None,
-                                       egress=shape.egress, settings=dict(shape.settings))
+                                       egress=shape.egress, settings=dict(shape.settings),
+                                       environment=shape.environment)
         except BaseException:
             shutil.rmtree(layout.dir, ignore_errors=True)
             raise

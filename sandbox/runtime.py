@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from .errors import EnvironmentRefused
+from .errors import EnvironmentRefused, ImageError
 
 __all__ = ["RUNTIME", "BIN", "argv", "ensure_runtime", "check_image", "runtime_volume"]
 
@@ -62,7 +62,8 @@ _usable: dict[str, dict[str, Any]] = {}  # image id → its config, once it was 
 
 
 def ensure_runtime(client: Any, sandbox_image: str) -> str:
-    """The volume holding the runtime of ``sandbox_image``, filled once (a half-filled one is filled again)."""
+    """The volume holding the runtime of ``sandbox_image``, filled once (a half-filled one is filled again); the
+    volumes of older sandbox images go once no container mounts them (each is the size of the image)."""
     import docker
 
     image = client.images.get(sandbox_image)
@@ -81,10 +82,21 @@ def ensure_runtime(client: Any, sandbox_image: str) -> str:
         client.volumes.create(name, labels={"org.flower.runtime": image.id})
     except docker.errors.ContainerError:
         pass  # there, but not filled to the end: fill it again
-    client.containers.run(image.id, ["sh", "-c", f"rm -rf {RUNTIME}/* {RUNTIME}/.complete; {_FILL}"], entrypoint=[],
-                          user="0:0", network_mode="none", remove=True,
-                          volumes={name: {"bind": RUNTIME, "mode": "rw"}})
+    try:
+        client.containers.run(image.id, ["sh", "-c", f"rm -rf {RUNTIME}/* {RUNTIME}/.complete; {_FILL}"],
+                              entrypoint=[], user="0:0", network_mode="none", remove=True,
+                              volumes={name: {"bind": RUNTIME, "mode": "rw"}})
+    except docker.errors.ContainerError as e:
+        tail = (e.stderr or b"").decode("utf-8", "replace").strip()[-500:]
+        raise ImageError(f"flower's runtime could not be copied out of {sandbox_image} into the volume {name}: "
+                         f"{tail or e}") from None
     _filled.add(name)
+    for old in client.volumes.list(filters={"label": "org.flower.runtime"}):
+        if old.name != name:  # another sandbox image's: refused while a container still mounts it
+            try:
+                old.remove()
+            except docker.errors.APIError:
+                pass
     return name
 
 

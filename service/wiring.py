@@ -155,7 +155,8 @@ def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: 
     warm = WarmKeeper.of(backend, config.runs_root, config.warm, registry.runs, registry.leases, tenants, metrics,
                          errors, replica=owner if registry.dialect == "postgresql" else None,
                          lease_s=config.lease_s, clock=clock)
-    launcher = Launcher(config, backend, warm, harvest, grants.open, Environments(config, backend))
+    warm.environments = environments = Environments(config, backend)
+    launcher = Launcher(config, backend, warm, harvest, grants.open, environments)
     mailbox = Mailbox(config.runs_root, registry.runs, backend, ended=feed.publish_end, wake=hooks.wake, clock=clock)
     retention = Retention(config, registry.runs, harvest, is_live=live.__contains__, clock=clock)
 

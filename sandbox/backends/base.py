@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal, NewType, Protocol, runtime_checkable
 
 from ..layout import RunLayout, valid_run_id
-from ..spec import Egress, RunSpec
+from ..spec import Egress, Prepared, RunSpec
 from ..errors import BackendError, BackendUnavailable, RunExists
 
 __all__ = ["Backend", "WarmBackend", "Inspectable", "Handle", "State", "BackendError", "BackendUnavailable",
@@ -182,10 +182,11 @@ class WarmBackend(Backend, Protocol):
     """A backend that can start sandboxes ahead of their runs (``sandbox.pool``)."""
 
     def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress,
-             settings: Mapping[str, str] | None = None) -> Handle:
+             settings: Mapping[str, str] | None = None, environment: Prepared | None = None) -> Handle:
         """Start a sandbox on the slot folder ``layout`` (made by the pool, no spec, no env file in it): the
         runner imported and waiting, with ``settings`` in its environment (``warm_env``). Same mounts, limits and
-        network as a run of that shape."""
+        network as a run of that shape — in the team's prepared ``environment`` when it has one (a backend that
+        cannot run one raises BackendError)."""
         ...
 
     def claim(self, handle: Handle, layout: RunLayout, spec: RunSpec) -> Handle:

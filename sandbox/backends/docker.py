@@ -135,15 +135,15 @@ class DockerBackend:
 
     @_mapped
     def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress,
-             settings: Mapping[str, str] | None = None) -> Handle:
+             settings: Mapping[str, str] | None = None, environment: Prepared | None = None) -> Handle:
         """A container on the slot folder ``layout`` with the runner imported and waiting (``sandbox.pool``)."""
         return self._run(layout, f"flower-warm-{layout.dir.name}", objects=objects, egress=egress,
                          env=warm_env(layout, settings), labels={"flower.warm": layout.dir.name}, network=None,
-                         warm=True)
+                         warm=True, environment=environment)
 
     @_mapped
     def claim(self, handle: Handle, layout: RunLayout, spec: RunSpec) -> Handle:
-        claim_slot(layout, spec, self.mail_owner())
+        claim_slot(layout, spec, self.mail_owner(self.user_of(spec.environment)))
         return handle
 
     @_mapped
@@ -172,9 +172,7 @@ class DockerBackend:
             pass
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
-        # the devcontainer's user when a root service can hand it the run's folders; else the backend's
-        user = environment.user if environment is not None and environment.user and os.getuid() == 0 \
-            else self.run_user()
+        user = self.user_of(environment)
         owner = self.mail_owner(user)
         if owner is not None:  # warm: the (empty) mailbox to watch, the checkout made ahead, its CLI's home
             layout.hand_over(*owner)
@@ -309,6 +307,12 @@ class DockerBackend:
         """Who files the service writes for a run must belong to (so a uid-10001 run can read them)."""
         uid, gid = (int(x) for x in (user or self.run_user()).split(":"))
         return (uid, gid) if os.getuid() == 0 and uid != 0 else None
+
+    def user_of(self, environment: Prepared | None) -> str:
+        """The devcontainer's user when a root service can hand it the run's folders; else the backend's."""
+        if environment is not None and environment.user and os.getuid() == 0:
+            return environment.user
+        return self.run_user()
 
     def run_user(self) -> str:
         """The uid:gid runs use: ``user``, unless a non-root service of another uid could not hand the run its

@@ -41,7 +41,7 @@ from typing import Literal
 
 from ..layout import RunLayout, folder_of, local_handle
 from ..egress import EGRESS_ENV
-from ..spec import Egress, RunSpec
+from ..spec import Egress, Prepared, RunSpec
 from .base import (RUN_MARK, WARM_MARK, BackendError, Handle, State, check_prepared, check_spec, claim_slot,
                    claimed_run, read_exit, run_env, stopped_exit, warm_env)
 
@@ -338,8 +338,11 @@ class LocalBackend:
         return self._spawn(layout, objects, spec.egress, run_env(layout, spec, str(layout.env_file)))
 
     def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress,
-             settings: Mapping[str, str] | None = None) -> Handle:
+             settings: Mapping[str, str] | None = None, environment: Prepared | None = None) -> Handle:
         """A sandbox on the slot folder ``layout`` with the runner imported and waiting (``sandbox.pool``)."""
+        if environment is not None:
+            raise BackendError("the local backend runs the host's tools, not a team's image: only the docker "
+                               "backend starts a sandbox in a prepared environment")
         return self._spawn(layout, objects, egress, warm_env(layout, settings))
 
     def claim(self, handle: Handle, layout: RunLayout, spec: RunSpec) -> Handle:

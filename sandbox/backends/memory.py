@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..layout import RunLayout
-from ..spec import Egress, RunSpec
+from ..spec import Egress, Prepared, RunSpec
 from .base import Handle, State, check_spec, claim_slot, claimed_run
 
 __all__ = ["MemoryBackend", "MemoryRun", "Handler", "Runs"]
@@ -161,7 +161,7 @@ class MemoryBackend:
 
     # -- WarmBackend -------------------------------------------------------------------------
     def warm(self, layout: RunLayout, *, objects: Path | None, egress: Egress,
-             settings: Mapping[str, str] | None = None) -> Handle:
+             settings: Mapping[str, str] | None = None, environment: Prepared | None = None) -> Handle:
         self._call("warm")
         layout.ensure()
         handle = Handle(f"memory:{next(self.runs.counter)}:{layout.dir}")

@@ -36,6 +36,8 @@ class Environments:
         self.backend = backend
         self._proxy: EgressProxy | None = None
         self._lock = threading.Lock()
+        self.latest: dict[str, Prepared] = {}
+        """Each tenant's environment as last prepared: the warm pool keeps sandboxes of it."""
 
     def egress(self, tenant: Tenant) -> EgressOpener | None:
         """The tenant's allow-list for its setup: a squid of the control plane's own (started with the first setup
@@ -99,6 +101,7 @@ class Environments:
                                secrets=secrets, egress=self.egress(tenant), timeout_s=self.config.setup_timeout_s,
                                network_mode=(self.config.network_mode or "bridge") if tenant.egress == "open" else "none")
         prune(int(self.config.environment_cache_gb * 1e9), client)
+        self.latest[tenant.name] = prepared
         return prepared
 
 

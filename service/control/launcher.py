@@ -1,6 +1,7 @@
 """Starting one run: everything it needs on disk, then its sandbox — a warm one when the pool has one of its shape.
 
-Layout → a checkout of its own on ``flower/<run>`` from the repo's HEAD → a gateway token of its own (the
+Its team's environment prepared first, when it has one (``environments``: minutes the first time, then the kept
+image) → layout → a checkout of its own on ``flower/<run>`` from the repo's HEAD → a gateway token of its own (the
 scheduler's ``grant``) in an env file (0600) → spec → ``backend.start``, or ``backend.claim`` of a waiting
 sandbox (the run takes its folder). Each step that made something pushes its undo; a failure on the way undoes
 them all, last first, and re-raises: the caller decides whether the run waits its turn again or fails.
@@ -70,9 +71,12 @@ class Launcher:
         objects = str(objects_dir(run.repo))
         if run.sandboxes > 0:
             return self._resume(run, tenant, values, objects, held)
-        own = self.own_environment(run, tenant)  # a warm sandbox is flower's image: not the team's
-        slot = None if own else self.warm.claim(Shape(Path(run.repo).name, objects, tenant.egress,
-                                                      settings_of(values)))
+        head = environment = None
+        if self.environments is not None and self.own_environment(run, tenant):  # its team's, prepared first
+            head = _head(run.repo)
+            environment = self.environments.of(tenant, run.repo, head)
+        slot = self.warm.claim(Shape.of(Path(run.repo).name, objects, tenant.egress, settings_of(values),
+                                        environment))
         with ExitStack() as undo:
             if slot is not None:
                 run = msgspec.structs.replace(run, folder=slot.folder)
@@ -83,13 +87,12 @@ class Launcher:
             if slot is None and not layout.dir.exists():
                 undo.callback(shutil.rmtree, layout.dir, ignore_errors=True)
             layout.ensure()
-            base = make_workspace(run.repo, layout.workspace, layout.branch)
+            base = make_workspace(run.repo, layout.workspace, layout.branch, base=head or "HEAD")
             undo.callback(held.record_checkout, run.id, None, None)
             undo.callback(self.harvest.discard_workspace, run, keep_branch=False)
             held.record_checkout(run.id, layout.branch, base)  # known even if we stop here
             write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=slot is not None,
                                                          held=held))
-            environment = self.environments.of(tenant, run.repo, base) if own and self.environments else None
             spec = RunSpec(run_id=run.id, tenant=run.tenant, ask=run.ask, options=dict(run.options), env={},
                            base=base, objects=objects, egress=tenant.egress, environment=environment,
                            verify=tenant.verify, verify_timeout_s=tenant.verify_timeout_s)
@@ -127,6 +130,14 @@ class Launcher:
                        verify=tenant.verify, verify_timeout_s=tenant.verify_timeout_s)
         write_spec(layout, spec)
         return Started(self.backend.start(layout, spec), run.base, None)
+
+
+def _head(repo: str) -> str:
+    """The commit the repository's HEAD names now: the run's base, chosen before its environment is prepared."""
+    import subprocess
+
+    return subprocess.run(["git", "-C", repo, "rev-parse", "--verify", "HEAD^{commit}"], capture_output=True,
+                          text=True, check=True, timeout=30).stdout.strip()
 
 
 def _resume_cause(run: Run) -> str:

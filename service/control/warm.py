@@ -29,6 +29,7 @@ from ..metrics import Metrics
 from ..registry import Lease, LeasesTable, RunsTable
 from ..tenants import Tenants
 from .backoff import RepeatLog
+from .environments import Environments
 from .runenv import settings_of
 
 __all__ = ["WarmKeeper", "WARM_CHECK_S", "REFILL_AFTER_S", "BOOT_S", "YIELD_S"]
@@ -61,6 +62,8 @@ class WarmKeeper:
         self._filling: asyncio.Task[int] | None = None
         self._next_check = 0.0
         self._yielded = False
+        self.environments: Environments | None = None
+        """The teams' prepared environments (the launcher's): a tenant's sandboxes wait in its latest one."""
         if pool is not None:
             pool.on_error = self._failed
 
@@ -174,8 +177,13 @@ class WarmKeeper:
         for tenant in self.tenants.all():
             key = f"warm:{tenant.name}"
             try:
-                shapes.add(Shape(Path(tenant.repo).name, str(objects_dir(tenant.repo)), tenant.egress,
-                                 settings_of(tenant.check_ready())))
+                environment = None
+                if self.environments is not None and self.environments.wanted(tenant, tenant.repo):
+                    environment = self.environments.latest.get(tenant.name)
+                    if environment is None:  # none prepared yet: its first run prepares it, then sandboxes wait
+                        continue
+                shapes.add(Shape.of(Path(tenant.repo).name, str(objects_dir(tenant.repo)), tenant.egress,
+                                    settings_of(tenant.check_ready()), environment))
             except Exception as e:  # noqa: BLE001 - a tenant whose repo is not ready gets no warm sandbox
                 self.errors.error("warm.tenant_skipped", key, e, tenant=tenant.name)
             else:

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from _service_helpers import Deployment, Service, git, serve, wait_question, wait_status
+from _service_helpers import Deployment, Service, git, serve, wait_for, wait_question, wait_status
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ACHIEVED, ASK, BRIEF, CLARIFIER, GIT_CHECKED, GOAL, JUDGE, LEAD, REPORT
 
@@ -168,3 +168,35 @@ def test_a_devcontainer_json_that_does_not_parse_fails_the_run_with_where_and_th
     client_ = docker.from_env()
     for image in client_.images.list(name="flower-env/beta"):
         client_.images.remove(image.id, force=True)
+
+
+def test_once_prepared_a_teams_runs_claim_sandboxes_waiting_in_its_environment(bare, tmp_path,
+                                                                               services: list[Service]):
+    import docker
+
+    d = Deployment(tmp_path, backend="docker", extra_config='network_mode = "host"\nwarm = 1\n')
+    d.write_tenants(acme={"image": bare, "setup": ["mkdir -p node_modules/left-pad && echo warm > "
+                                                   "/usr/local/share/marker"]})
+    client = docker.from_env()
+    try:
+        with ScriptedModel(probe_rules("cold first") + probe_rules("warm second")) as model:
+            service = serve(d, services, model, timeout=600)
+            assert run_one(service, "acme", "cold first")["status"] == "succeeded"
+            image = client.images.list(name="flower-env/acme")[0]
+
+            def waiting() -> bool:
+                return any(c.image.id == image.id and "flower.warm" in c.labels
+                           for c in client.containers.list(filters={"label": "flower.warm"}))
+
+            wait_for(waiting, 300, every=0.5, what="a sandbox waiting in acme's prepared environment")
+            second = run_one(service, "acme", "warm second")
+            assert second["status"] == "succeeded", second
+            started = [x for x in service.lines() if x.get("event") == "run.started" and x.get("run") == second["id"]]
+            assert started and started[0]["warm"], "the second run took the waiting sandbox"
+            assert probe_of(model, "warm second")[:2] == ["warm", "left-pad"]
+    finally:
+        service.stop()  # its waiting sandboxes stay (a restarted service would use them): they go with the images
+        for image in client.images.list(name="flower-env/acme"):
+            for c in client.containers.list(all=True, filters={"ancestor": image.id}):
+                c.remove(force=True)
+            client.images.remove(image.id, force=True)
