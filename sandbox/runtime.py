@@ -87,7 +87,8 @@ def ensure_runtime(client: Any, sandbox_image: str) -> str:
                               entrypoint=[], user="0:0", network_mode="none", remove=True,
                               volumes={name: {"bind": RUNTIME, "mode": "rw"}})
     except docker.errors.ContainerError as e:
-        tail = (e.stderr or b"").decode("utf-8", "replace").strip()[-500:]
+        raw = e.stderr or b""
+        tail = (raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw).strip()[-500:]
         raise ImageError(f"flower's runtime could not be copied out of {sandbox_image} into the volume {name}: "
                          f"{tail or e}") from None
     _filled.add(name)
