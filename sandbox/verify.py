@@ -40,9 +40,9 @@ from pathlib import Path
 from flower.cli.terminal import clean
 from flower.core.credentials import TOKEN_KEYS
 from flower.core.events import Event
+from flower.core.runtime import StepResult
 from flower.workflow.base import Ctx, Step
 from flower.workflow.goal import EVIDENCE_KEY, Evidence
-from flower.core.runtime import StepResult
 
 __all__ = ["Check", "verify", "verified", "run_check", "copy_worktree", "still_there", "tail_of", "VERIFY_TIMEOUT_S",
            "TAIL_BYTES", "TAIL_LINES", "EVENT"]
@@ -66,7 +66,10 @@ class Check:
     tail: str = ""
     timed_out: bool = False
     seconds: float = 0.0
+    """How long the command ran."""
     error: str = ""
+    copy_s: float = 0.0
+    """How long the worktree took to copy."""
 
     @property
     def passed(self) -> bool:
@@ -87,7 +90,8 @@ class Check:
 
     def payload(self) -> dict[str, object]:
         return {"cmd": self.cmd, "exit_code": self.exit_code, "passed": self.passed, "timed_out": self.timed_out,
-                "seconds": round(self.seconds, 2), "tail": self.tail, "error": self.error}
+                "seconds": round(self.seconds, 2), "copy_s": round(self.copy_s, 2), "tail": self.tail,
+                "error": self.error}
 
 
 def tail_of(raw: bytes, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> str:
@@ -211,10 +215,24 @@ def verify(cmd: str, worktree: Path, *, scratch: Path, timeout_s: float = VERIFY
             copy = copy_worktree(worktree, folder)
         except OSError as e:
             why = " ".join(str(e).split())[:300]
-            return Check(cmd, None, seconds=time.monotonic() - t0,
+            return Check(cmd, None, copy_s=time.monotonic() - t0,
                          error=f"the worktree could not be copied for the check ({why})")
-        return run_check(cmd, copy, timeout_s=timeout_s)
+        copied = time.monotonic() - t0
+        return replace(run_check(cmd, copy, timeout_s=timeout_s), copy_s=copied)
     finally:
+        _remove(folder)
+
+
+def _remove(folder: Path) -> None:
+    """The copy goes, even where the check took the write bit off its folders."""
+    shutil.rmtree(folder, ignore_errors=True)
+    if folder.exists():
+        for here, dirs, _ in os.walk(folder):
+            for name in dirs:
+                try:
+                    os.chmod(os.path.join(here, name), 0o700, follow_symlinks=False)
+                except OSError:
+                    pass
         shutil.rmtree(folder, ignore_errors=True)
 
 
