@@ -112,4 +112,3 @@ def test_what_vanished_while_it_was_copied_is_not_missed(tmp_path: Path) -> None
     errors = [(str(tmp_path / "kept.py"), str(tmp_path / "c" / "kept.py"), "Permission denied"),
               (str(tmp_path / ".git" / "index.lock"), str(tmp_path / "c" / ".git" / "index.lock"), "No such file")]
     assert still_there(errors) == errors[:1]
-
