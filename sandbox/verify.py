@@ -40,12 +40,12 @@ from pathlib import Path
 from flower.cli.terminal import clean
 from flower.core.credentials import TOKEN_KEYS
 from flower.core.events import Event
+from flower.core.runtime import StepResult
 from flower.workflow.base import Ctx, Step
 from flower.workflow.goal import EVIDENCE_KEY, Evidence
-from flower.core.runtime import StepResult
 
-__all__ = ["Check", "verify", "verified", "run_check", "copy_worktree", "tail_of", "VERIFY_TIMEOUT_S", "TAIL_BYTES",
-           "TAIL_LINES", "EVENT"]
+__all__ = ["Check", "verify", "verified", "run_check", "copy_worktree", "still_there", "tail_of", "VERIFY_TIMEOUT_S",
+           "TAIL_BYTES", "TAIL_LINES", "EVENT"]
 
 VERIFY_TIMEOUT_S = 600.0
 TAIL_BYTES = 8 * 1024
@@ -66,7 +66,10 @@ class Check:
     tail: str = ""
     timed_out: bool = False
     seconds: float = 0.0
+    """How long the command ran."""
     error: str = ""
+    copy_s: float = 0.0
+    """How long the worktree took to copy."""
 
     @property
     def passed(self) -> bool:
@@ -87,7 +90,8 @@ class Check:
 
     def payload(self) -> dict[str, object]:
         return {"cmd": self.cmd, "exit_code": self.exit_code, "passed": self.passed, "timed_out": self.timed_out,
-                "seconds": round(self.seconds, 2), "tail": self.tail, "error": self.error}
+                "seconds": round(self.seconds, 2), "copy_s": round(self.copy_s, 2), "tail": self.tail,
+                "error": self.error}
 
 
 def tail_of(raw: bytes, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LINES) -> str:
@@ -104,24 +108,37 @@ def tail_of(raw: bytes, *, max_bytes: int = TAIL_BYTES, max_lines: int = TAIL_LI
 
 
 def copy_worktree(worktree: Path, into: Path) -> Path:
-    """``<into>/<worktree's name>``: every directory, regular file and symlink of ``worktree`` (``.git`` included),
-    modes and times kept; FIFOs, sockets and devices left out. OSError (``shutil.Error``) when something could not
-    be copied: a check on part of the work is no check."""
+    """``<into>/<worktree's name>``: every directory, regular file and symlink of ``worktree`` (``.git`` included but
+    its ``*.lock`` files), modes and times kept; FIFOs, sockets and devices left out. What vanishes while it is copied
+    (the run's checkpoint commits meanwhile: its ``index.lock`` comes and goes) is not there now and is not missed.
+    OSError (``shutil.Error``) when anything else could not be copied: a check on part of the work is no check."""
 
-    def special(folder: str, names: list[str]) -> set[str]:
+    def left_out(folder: str, names: list[str]) -> set[str]:
+        in_git = os.path.relpath(folder, worktree).split(os.sep)[0] == ".git"
         left = set()
         for name in names:
             try:
                 mode = os.lstat(os.path.join(folder, name)).st_mode
             except OSError:
-                continue  # gone meanwhile: copytree says so if it matters
-            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+                continue  # gone meanwhile: the copy says so if it matters
+            plain = stat.S_ISDIR(mode) or stat.S_ISREG(mode) or stat.S_ISLNK(mode)
+            if not plain or (in_git and name.endswith(".lock")):
                 left.add(name)
         return left
 
     dest = into / worktree.name
-    shutil.copytree(worktree, dest, symlinks=True, ignore=special)
+    try:
+        shutil.copytree(worktree, dest, symlinks=True, ignore=left_out)
+    except shutil.Error as e:
+        missed = still_there(e.args[0])
+        if missed:
+            raise shutil.Error(missed) from None
     return dest
+
+
+def still_there(errors: list[tuple[str, str, str]]) -> list[tuple[str, str, str]]:
+    """The copy's errors (``(source, destination, why)``) whose source still exists: the others vanished meanwhile."""
+    return [err for err in errors if os.path.lexists(err[0])]
 
 
 def _env() -> dict[str, str]:
@@ -148,7 +165,10 @@ def run_check(cmd: str, cwd: Path, *, timeout_s: float = VERIFY_TIMEOUT_S, env: 
         return Check(cmd, None, error=f"cannot start `sh` in {cwd}: {e.strerror or e}")
     assert proc.stdout is not None
     out, fd, timed_out, after = bytearray(), proc.stdout.fileno(), False, 0
-    watch = [fd, *_exit_fd(proc.pid)]  # the shell's end wakes the wait even while something it left holds the output
+    exit_fd = _exit_fd(proc.pid)  # the shell's end wakes the wait even while something it left holds the output
+    watch = select.poll()  # not select(): the runner's descriptors may be numbered past FD_SETSIZE
+    for each in (fd, *exit_fd):
+        watch.register(each, select.POLLIN)
     try:
         while True:
             left = t0 + timeout_s - time.monotonic()
@@ -156,7 +176,7 @@ def run_check(cmd: str, cwd: Path, *, timeout_s: float = VERIFY_TIMEOUT_S, env: 
                 timed_out = True
                 break
             ended = proc.poll() is not None
-            ready = select.select(watch if not ended else [fd], [], [], 0 if ended else min(left, 1.0))[0]
+            ready = {each for each, _ in watch.poll(0 if ended else min(left, 1.0) * 1000)}
             if fd not in ready:
                 if ended:  # the shell is gone and its output read; what it left running is killed below
                     break
@@ -180,8 +200,8 @@ def run_check(cmd: str, cwd: Path, *, timeout_s: float = VERIFY_TIMEOUT_S, env: 
             pass
         proc.wait()
         proc.stdout.close()
-        for extra in watch[1:]:
-            os.close(extra)
+        for each in exit_fd:
+            os.close(each)
     return Check(cmd, None if timed_out else proc.returncode, tail_of(bytes(out)), timed_out, time.monotonic() - t0)
 
 
@@ -195,10 +215,24 @@ def verify(cmd: str, worktree: Path, *, scratch: Path, timeout_s: float = VERIFY
             copy = copy_worktree(worktree, folder)
         except OSError as e:
             why = " ".join(str(e).split())[:300]
-            return Check(cmd, None, seconds=time.monotonic() - t0,
+            return Check(cmd, None, copy_s=time.monotonic() - t0,
                          error=f"the worktree could not be copied for the check ({why})")
-        return run_check(cmd, copy, timeout_s=timeout_s)
+        copied = time.monotonic() - t0
+        return replace(run_check(cmd, copy, timeout_s=timeout_s), copy_s=copied)
     finally:
+        _remove(folder)
+
+
+def _remove(folder: Path) -> None:
+    """The copy goes, even where the check took the write bit off its folders."""
+    shutil.rmtree(folder, ignore_errors=True)
+    if folder.exists():
+        for here, dirs, _ in os.walk(folder):
+            for name in dirs:
+                try:
+                    os.chmod(os.path.join(here, name), 0o700, follow_symlinks=False)
+                except OSError:
+                    pass
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -58,6 +58,10 @@ class RemoteView:
             if self.screen.verbose:
                 self.screen.say(t("remote.checkpoint", commit=str(item.payload.get("commit") or "")[:12]))
             return
+        if item.kind == "verify":  # the team's check before a verdict (the sandbox's verify command)
+            mark = "+" if item.payload.get("passed") is True else "x"
+            self.screen.say(t("remote.verify", mark=mark, summary=" ".join(item.text.split())[:300]))
+            return
         if item.kind == "system" and item.text == "sandbox started":
             self.screen.say(t("remote.sandbox_started"))
             return

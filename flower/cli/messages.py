@@ -537,6 +537,7 @@ MESSAGES: dict[str, tuple[str, str]] = {
     "remote.result": ("{mark} {step} · ${cost:.4f} · {n} turn{s} · total ${total:.4f}",
                       "{mark} {step} · ${cost:.4f} · {n} 轮 · 累计 ${total:.4f}"),
     "remote.checkpoint": ("  # work handed back ({commit})", "  # 成果已交回({commit})"),
+    "remote.verify": ("  {mark} the team's check: {summary}", "  {mark} 团队的检查:{summary}"),
     "remote.sandbox_started": ("- sandbox started", "- 沙箱已启动"),
     "remote.killed": ("x the run's sandbox was stopped", "x 运行的沙箱被停掉了"),
     "remote.resumed": ("~ resumed in a new sandbox: {why}", "~ 在新沙箱里接着跑:{why}"),

@@ -18,8 +18,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.cli]
 
 CMD = "python3 -m unittest"
 BUGGY, FIXED = "def add(a, b):\n    return a - b\n", "def add(a, b):\n    return a + b\n"
-TEST = ("import unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
-        "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n")
+TEST = ("import os\nimport unittest\n\nfrom calc import add\n\n\nclass T(unittest.TestCase):\n"
+        "    def test_add(self):\n        self.assertEqual(add(2, 3), 5)\n\n"
+        "    def test_cache(self):  # leaves a folder its owner cannot enter: the copy must go all the same\n"
+        "        os.makedirs('build/cache')\n        os.chmod('build/cache', 0)\n        os.chmod('build', 0)\n")
 
 
 def team_repo(path: Path) -> Path:
@@ -41,9 +43,9 @@ def _run(backend, tmp_path: Path, run_id: str, rules_for) -> tuple[int, dict, li
         handle = backend.start(layout, spec)
         with Person(layout.mailbox, ["1"], questions=layout.questions):
             code = backend.wait(handle, 300)
-        logs = backend.logs(handle)[-3000:]
-    assert model.unmatched == [], logs
-    assert not [p.name for p in layout.workbench.iterdir() if p.name.startswith("verify-")], "each copy was removed"
+    assert model.unmatched == [], [(r.prompt[-200:], r.user[-600:]) for r in model.unmatched]
+    assert not [p.name for p in layout.workbench.iterdir() if p.name.startswith("verify-")], \
+        "each copy was removed, as the run's user (10001), the folders its tests locked too"
     return code, json.loads(layout.exit_file.read_text()), read_events(layout), model
 
 
@@ -55,8 +57,10 @@ def test_the_worker_fixes_the_file_the_check_passes_and_the_verdict_is_achieved(
     checks = [e for e in events if e["kind"] == "verify"]
     assert [(c["text"], c["payload"]["exit_code"], c["payload"]["passed"]) for c in checks] == \
         [(f"verify `{CMD}` exited 0", 0, True)]
-    assert "Ran 1 test" in checks[0]["payload"]["tail"] and checks[0]["payload"]["tail"].endswith("OK")
+    assert "Ran 2 tests" in checks[0]["payload"]["tail"] and checks[0]["payload"]["tail"].endswith("OK")
     assert checks[0]["step"] == "工作"
+    took = checks[0]["payload"]
+    print(f"\nverify in the container: copy {took['copy_s']:.2f}s, python3 -m unittest {took['seconds']:.2f}s")
     judged = [r for r in model.conversation if "第 1 轮工作结束了" in r.prompt]
     assert judged and f"verify `{CMD}` exited 0" in judged[0].prompt, "the exit code is the judge's evidence"
 

@@ -7,7 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from sandbox.verify import TAIL_BYTES, TAIL_LINES, copy_worktree, run_check, tail_of, verify
+from sandbox.verify import TAIL_BYTES, TAIL_LINES, copy_worktree, run_check, still_there, tail_of, verify
 
 
 def _gone(pid: int) -> bool:
@@ -32,14 +32,19 @@ def test_the_copy_holds_untracked_and_ignored_files_and_git_but_no_fifo(git_work
     (ws / "run.sh").write_text("#!/bin/sh\necho ran\n")
     (ws / "run.sh").chmod(0o755)
     os.mkfifo(ws / "pipe")
+    (ws / "poetry.lock").write_text("# a team's lock file\n")
+    (ws / ".git" / "index.lock").write_text("")  # a commit in flight in the worktree (the run's checkpoint)
     copy = copy_worktree(ws, tmp_path / "scratch")
+    assert (copy / "poetry.lock").is_file() and not (copy / ".git" / "index.lock").exists(), \
+        "git's own locks stay behind: nobody in the copy holds them"
+    (ws / ".git" / "index.lock").unlink()
     assert copy == tmp_path / "scratch" / ws.name
     assert (copy / "node_modules" / "left-pad.js").read_text() == "module.exports = 1\n"
     assert os.readlink(copy / "node_modules" / ".bin" / "left-pad") == "../left-pad.js", "symlinks stay symlinks"
     assert (copy / "new.py").is_file() and os.access(copy / "run.sh", os.X_OK)
     assert not (copy / "pipe").exists(), "a FIFO is left out, never read"
     status = subprocess.run(["git", "status", "--porcelain"], cwd=copy, capture_output=True, text=True, check=True)
-    assert sorted(status.stdout.split("\n")[:-1]) == ["?? .gitignore", "?? new.py", "?? run.sh"], \
+    assert sorted(status.stdout.split("\n")[:-1]) == ["?? .gitignore", "?? new.py", "?? poetry.lock", "?? run.sh"], \
         "the copy is the run's repository as it stands: git answers there as in the worktree"
 
 
@@ -99,3 +104,11 @@ def test_the_check_does_not_see_the_runs_model_credentials(tmp_path: Path, monke
     monkeypatch.setenv("TEAM_SETTING", "kept")
     check = run_check("echo key=${ANTHROPIC_API_KEY:-none} team=$TEAM_SETTING", tmp_path)
     assert check.tail == "key=none team=kept"
+
+
+def test_what_vanished_while_it_was_copied_is_not_missed(tmp_path: Path) -> None:
+    """The run's checkpoint may commit while the worktree is copied: a file gone meanwhile is not a failed copy."""
+    (tmp_path / "kept.py").write_text("x = 1\n")
+    errors = [(str(tmp_path / "kept.py"), str(tmp_path / "c" / "kept.py"), "Permission denied"),
+              (str(tmp_path / ".git" / "index.lock"), str(tmp_path / "c" / ".git" / "index.lock"), "No such file")]
+    assert still_there(errors) == errors[:1]
