@@ -5,8 +5,9 @@ the sandbox, where the runner bridges it to a loopback port: ``sandbox.egress``)
 to it to squid's port for that set of rules (``service.egress.squid``); ``close(key)`` removes the socket and ends
 the connections. ``key`` is what the audit names: a run's id, or ``setup-<x>`` for a setup container. Each
 connection's source port towards squid is told to the ledger (``service.egress.ledger``), which maps squid's log
-lines back to keys, audits and counts them. A run's uploads are capped in all (``max_upload_mb``, tunnels included: squid cannot see into
-them): past it its connections are cut, new ones refused, and it is audited once.
+lines back to keys, audits and counts them. A run's uploads are capped in all (``max_upload_mb``, tunnels
+included: squid cannot see into them): past it its connections are cut, new ones refused, and it is audited once.
+At most ``MAX_CONNECTIONS_PER_KEY`` connections of one key at once (more are closed as they come).
 
 One thread of its own with a selector (as the runner's bridge): the sockets, the pumps and the log's tail.
 """
