@@ -8,9 +8,9 @@ upstream and credentials read from its credentials file, a listener on the run's
 local and Docker backends — and closes the grants of runs that are no longer active (or whose tenant left the
 tenants file). Calls are admitted and their usage metered into the registry here (``Budgets``: holds in the
 registry, so two gateways on one database share a budget), and the wire audit's counts go to the
-registry (``wire_audit``) for the scheduler's comparison at a run's end. A run whose tenant has an egress allow-list
-gets its ``egress.sock`` beside its gateway socket here too (``service.egress``: squid, started with the first). The scheduler stops a run over budget
-from its row; this side answers 403 from the moment it is over.
+registry (``wire_audit``) for the scheduler's comparison at a run's end. A run whose tenant has an egress
+allow-list gets its ``egress.sock`` beside its gateway socket here too (``service.egress``: squid is started with
+the first). The scheduler stops a run over budget from its row; this side answers 403 from the moment it is over.
 
 Started by the service beside itself it is given the service's pid (``--parent``): once that process is gone and
 no run is active it ends (``ORPHAN_EXIT_S``) — a gateway with runs to serve never does.
@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 from ..config import ServiceConfig
-from ..egress import EgressProxy, SquidError
 from ..control.live import layout_of, one_line
+from ..egress import EgressProxy, SquidError
 from ..logging import get_logger
 from ..metrics import Metrics
 from ..registry import Registry, Run, open_registry

@@ -177,7 +177,8 @@ def test_a_run_reaches_only_its_allow_list_and_every_other_attempt_is_audited(tm
                     ("GET", "other.flower.test", registry.port, 403),
                     ("GET", "registry.flower.test", other.port, 403),
                     ("GET", "127.0.0.1", registry.port, 403), ("CONNECT", "127.0.0.1", registry.port, 403),
-                    ("CONNECT", "registry.flower.test", port, 403), ("CONNECT", "registry.flower.test", model_port, 403),
+                    ("CONNECT", "registry.flower.test", port, 403),
+                    ("CONNECT", "registry.flower.test", model_port, 403),
                     ("GET", "registry.flower.test", registry.port, 403),  # the websocket
                     ("POST", "registry.flower.test", registry.port, 413)]:
         assert attempt in denied, (attempt, denied)
