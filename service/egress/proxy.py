@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import ServiceConfig
 from ..logging import get_logger
 from .ledger import EgressRecord, Ledger, read_counts
 from .rules import Rule, key_of
@@ -92,6 +93,14 @@ class EgressProxy:
         self._sel = selectors.DefaultSelector()
         self._thread: threading.Thread | None = None
         self._closed = False
+
+    @classmethod
+    def of(cls, config: ServiceConfig, name: str) -> EgressProxy:
+        """The proxy of one process of the service, as its config says: ``name`` ("gateway", "setup", …) names its
+        folder, ``data_dir/egress/<name>``, where its counts are kept (``/metrics`` sums every such folder)."""
+        return cls(config.data_path / "egress" / name, squid=config.egress_squid, internal_ok=config.egress_internal,
+                   max_upload_mb=config.egress_max_upload_mb, hosts_file=config.egress_hosts_file,
+                   forbidden_ports=[config.port, config.gateway_port or 0])
 
     # -- the interface ---------------------------------------------------------------------------
     def open(self, key: str, tenant: str, rules: Sequence[Rule], folder: Path) -> Path:

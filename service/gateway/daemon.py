@@ -101,10 +101,7 @@ class GatewayProcess:
         self.gateway.on_audit = self._audited
         if config.backend == "kubernetes":
             self.gateway.resolve = self._resolve
-        self.egress = EgressProxy(config.data_path / "egress" / "gateway", squid=config.egress_squid,
-                                  internal_ok=config.egress_internal, max_upload_mb=config.egress_max_upload_mb,
-                                  hosts_file=config.egress_hosts_file,
-                                  forbidden_ports=[config.port, config.gateway_port or 0])
+        self.egress = EgressProxy.of(config, "gateway")  # squid starts with the first run that has an allow-list
         self._failed: dict[str, str] = {}  # run → why its grant could not be opened (logged once)
         self._lookup: asyncio.Task[dict[str, Run]] | None = None  # the registry read unknown tokens share
         self._looked = -RESOLVE_S  # when (loop time) it began

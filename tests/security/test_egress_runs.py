@@ -137,10 +137,10 @@ def test_a_run_reaches_only_its_allow_list_and_every_other_attempt_is_audited(tm
             run_b = beta.post("/v1/runs", json={"ask": "不许出去", "options": options}).json()["id"]
             final_a = wait_status(acme, run_a, ENDED, timeout=300)
             final_b = wait_status(beta, run_b, ENDED, timeout=300)
-            a, b = results(model, "出去看看"), results(model, "不许出去")
             metrics = acme.get("/metrics", headers=SCRAPE).text
             lines = service.lines()
     assert final_a["status"] == "succeeded" and final_b["status"] == "succeeded", (final_a, final_b)
+    a, b = results(model, "出去看看"), results(model, "不许出去")
 
     # acme: what is listed is reached, the rest refused at the proxy; no name resolves and no route leads out
     assert a["socket"] is True and str(a["proxy"]).startswith("http://127.0.0.1:")
