@@ -126,7 +126,7 @@ def test_a_run_reaches_only_its_allow_list_and_every_other_attempt_is_audited(tm
         with ScriptedModel([]) as model:
             service = Service(dep)
             dep.set_credentials(model.env)
-            service.start(timeout=120)
+            service.start(timeout=600)  # the first Docker test of a tree builds the sandbox image
             services.append(service)
             port, model_port = int(service.url.rsplit(":", 1)[1]), int(model.url.rsplit(":", 1)[1])
             script = probe_script(registry.port, other.port, port, model_port)
