@@ -5,8 +5,9 @@ the sandbox, where the runner bridges it to a loopback port: ``sandbox.egress``)
 to it to squid's port for that set of rules (``service.egress.squid``); ``close(key)`` removes the socket and ends
 the connections. ``key`` is what the audit names: a run's id, or ``setup-<x>`` for a setup container. Each
 connection's source port towards squid is told to the ledger (``service.egress.ledger``), which maps squid's log
-lines back to keys, audits and counts them. A run's uploads are capped in all (``max_upload_mb``, tunnels included: squid cannot see into
-them): past it its connections are cut, new ones refused, and it is audited once.
+lines back to keys, audits and counts them. A run's uploads are capped in all (``max_upload_mb``, tunnels
+included: squid cannot see into them): past it its connections are cut, new ones refused, and it is audited once.
+At most ``MAX_CONNECTIONS_PER_KEY`` connections of one key at once (more are closed as they come).
 
 One thread of its own with a selector (as the runner's bridge): the sockets, the pumps and the log's tail.
 """
@@ -25,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import ServiceConfig
 from ..logging import get_logger
 from .ledger import EgressRecord, Ledger, read_counts
 from .rules import Rule, key_of
@@ -91,6 +93,14 @@ class EgressProxy:
         self._sel = selectors.DefaultSelector()
         self._thread: threading.Thread | None = None
         self._closed = False
+
+    @classmethod
+    def of(cls, config: ServiceConfig, name: str) -> EgressProxy:
+        """The proxy of one process of the service, as its config says: ``name`` ("gateway", "setup", …) names its
+        folder, ``data_dir/egress/<name>``, where its counts are kept (``/metrics`` sums every such folder)."""
+        return cls(config.data_path / "egress" / name, squid=config.egress_squid, internal_ok=config.egress_internal,
+                   max_upload_mb=config.egress_max_upload_mb, hosts_file=config.egress_hosts_file,
+                   forbidden_ports=[config.port, config.gateway_port or 0])
 
     # -- the interface ---------------------------------------------------------------------------
     def open(self, key: str, tenant: str, rules: Sequence[Rule], folder: Path) -> Path:

@@ -8,9 +8,9 @@ upstream and credentials read from its credentials file, a listener on the run's
 local and Docker backends — and closes the grants of runs that are no longer active (or whose tenant left the
 tenants file). Calls are admitted and their usage metered into the registry here (``Budgets``: holds in the
 registry, so two gateways on one database share a budget), and the wire audit's counts go to the
-registry (``wire_audit``) for the scheduler's comparison at a run's end. A run whose tenant has an egress allow-list
-gets its ``egress.sock`` beside its gateway socket here too (``service.egress``: squid, started with the first). The scheduler stops a run over budget
-from its row; this side answers 403 from the moment it is over.
+registry (``wire_audit``) for the scheduler's comparison at a run's end. A run whose tenant has an egress
+allow-list gets its ``egress.sock`` beside its gateway socket here too (``service.egress``: squid is started with
+the first). The scheduler stops a run over budget from its row; this side answers 403 from the moment it is over.
 
 Started by the service beside itself it is given the service's pid (``--parent``): once that process is gone and
 no run is active it ends (``ORPHAN_EXIT_S``) — a gateway with runs to serve never does.
@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 from ..config import ServiceConfig
-from ..egress import EgressProxy, SquidError
 from ..control.live import layout_of, one_line
+from ..egress import EgressProxy, SquidError
 from ..logging import get_logger
 from ..metrics import Metrics
 from ..registry import Registry, Run, open_registry
@@ -101,10 +101,7 @@ class GatewayProcess:
         self.gateway.on_audit = self._audited
         if config.backend == "kubernetes":
             self.gateway.resolve = self._resolve
-        self.egress = EgressProxy(config.data_path / "egress" / "gateway", squid=config.egress_squid,
-                                  internal_ok=config.egress_internal, max_upload_mb=config.egress_max_upload_mb,
-                                  hosts_file=config.egress_hosts_file,
-                                  forbidden_ports=[config.port, config.gateway_port or 0])
+        self.egress = EgressProxy.of(config, "gateway")  # squid starts with the first run that has an allow-list
         self._failed: dict[str, str] = {}  # run → why its grant could not be opened (logged once)
         self._lookup: asyncio.Task[dict[str, Run]] | None = None  # the registry read unknown tokens share
         self._looked = -RESOLVE_S  # when (loop time) it began

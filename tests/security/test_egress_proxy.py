@@ -139,7 +139,9 @@ def test_every_way_around_the_list_is_refused_and_audited(tmp_path: Path, server
         "websocket": get(f"registry.flower.test:{port}", "/ws",
                          headers="Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
                                  "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"),
-        "large upload": get(f"registry.flower.test:{port}", "/upload", method="POST", body=b"x" * (1 << 20) + b"y"),
+        # squid answers on the declared size (the run's own cap, counted on this side, has a test of its own)
+        "large upload": get(f"registry.flower.test:{port}", "/upload", method="POST", body=b"x" * 1024).replace(
+            b"Content-Length: 1024", f"Content-Length: {(1 << 20) + 1}".encode()),
         "origin form": f"GET / HTTP/1.1\r\nHost: registry.flower.test:{port}\r\nConnection: close\r\n\r\n".encode(),
     }
     for what, raw in attempts.items():
@@ -149,15 +151,16 @@ def test_every_way_around_the_list_is_refused_and_audited(tmp_path: Path, server
     assert server.seen == [] and server.other.seen == [], "nothing reached either registry"
     proxy.shutdown()
     refused = lines(audit, "audit.egress_refused")
-    # one line per attempt, and one more for the upload's bytes squid did not take as its body (no request)
-    assert len(refused) == len(attempts) + 1, refused
+    # one line per attempt; squid may log the declared-too-large body's bytes it did not read as one more, no request
+    assert len([x for x in refused if x["method"] != "-"]) == len(attempts), refused
+    assert all(x["bytes_up"] > 0 for x in refused)
     assert {x["run"] for x in refused} == {"run-b"} and not lines(audit, "audit.egress")
     seen = {(x["method"], x["host"], x["port"], x["status"]) for x in refused}
     assert ("GET", "127.0.0.1", port, 403) in seen and ("CONNECT", "127.0.0.1", port, 403) in seen
     assert ("GET", "other.flower.test", port, 403) in seen
     assert ("CONNECT", "registry.flower.test", other_port, 403) in seen
     assert ("POST", "registry.flower.test", port, 413) in seen and ("GET", "-", 0, 400) in seen
-    assert proxy.counts()["requests|acme|refused"] == len(attempts) + 1
+    assert proxy.counts()["requests|acme|refused"] == len(refused)
 
 
 def test_the_service_s_own_ports_are_refused_even_when_listed(tmp_path: Path, server: Any, audit: io.StringIO) -> None:
