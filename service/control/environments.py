@@ -46,10 +46,7 @@ class Environments:
             return None
         with self._lock:
             if self._proxy is None:
-                c = self.config
-                self._proxy = EgressProxy(c.data_path / "egress" / "setup", squid=c.egress_squid,
-                                          internal_ok=c.egress_internal, max_upload_mb=c.egress_max_upload_mb,
-                                          hosts_file=c.egress_hosts_file, forbidden_ports=[c.port, c.gateway_port or 0])
+                self._proxy = EgressProxy.of(self.config, "setup")
             proxy = self._proxy
 
         @contextmanager
