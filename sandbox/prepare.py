@@ -115,7 +115,8 @@ def _base(client: Any, recipe: Recipe, tree: Path, tenant: str, say: Log) -> tup
 
     if recipe.build is not None:
         b = recipe.build
-        tag = f"{PREPARED_REPO}-base/{_safe(tenant)}:{hashlib.sha256(msgspec.json.encode(b) + _digest(recipe)).hexdigest()[:24]}"
+        digest = hashlib.sha256(msgspec.json.encode(b) + _digest(recipe)).hexdigest()[:24]
+        tag = f"{PREPARED_REPO}-base/{_safe(tenant)}:{digest}"
         try:
             return client.images.get(tag).id, f"{b.dockerfile} (built)"
         except docker.errors.ImageNotFound:
@@ -224,7 +225,7 @@ def _setup(client: Any, recipe: Recipe, tree: Path, base_id: str, config: Mappin
                 container.put_archive("/", _tar_of(tree, workspace.lstrip("/")))
                 container.start()
                 code = _wait(container, timeout_s)
-                tail = _tail(container.logs().decode("utf-8", "replace"))
+                tail = _redact(_tail(container.logs().decode("utf-8", "replace")), secrets)
                 if code != 0:
                     what = "did not finish" if code is None else f"exited {code}"
                     raise SetupFailed(f"setup {what}; the run did not start (the next run prepares again)",
@@ -259,6 +260,14 @@ def _wait(container: Any, timeout_s: float) -> int | None:
 
 def _tail(text: str) -> str:
     return "\n".join(text.rstrip().splitlines()[-_TAIL:])
+
+
+def _redact(text: str, secrets: Mapping[str, str]) -> str:
+    """Setup's output with each secret's value masked: it goes to the service's log and the failed run's error."""
+    for name, value in secrets.items():
+        if len(value) >= 4:
+            text = text.replace(value, f"<{name}>")
+    return text
 
 
 def _tar_of(tree: Path, prefix: str) -> bytes:

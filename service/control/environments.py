@@ -23,10 +23,12 @@ from sandbox.spec import Prepared
 from ..config import ServiceConfig
 from ..egress.proxy import EgressProxy
 from ..operator_files import operator_file
+from ..logging import get_logger
 from ..tenants import Tenant, TenantNotReady
 
 __all__ = ["Environments", "DEVCONTAINER_PATHS"]
 
+log = get_logger("flower.service.environments")
 DEVCONTAINER_PATHS = (".devcontainer/devcontainer.json", ".devcontainer.json", ".devcontainer")
 
 
@@ -96,6 +98,7 @@ class Environments:
                                         f"the setup secrets file of tenant {tenant.name}", TenantNotReady)
             prepared = prepare(recipe, tree, tenant=tenant.name, sandbox_image=sandbox_image, client=client,
                                secrets=secrets, egress=self.egress(tenant), timeout_s=self.config.setup_timeout_s,
+                               log=lambda said: log.info("environment.prepare", tenant=tenant.name, said=said[-4000:]),
                                network_mode=(self.config.network_mode or "bridge") if tenant.egress == "open" else "none")
         prune(int(self.config.environment_cache_gb * 1e9), client)
         self.latest[tenant.name] = prepared

@@ -141,10 +141,13 @@ def test_a_run_in_the_teams_image_after_a_kept_setup(engine, bare, tenant, sandb
 
 def test_a_failing_setup_fails_with_its_tail_and_keeps_nothing(engine, bare, tenant, sandbox_image,
                                                                git_workspace: Path) -> None:
-    recipe = _recipe(bare, {"": "echo resolving deps; echo 'E404 @team/missing not found' >&2; exit 3"})
+    recipe = _recipe(bare, {"": "echo resolving deps with $TEAM_TOKEN; echo 'E404 @team/missing not found' >&2; "
+                                "exit 3"})
     with pytest.raises(SetupFailed) as e:
-        prepare(recipe, git_workspace, tenant=tenant, sandbox_image=sandbox_image, client=engine)
+        prepare(recipe, git_workspace, tenant=tenant, sandbox_image=sandbox_image, client=engine,
+                secrets={"TEAM_TOKEN": SECRET})
     assert e.value.exit_code == 3 and "E404 @team/missing not found" in e.value.tail and "exited 3" in str(e.value)
+    assert "resolving deps with <TEAM_TOKEN>" in e.value.tail and SECRET not in e.value.tail  # never echoed back
     assert engine.images.list(name=f"flower-env/{tenant}") == []
     assert engine.containers.list(all=True, filters={"label": "org.flower.setup"}) == []
 
