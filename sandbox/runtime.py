@@ -34,11 +34,12 @@ _GIT = f"""#!/bin/sh
 GIT_EXEC_PATH={RUNTIME}/usr/lib/git-core GIT_TEMPLATE_DIR={RUNTIME}/usr/share/git-core/templates \\
   exec {_LOADER} --library-path {_LIBS} {RUNTIME}/usr/bin/git "$@"
 """
-# Copied out of the sandbox image: the interpreter and its libraries, the venv (runner, SDK, CLI), git.
+# Copied out of the sandbox image: the interpreter and its libraries, the venv (runner, SDK, CLI), git — with their
+# times (``-a``): a .pyc whose source's time changed is compiled again at every import (the volume is read-only).
 _FILL = f"""set -e
-cp -R /usr /etc {RUNTIME}/
+cp -a /usr /etc {RUNTIME}/
 mkdir -p {RUNTIME}/opt
-cp -R /opt/flower {RUNTIME}/opt/
+cp -a /opt/flower {RUNTIME}/opt/
 mkdir -p {BIN}
 cat > {BIN}/git <<'EOF'
 {_GIT}EOF
