@@ -23,7 +23,7 @@ from .bridge import Bridge, open_bridge
 __all__ = ["open_egress", "proxy_env", "EGRESS_SOCKET", "EGRESS_ENV"]
 
 EGRESS_SOCKET = "egress.sock"  # in the run's gateway/ folder (service/egress/proxy.py SOCKET_NAME)
-EGRESS_ENV = "FLOWER_EGRESS"  # set by the backend: the spec's egress ("proxied": open_egress is called)
+EGRESS_ENV = "FLOWER_EGRESS"  # "proxied", set by the backend for such a run: the runner calls open_egress
 _OPEN: list[Bridge] = []  # the bridges of this process: they live as long as it does
 
 

@@ -13,7 +13,7 @@ Network: a spec with ``egress="closed"`` (the service's default for every tenant
 ``network_mode: none`` — no interface but its own loopback, where the runner bridges to the gateway's
 socket (``sandbox.bridge``). ``egress="proxied"`` too: the allow-list's socket (``gateway/egress.sock``, in the same
 read-only mount) is its only other way out (``sandbox.egress``). ``egress="open"`` uses ``network_mode`` /
-``start(network=...)``. The runner is told which in ``FLOWER_EGRESS``.
+``start(network=...)``. A proxied run's runner is told so in ``FLOWER_EGRESS``.
 
 Hardened by default, each a constructor argument: uid 10001 whatever the service runs as (``user``; uid 0 is
 refused: without a user-remapping engine it is the host's root), a
@@ -190,7 +190,8 @@ class DockerBackend:
             image, command = environment.image, runtime_argv("sandbox.entrypoint", str(layout.spec_file))
             env = {**environment.env, **env}
             kw["entrypoint"] = []
-        env = {**env, EGRESS_ENV: egress}
+        if egress == "proxied":  # the runner bridges gateway/egress.sock and exports the proxy (sandbox.egress)
+            env = {**env, EGRESS_ENV: egress}
         if egress != "open":  # not even loopback to the host: the model (and the allow-list) are behind sockets
             kw["network_mode"] = "none"
         elif network is not None:

@@ -371,7 +371,9 @@ class LocalBackend:
         layout.exit_file.unlink(missing_ok=True)
         if owner is not None:  # what the run writes, and its mail (spec, env file) to read; mounted read-only
             layout.hand_over(*owner)
-        env = {"PATH": self.path, **env, EGRESS_ENV: egress}  # proxied: sandbox.egress bridges gateway/egress.sock
+        env = {"PATH": self.path, **env}
+        if egress == "proxied":  # the runner bridges gateway/egress.sock and exports the proxy (sandbox.egress)
+            env[EGRESS_ENV] = egress
         if owner is not None:  # the wrapper, bubblewrap and setpriv run as root: nothing may load code into them
             env = {k: v for k, v in env.items() if not k.startswith("LD_")}
         _sweep()

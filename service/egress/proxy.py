@@ -246,6 +246,7 @@ class EgressProxy:
             return
         port = self._sets[opening.set_key][0]
         upstream = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        upstream.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # chunks go on as they come (no 40 ms waits)
         try:
             upstream.connect(("127.0.0.1", port))
         except OSError:  # squid reconfiguring: the run's client sees the connection close and tries again
