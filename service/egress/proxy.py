@@ -168,7 +168,7 @@ class EgressProxy:
     # -- squid -----------------------------------------------------------------------------------
     def _squid_of(self) -> Squid:
         if self._squid is None:
-            work = _squid_folder()
+            work = _squid_folder(self.folder)
             shutil.copyfile(self._hosts_file, work / "hosts")  # squid may run as its own user: it reads its copy
             os.chmod(work / "hosts", 0o644)  # whatever the service's umask (unread, squid would ask DNS instead)
             internal_ok, forbidden, max_mb = self._squid_cfg
@@ -372,10 +372,17 @@ def _listen(folder: Path) -> socket.socket:
     return sock
 
 
-def _squid_folder() -> Path:
+def _squid_folder(owner: Path) -> Path:
     """squid's own folder (configuration, logs, pid): outside the service's data dir, which squid's user may not
-    enter; owned by that user when squid is started as root (it then drops to Debian's ``proxy``)."""
-    work = Path(tempfile.mkdtemp(prefix="flower-squid-"))
+    enter; owned by that user when squid is started as root (it then drops to Debian's ``proxy``). Named after the
+    proxy's folder, so that a squid a dead process of the service left there (the parent-death signal does not
+    survive squid's change of user) is ended before a new one starts."""
+    import hashlib
+
+    work = Path(tempfile.gettempdir()) / f"flower-squid-{hashlib.sha256(str(owner).encode()).hexdigest()[:16]}"
+    _end_left_squid(work)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(mode=0o700)
     if os.geteuid() == 0:
         import pwd
 
@@ -385,6 +392,26 @@ def _squid_folder() -> Path:
             return work
         os.chown(work, entry.pw_uid, entry.pw_gid)
     return work
+
+
+def _end_left_squid(work: Path) -> None:
+    """SIGTERM to the squid whose pid file is in ``work``, if that process is squid run on ``work``'s config."""
+    import signal
+
+    try:
+        pid = int((work / "squid.pid").read_text().split()[0])
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError, IndexError):
+        return
+    if str(work / "squid.conf").encode() in cmdline:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except OSError:
+            return
+        for _ in range(100):
+            if not Path(f"/proc/{pid}").exists():
+                return
+            time.sleep(0.05)
 
 
 def _free_port() -> int:
