@@ -30,6 +30,7 @@ import io
 import json
 import os
 import shutil
+import socket
 import tarfile
 import tempfile
 import threading
@@ -47,10 +48,12 @@ from .runtime import BIN, RUNTIME, argv, check_image, ensure_runtime
 from .setup import SEED, SEED_MARK
 from .spec import Prepared
 
-__all__ = ["prepare", "prune", "EgressOpener", "PLAN_DIR", "PREPARED_REPO"]
+__all__ = ["prepare", "prune", "stop_setups", "EgressOpener", "PLAN_DIR", "PREPARED_REPO"]
 
 PLAN_DIR = "/run/flower-setup"
 PREPARED_REPO = "flower-env"
+OWNER = f"{socket.gethostname()}:{os.getpid()}"
+"""This process's setups carry it (``org.flower.setup.owner``): ``stop_setups`` ends them, no other's."""
 _TAIL = 60
 _SCAN_CAP = 64 << 20  # a file setup wrote larger than this is not searched for secrets (it is named in the log)
 # Setup runs as root in a container with nothing of the host writable: enough to install into the image, no more.
@@ -220,7 +223,7 @@ def _setup(client: Any, recipe: Recipe, tree: Path, base_id: str, config: Mappin
                 cap_add=_SETUP_CAPS, security_opt=["no-new-privileges"], pids_limit=1024, mem_limit="4g",
                 memswap_limit="4g", tmpfs={"/tmp": "rw,nosuid,nodev,size=1g,mode=1777"},
                 environment={"LANG": "C.UTF-8", "HOME": "/root", "PATH": _env(config, recipe.env)["PATH"]},
-                labels={"org.flower.setup": key})
+                labels={"org.flower.setup": key, "org.flower.setup.owner": OWNER})
             try:
                 container.put_archive("/", _tar_of(tree, workspace.lstrip("/")))
                 container.start()
@@ -246,6 +249,22 @@ def _setup(client: Any, recipe: Recipe, tree: Path, base_id: str, config: Mappin
                 container.remove(force=True)
     finally:
         shutil.rmtree(outer, ignore_errors=True)
+
+
+def stop_setups(client: Any = None) -> int:
+    """End this process's setups now (the service stops: a prepare must not hold it for minutes); their runs are
+    put back in line by the next start's recovery. How many were ended."""
+    import docker
+
+    client = client or docker.from_env()
+    ended = 0
+    for c in client.containers.list(all=True, filters={"label": f"org.flower.setup.owner={OWNER}"}):
+        try:
+            c.kill()
+            ended += 1
+        except docker.errors.APIError:
+            pass
+    return ended
 
 
 def _wait(container: Any, timeout_s: float) -> int | None:

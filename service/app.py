@@ -166,8 +166,10 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None, clock: 
                 canary.cancel()
             await service.schedules.stop()
             await scheduler.stop()
+            for launching in list(scheduler.starter.launching):  # a start that waits on a setup: the run stays
+                launching.cancel()  # `starting`, and the next start's recovery puts it back in line
             environments = scheduler.starter.launcher.environments
-            if environments is not None:  # the setups' squid (runs' egress is the gateway's)
+            if environments is not None:  # its setups end, then their squid (runs' egress is the gateway's)
                 await asyncio.to_thread(environments.close)
             if keeper is not None:
                 await keeper.stop()

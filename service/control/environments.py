@@ -17,7 +17,7 @@ from pathlib import Path
 from sandbox.backends.base import Backend
 from sandbox.environment import recipe_of
 from sandbox.errors import EnvironmentRefused
-from sandbox.prepare import EgressOpener, prepare, prune
+from sandbox.prepare import EgressOpener, prepare, prune, stop_setups
 from sandbox.spec import Prepared
 
 from ..config import ServiceConfig
@@ -62,6 +62,13 @@ class Environments:
         return opened
 
     def close(self) -> None:
+        """The service stops: its setups end (their runs go back in line at the next start), then their squid."""
+        client = getattr(self.backend, "client", None)
+        if client is not None and self.config.backend == "docker":
+            try:
+                stop_setups(client)
+            except Exception as e:  # noqa: BLE001 - an engine away: nothing of ours runs there to end
+                log.warning("environment.setups_not_ended", error=str(e))
         if self._proxy is not None:
             self._proxy.shutdown()
 

@@ -5,6 +5,7 @@ and the next run preparing again. Docker backend, real CLI, scripted model."""
 from __future__ import annotations
 
 import hashlib
+import os
 import io
 import uuid
 
@@ -200,3 +201,45 @@ def test_once_prepared_a_teams_runs_claim_sandboxes_waiting_in_its_environment(b
             for c in client.containers.list(all=True, filters={"ancestor": image.id}):
                 c.remove(force=True)
             client.images.remove(image.id, force=True)
+
+
+def test_a_service_stopped_during_a_setup_ends_it_and_the_run_waits_its_turn(bare, tmp_path,
+                                                                            services: list[Service]):
+    import docker
+    import signal
+
+    d = Deployment(tmp_path, backend="docker", extra_config='network_mode = "host"\n')
+    d.write_tenants(acme={"image": bare, "setup": ["sleep 900"]})
+    client = docker.from_env()
+    try:
+        with ScriptedModel(probe_rules("stopped mid-setup")) as model:
+            service = serve(d, services, model, timeout=600)
+            acme = service.client("acme")
+            run_id = acme.post("/v1/runs", json={"ask": "stopped mid-setup"}).json()["id"]
+
+            def setups() -> list:
+                return client.containers.list(filters={"label": "org.flower.setup"})
+
+            wait_for(lambda: setups() or None, 300, every=0.5, what="the setup's container")
+            proc = service.proc
+            assert proc is not None
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(60)  # within a minute, not the setup's fifteen (uvicorn exits by the signal it handled)
+            service.proc = None
+            service._log.close()
+            assert setups() == []
+            d.write_tenants(acme={"image": bare, "setup": ["echo again > /usr/local/share/marker"]})
+            again = serve(d, services, model, timeout=600)
+            final = run_one_existing(again, "acme", run_id)
+            assert final["status"] == "succeeded", final
+            assert probe_of(model, "stopped mid-setup")[0] == "again"
+    finally:
+        for image in client.images.list(name="flower-env/acme"):
+            client.images.remove(image.id, force=True)
+
+
+def run_one_existing(service: Service, tenant: str, run_id: str) -> dict:
+    client = service.client(tenant)
+    q = wait_question(client, run_id, timeout=600)
+    assert client.post(f"/v1/runs/{run_id}/answers", json={"question_id": q["id"], "text": "1"}).status_code == 200
+    return wait_status(client, run_id, ENDED, timeout=300)
