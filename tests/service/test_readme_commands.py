@@ -24,7 +24,8 @@ from pathlib import Path
 import pytest
 
 from _hello import hello_rules
-from _service_helpers import ROOT, TOKENS, Deployment, Service, end_leftover_runs, wait_question, wait_status
+from _service_helpers import (ROOT, TOKENS, Deployment, Service, end_leftover_runs, wait_for, wait_question,
+                              wait_status)
 from flower.testing import ScriptedModel
 
 pytestmark = pytest.mark.cli
@@ -111,6 +112,12 @@ def test_the_shell_commands_of_every_readme_run_as_written(tmp_path: Path):
                 if "restore" in command:  # with the service stopped, as the README says
                     os.killpg(proc.pid, signal.SIGTERM)  # uvicorn shuts down, then re-raises the signal it caught
                     assert proc.wait(30) in (0, -signal.SIGTERM) and '"service.stopped"' in log.read_text()
+                    # stopped means every process of it: its gateway ends by itself a moment later (slower on a
+                    # loaded machine), and a restore refuses while anything still holds the registry
+                    from service.registry.users import holders
+
+                    db = deployment.data / "registry.sqlite3"
+                    wait_for(lambda: not holders(db), 60, every=0.2, what=f"the service's processes to let go of {db}")
                     shutil.copy(next(backups.glob("registry-*.sqlite3")), backups / "registry-2026-12-01.sqlite3")
                 results[command] = p = _run(command, fill, deployment.root, env)
                 wanted = EXPECTED.get(command, 0)
