@@ -55,7 +55,7 @@ PREPARED_REPO = "flower-env"
 OWNER = f"{socket.gethostname()}:{os.getpid()}"
 """This process's setups carry it (``org.flower.setup.owner``): ``stop_setups`` ends them, no other's."""
 _TAIL = 60
-_SCAN_CAP = 64 << 20  # a file setup wrote larger than this is not searched for secrets (it is named in the log)
+_SCAN_CHUNK = 1 << 20  # files setup wrote are searched a chunk at a time: any size, bounded memory
 # Setup runs as root in a container with nothing of the host writable: enough to install into the image, no more.
 _SETUP_CAPS = ["CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "SETUID", "SETGID", "KILL"]
 
@@ -333,7 +333,7 @@ def _scan(container: Any, secrets: Mapping[str, str], mounts: list[str]) -> None
     if not needles:
         return
     for top in _changed(container, mounts):
-        for path, data in _files(container, top):
+        for path, data in _files(container, top, overlap=max(len(n) for n in needles.values()) - 1):
             for name, needle in needles.items():
                 if needle in data:
                     raise EnvironmentRefused(
@@ -342,17 +342,21 @@ def _scan(container: Any, secrets: Mapping[str, str], mounts: list[str]) -> None
                         f"`${{{name}}}`, or pip's --index-url from the variable) and not write it down")
 
 
-def _files(container: Any, top: str) -> Iterator[tuple[str, bytes]]:
+def _files(container: Any, top: str, *, overlap: int) -> Iterator[tuple[str, bytes]]:
+    """Every regular file under ``top`` in the container, as chunks that overlap by ``overlap`` bytes (a value split
+    between two chunks is still whole in one)."""
     stream, _ = container.get_archive(top)
     reader = _StreamReader(stream)
     with tarfile.open(fileobj=reader, mode="r|") as tar:
         parent = str(PurePosixPath(top).parent)
         for member in tar:
-            if not member.isfile() or member.size > _SCAN_CAP:
+            f = tar.extractfile(member) if member.isfile() else None
+            if f is None:
                 continue
-            f = tar.extractfile(member)
-            if f is not None:
-                yield f"{parent.rstrip('/')}/{member.name}", f.read()
+            path, tail = f"{parent.rstrip('/')}/{member.name}", b""
+            while chunk := f.read(_SCAN_CHUNK):
+                yield path, tail + chunk
+                tail = chunk[-overlap:] if overlap > 0 else b""
 
 
 class _StreamReader(io.RawIOBase):
