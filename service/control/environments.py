@@ -113,8 +113,16 @@ class Environments:
 
 
 def _archive(repo: str, base: str, into: Path) -> None:
-    """The repository's files at ``base`` into ``into`` (git archive of the tenant's own repository: trusted)."""
-    archive = subprocess.run(["git", "-C", repo, "archive", "--format=tar", base], capture_output=True, timeout=300,
-                             check=True)
-    subprocess.run(["tar", "-x", "-C", str(into), "--no-same-owner"], input=archive.stdout, check=True,
-                   capture_output=True, timeout=300)
+    """The repository's files at ``base`` into ``into`` (git archive of the tenant's own repository: trusted),
+    streamed from git to tar: a large repository never sits in the service's memory."""
+    git = subprocess.Popen(["git", "-C", repo, "archive", "--format=tar", base], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL)
+    try:
+        subprocess.run(["tar", "-x", "-C", str(into), "--no-same-owner"], stdin=git.stdout, check=True,
+                       capture_output=True, timeout=300)
+    finally:
+        assert git.stdout is not None
+        git.stdout.close()
+        code = git.wait(timeout=60)
+    if code != 0:
+        raise subprocess.CalledProcessError(code, ["git", "archive", base])
