@@ -215,6 +215,7 @@ def _setup(client: Any, recipe: Recipe, tree: Path, base_id: str, config: Mappin
         mounts = [Mount(RUNTIME, runtime, type="volume", read_only=True),
                   Mount(PLAN_DIR, str(plan_dir), type="bind", read_only=True),
                   Mount(str(egress_dir), str(egress_dir), type="bind", read_only=True)]
+        _reap_orphans(client)
         opened = egress(f"setup-{key[:12]}", egress_dir) if egress is not None else nullcontext()
         with opened:
             container = client.containers.create(
@@ -265,6 +266,32 @@ def stop_setups(client: Any = None) -> int:
         except docker.errors.APIError:
             pass
     return ended
+
+
+def _reap_orphans(client: Any) -> None:
+    """Setups a process of this machine left when it was killed (no ``stop_setups`` ran): they would run on, a
+    `sleep` or a hung install, for nobody."""
+    import docker
+
+    host = socket.gethostname()
+    for c in client.containers.list(all=True, filters={"label": "org.flower.setup.owner"}):
+        owner_host, _, pid = str(c.labels.get("org.flower.setup.owner", "")).rpartition(":")
+        if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            c.remove(force=True)
+        except docker.errors.APIError:
+            pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _wait(container: Any, timeout_s: float) -> int | None:
