@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -36,7 +36,8 @@ from .errors import BranchExists, DiffTooLarge, NotAGitRepo, WorktreeError
 
 __all__ = ["make_workspace", "remove_workspace", "import_bundle", "diff", "diff_files", "diff_stream", "objects_dir",
            "delete_branch", "FileStat", "Changes", "NotAGitRepo", "BranchExists", "WorktreeError", "DiffTooLarge",
-           "GIT_ENV", "SAFE_CONFIG", "MAX_DIFF_FILES", "checkout_ahead", "AHEAD_BRANCH"]
+           "GIT_ENV", "SAFE_CONFIG", "MAX_DIFF_FILES", "checkout_ahead", "AHEAD_BRANCH", "head", "has_any",
+           "export_tree"]
 
 SAFE_CONFIG = ["core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false",
                "transfer.fsckObjects=true", "fetch.fsckObjects=true", "receive.fsckObjects=true",
@@ -275,6 +276,39 @@ def diff(repo: str | Path, branch: str, *, base: str) -> str:
             raise _fail(f"git could not diff {base!r}...{branch!r} in {repo}", e) from None
     finally:
         r.close()
+
+
+def head(repo: str | Path) -> str:
+    """The commit the repository's HEAD names now."""
+    out = subprocess.run(_argv(Path(repo), "rev-parse", "--verify", "HEAD^{commit}"), env=_git_env(),
+                         capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    if out.returncode != 0 or not out.stdout.strip():
+        raise WorktreeError(f"the repository {repo} has no commit at HEAD")
+    return str(out.stdout).strip()
+
+
+def has_any(repo: str | Path, rev: str, paths: Sequence[str]) -> bool:
+    """Whether the tree at ``rev`` holds any of ``paths`` (file or folder), without a checkout."""
+    out = subprocess.run(_argv(Path(repo), "ls-tree", "--name-only", rev, "--", *paths), env=_git_env(),
+                         capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+    return out.returncode == 0 and bool(out.stdout.strip())
+
+
+def export_tree(repo: str | Path, rev: str, into: str | Path) -> None:
+    """The files of ``rev`` into the folder ``into``, streamed from ``git archive`` to ``tar`` (never held whole in
+    memory); WorktreeError when either fails."""
+    git = subprocess.Popen(_argv(Path(repo), "archive", "--format=tar", rev), env=_git_env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        untar = subprocess.run(["tar", "-x", "-C", str(into), "--no-same-owner"], stdin=git.stdout,
+                               capture_output=True, timeout=GIT_TIMEOUT_S)
+    finally:
+        assert git.stdout is not None
+        git.stdout.close()
+        code = git.wait(timeout=60)
+    if code != 0 or untar.returncode != 0:
+        raise WorktreeError(f"the files of {rev} in {repo} could not be exported: "
+                            f"{untar.stderr.decode('utf-8', 'replace').strip()[-300:] or f'git exited {code}'}")
 
 
 def _argv(repo: Path, *args: str | bytes) -> list[str | bytes]:

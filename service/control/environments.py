@@ -7,7 +7,6 @@ backend runs a team's image; asking another for one fails the run with a sentenc
 
 from __future__ import annotations
 
-import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from sandbox.environment import recipe_of
 from sandbox.errors import EnvironmentRefused
 from sandbox.prepare import EgressOpener, prepare, prune, stop_setups
 from sandbox.spec import Prepared
+from sandbox.worktree import export_tree, has_any
 
 from ..config import ServiceConfig
 from ..egress.proxy import EgressProxy
@@ -79,9 +79,7 @@ class Environments:
             return True
         if not tenant.devcontainer:
             return False
-        out = subprocess.run(["git", "-C", repo, "ls-tree", "--name-only", "HEAD", "--", *DEVCONTAINER_PATHS],
-                             capture_output=True, text=True, timeout=30)
-        return bool(out.stdout.strip())
+        return has_any(repo, "HEAD", DEVCONTAINER_PATHS)
 
     def of(self, tenant: Tenant, repo: str, base: str) -> Prepared | None:
         """Blocking: the prepared environment of a run of ``tenant`` from ``base``, or None for flower's own image.
@@ -89,7 +87,7 @@ class Environments:
         with tempfile.TemporaryDirectory(prefix="flower-tree-") as tmp:
             tree = Path(tmp) / Path(repo).name
             tree.mkdir()
-            _archive(repo, base, tree)
+            export_tree(repo, base, tree)
             recipe = recipe_of(tree, image=tenant.image, setup=tenant.setup, devcontainer=tenant.devcontainer)
             if recipe is None:
                 return None
@@ -110,19 +108,3 @@ class Environments:
         prune(int(self.config.environment_cache_gb * 1e9), client)
         self.latest[tenant.name] = prepared
         return prepared
-
-
-def _archive(repo: str, base: str, into: Path) -> None:
-    """The repository's files at ``base`` into ``into`` (git archive of the tenant's own repository: trusted),
-    streamed from git to tar: a large repository never sits in the service's memory."""
-    git = subprocess.Popen(["git", "-C", repo, "archive", "--format=tar", base], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL)
-    try:
-        subprocess.run(["tar", "-x", "-C", str(into), "--no-same-owner"], stdin=git.stdout, check=True,
-                       capture_output=True, timeout=300)
-    finally:
-        assert git.stdout is not None
-        git.stdout.close()
-        code = git.wait(timeout=60)
-    if code != 0:
-        raise subprocess.CalledProcessError(code, ["git", "archive", base])

@@ -21,6 +21,7 @@ from sandbox.backends.base import Backend, Handle
 from sandbox.layout import RunLayout
 from sandbox.pool import Shape
 from sandbox.spec import Resume, RunSpec, write_spec
+from sandbox.worktree import head as worktree_head
 
 from ..config import ServiceConfig
 from ..errors import RunFolderGone
@@ -73,7 +74,7 @@ class Launcher:
             return self._resume(run, tenant, values, objects, held)
         head = environment = None
         if self.environments is not None and self.own_environment(run, tenant):  # its team's, prepared first
-            head = _head(run.repo)
+            head = worktree_head(run.repo)
             environment = self.environments.of(tenant, run.repo, head)
         slot = self.warm.claim(Shape.of(Path(run.repo).name, objects, tenant.egress, settings_of(values),
                                         environment))
@@ -130,14 +131,6 @@ class Launcher:
                        verify=tenant.verify, verify_timeout_s=tenant.verify_timeout_s)
         write_spec(layout, spec)
         return Started(self.backend.start(layout, spec), run.base, None)
-
-
-def _head(repo: str) -> str:
-    """The commit the repository's HEAD names now: the run's base, chosen before its environment is prepared."""
-    import subprocess
-
-    return subprocess.run(["git", "-C", repo, "rev-parse", "--verify", "HEAD^{commit}"], capture_output=True,
-                          text=True, check=True, timeout=30).stdout.strip()
 
 
 def _resume_cause(run: Run) -> str:
