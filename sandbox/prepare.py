@@ -133,7 +133,8 @@ def _base(client: Any, recipe: Recipe, tree: Path, tenant: str, say: Log) -> tup
         try:
             image, _ = client.images.build(path=str(context), dockerfile=str(dockerfile), buildargs=dict(b.args),
                                            target=b.target, tag=tag, rm=True, forcerm=True, network_mode="none",
-                                           labels={"org.flower.env.base": tenant})
+                                           labels={"org.flower.env.base": tenant,  # pruned as prepared ones are
+                                                   "org.flower.env.key": f"build:{digest}"})
         except docker.errors.BuildError as e:
             lines = [str(x.get("stream") or x.get("error") or "").rstrip() for x in e.build_log]
             tail = "\n".join(line for line in lines if line)[-4000:]
@@ -423,7 +424,8 @@ _used: dict[str, float] = {}
 
 def prune(cap_bytes: int, client: Any = None) -> list[str]:
     """Remove prepared images, least recently used first (by this process; else oldest), until their total size is
-    under ``cap_bytes``; the tags removed. An image a container still uses is skipped (the engine refuses)."""
+    under ``cap_bytes``; the tags removed. Bases built from a devcontainer's Dockerfile count too. An image a
+    container or a prepared image still uses is skipped (the engine refuses)."""
     import docker
 
     client = client or docker.from_env()
