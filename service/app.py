@@ -15,7 +15,6 @@ import threading
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 from litestar import Litestar, Router
 from litestar.datastructures import State

@@ -220,7 +220,7 @@ def test_host_mismatch_reaches_only_the_listed_host(tmp_path: Path, server: Any,
     port = server.server_address[1]
     sock = proxy.open("run-g", "acme", parse_rules([f"registry.flower.test:{port}"]), tmp_path / "gw")
     listed = f"registry.flower.test:{port}"
-    inner = f"GET /exfil HTTP/1.1\r\nHost: other.flower.test\r\nConnection: close\r\n\r\n".encode()
+    inner = "GET /exfil HTTP/1.1\r\nHost: other.flower.test\r\nConnection: close\r\n\r\n".encode()
     answer = ask(sock, f"CONNECT {listed} HTTP/1.1\r\nHost: {listed}\r\n\r\n".encode(), then=inner)
     assert b"registry says hello" in answer
     plain = get(listed, "/mismatch").replace(f"Host: {listed}".encode(), b"Host: other.flower.test")

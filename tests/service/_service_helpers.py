@@ -268,3 +268,15 @@ def scrape_config(root: Path) -> str:
     path.write_text(SCRAPE_TOKEN + "\n")
     path.chmod(0o600)
     return f'metrics_token_file = "{path}"\n'
+
+
+def remove_prepared(*tenants: str) -> None:
+    """The tenants' prepared images, and any container still on one (a waiting sandbox), gone."""
+    import docker
+
+    client = docker.from_env()
+    for tenant in tenants:
+        for image in client.images.list(name=f"flower-env/{tenant}"):
+            for c in client.containers.list(all=True, filters={"ancestor": image.id}):
+                c.remove(force=True)
+            client.images.remove(image.id, force=True)

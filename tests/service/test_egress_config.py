@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from service.config import load_config
-from service.egress.rules import PACKAGE_REGISTRIES, Rule, RuleError, parse_rules
+from service.egress.rules import PACKAGE_REGISTRIES, Rule, parse_rules
 from service.egress.squid import SquidConfig, render
 from service.errors import ServiceConfigError, TenantError
 from service.tenants import Tenants

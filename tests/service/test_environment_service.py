@@ -11,7 +11,8 @@ import uuid
 
 import pytest
 
-from _service_helpers import Deployment, Service, git, serve, wait_for, wait_question, wait_status
+from _service_helpers import (Deployment, Service, git, remove_prepared, serve, stop_services, wait_for,
+                              wait_question, wait_status)
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ACHIEVED, ASK, BRIEF, CLARIFIER, GIT_CHECKED, GOAL, JUDGE, LEAD, REPORT
 
@@ -113,9 +114,7 @@ def test_a_tenants_image_and_a_repositorys_devcontainer_each_run_their_setup_onc
         assert len(client.images.list(name="flower-env/acme")) == 1
         assert len(client.images.list(name="flower-env/beta")) == 1
     finally:
-        for name in ("flower-env/acme", "flower-env/beta"):
-            for image in client.images.list(name=name):
-                client.images.remove(image.id, force=True)
+        remove_prepared("acme", "beta")
 
 
 def test_a_failing_setup_fails_the_run_with_its_tail_and_the_next_prepares_again(bare, tmp_path,
@@ -139,8 +138,7 @@ def test_a_failing_setup_fails_the_run_with_its_tail_and_the_next_prepares_again
             assert fixed["status"] == "succeeded", fixed
             assert probe_of(model, "after the fix")[0] == "fixed"
     finally:
-        for image in client.images.list(name="flower-env/acme"):
-            client.images.remove(image.id, force=True)
+        remove_prepared("acme")
 
 
 def test_a_devcontainer_json_that_does_not_parse_fails_the_run_with_where_and_the_next_commit_runs(
@@ -164,11 +162,7 @@ def test_a_devcontainer_json_that_does_not_parse_fails_the_run_with_where_and_th
         fixed = run_one(service, "beta", "after the fix")
         assert fixed["status"] == "succeeded", fixed
         assert probe_of(model, "after the fix")[0] == "fixed"
-    import docker
-
-    client_ = docker.from_env()
-    for image in client_.images.list(name="flower-env/beta"):
-        client_.images.remove(image.id, force=True)
+    remove_prepared("beta")
 
 
 def test_once_prepared_a_teams_runs_claim_sandboxes_waiting_in_its_environment(bare, tmp_path,
@@ -196,11 +190,8 @@ def test_once_prepared_a_teams_runs_claim_sandboxes_waiting_in_its_environment(b
             assert started and started[0]["warm"], "the second run took the waiting sandbox"
             assert probe_of(model, "warm second")[:2] == ["warm", "left-pad"]
     finally:
-        service.stop()  # its waiting sandboxes stay (a restarted service would use them): they go with the images
-        for image in client.images.list(name="flower-env/acme"):
-            for c in client.containers.list(all=True, filters={"ancestor": image.id}):
-                c.remove(force=True)
-            client.images.remove(image.id, force=True)
+        stop_services(services)  # its waiting sandboxes stay (a restarted service would use them): they go too
+        remove_prepared("acme")
 
 
 def test_a_service_stopped_during_a_setup_ends_it_and_the_run_waits_its_turn(bare, tmp_path,
@@ -234,8 +225,7 @@ def test_a_service_stopped_during_a_setup_ends_it_and_the_run_waits_its_turn(bar
             assert final["status"] == "succeeded", final
             assert probe_of(model, "stopped mid-setup")[0] == "again"
     finally:
-        for image in client.images.list(name="flower-env/acme"):
-            client.images.remove(image.id, force=True)
+        remove_prepared("acme")
 
 
 def run_one_existing(service: Service, tenant: str, run_id: str) -> dict:

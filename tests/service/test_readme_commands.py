@@ -80,7 +80,7 @@ def shell_commands(markdown: str) -> list[str]:
 
 def test_the_shell_commands_of_every_readme_run_as_written(tmp_path: Path):
     commands = list(dict.fromkeys(c for name in READMES for c in shell_commands((ROOT / name).read_text("utf-8"))))
-    assert SERVE in commands and f'flower remote login --server http://127.0.0.1:8080 --token TOKEN' in commands
+    assert SERVE in commands and 'flower remote login --server http://127.0.0.1:8080 --token TOKEN' in commands
     assert not [c for c in SKIPPED if c not in commands], "a skipped command is no longer in a README"
     to_run = [c for c in commands if c not in SKIPPED and c != SERVE]
     deployment = Deployment(tmp_path, extra_config="port = 0\nlog_format = \"json\"\n")

@@ -16,7 +16,7 @@ import json
 
 import pytest
 
-from _service_helpers import Deployment, Service, git, serve, wait_question, wait_status
+from _service_helpers import Deployment, Service, git, remove_prepared, serve, wait_question, wait_status
 from _team_images import team_image
 from flower.testing import Rule, ScriptedModel, say, tool
 from sandbox.testing import ACHIEVED, ASK, BRIEF, CLARIFIER, GOAL, JUDGE, LEAD, REPORT
@@ -171,6 +171,4 @@ def test_two_teams_install_through_their_allow_list_and_the_judge_runs_their_tes
         audit = [line for line in service.lines() if line.get("event") == "audit.egress"]
         assert {line["host"] for line in audit} >= {NPM_HOST, PYPI_HOST}, audit[-5:]
     finally:
-        for tenant in ("acme", "beta"):
-            for image in client.images.list(name=f"flower-env/{tenant}"):
-                client.images.remove(image.id, force=True)
+        remove_prepared("acme", "beta")
