@@ -159,15 +159,19 @@ def _user(client: Any, image_id: str, name: str, user: str | None) -> str | None
     """``uid:gid`` of the devcontainer's user in the image; root refused (a run never runs as root)."""
     if user is None:
         return None
-    if user.isdigit():
-        uid, gid = user, user
+    name_part, _, group_part = user.partition(":")
+    if name_part.isdigit():  # "1000" or "1000:1000", as the specification allows
+        fields = [name_part, group_part or name_part]
     else:
         passwd = _read_file(client, image_id, "/etc/passwd").decode("utf-8", "replace")
-        found = [line.split(":") for line in passwd.splitlines() if line.split(":")[0] == user]
+        found = [line.split(":") for line in passwd.splitlines() if line.split(":")[0] == name_part]
         if not found or len(found[0]) < 4:
             raise EnvironmentRefused(f"the devcontainer's remoteUser {user!r} is not a user of the image {name}")
-        uid, gid = found[0][2], found[0][3]
-    if uid == "0":
+        fields = [found[0][2], group_part or found[0][3]]
+    if not all(f.isdigit() for f in fields):
+        raise EnvironmentRefused(f"the devcontainer's remoteUser {user!r} has no numeric uid:gid in the image {name}")
+    uid, gid = (int(f) for f in fields)  # "00" is root too
+    if uid == 0:
         raise EnvironmentRefused(f"the devcontainer's remoteUser {user!r} is root: a run never runs as root "
                                  "(setup does, in its own container); name an unprivileged user")
     return f"{uid}:{gid}"

@@ -187,6 +187,9 @@ def test_images_the_runtime_cannot_live_in_are_refused_by_name(engine, bare, ten
         with pytest.raises(EnvironmentRefused, match="remoteUser 'root' is root"):
             prepare(_recipe(bare, user="root"), git_workspace, tenant=tenant, sandbox_image=sandbox_image,
                     client=engine)
+        with pytest.raises(EnvironmentRefused, match="remoteUser '00:1000' is root"):  # a uid spelled otherwise
+            prepare(_recipe(bare, user="00:1000"), git_workspace, tenant=tenant, sandbox_image=sandbox_image,
+                    client=engine)
     finally:
         engine.images.remove(no_glibc.id, force=True)
         engine.images.remove(no_shell.id, force=True)
