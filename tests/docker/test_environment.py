@@ -15,7 +15,7 @@ import pytest
 from flower.testing import ScriptedModel
 from sandbox.errors import EnvironmentRefused, SetupFailed
 from sandbox.environment import Recipe
-from sandbox.prepare import prepare
+from sandbox.prepare import OWNER, prepare
 from sandbox.testing import GIT_CHECKED, Person, prepare as prepare_run, read_events, starter_rules
 
 pytestmark = [pytest.mark.docker, pytest.mark.cli]
@@ -149,7 +149,8 @@ def test_a_failing_setup_fails_with_its_tail_and_keeps_nothing(engine, bare, ten
     assert e.value.exit_code == 3 and "E404 @team/missing not found" in e.value.tail and "exited 3" in str(e.value)
     assert "resolving deps with <TEAM_TOKEN>" in e.value.tail and SECRET not in e.value.tail  # never echoed back
     assert engine.images.list(name=f"flower-env/{tenant}") == []
-    assert engine.containers.list(all=True, filters={"label": "org.flower.setup"}) == []
+    # none of this process's setups is left (another service on the engine may be preparing its own)
+    assert engine.containers.list(all=True, filters={"label": f"org.flower.setup.owner={OWNER}"}) == []
 
 
 def test_a_setup_that_writes_its_secret_down_is_refused(engine, bare, tenant, sandbox_image,
