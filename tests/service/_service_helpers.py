@@ -278,5 +278,21 @@ def remove_prepared(*tenants: str) -> None:
     for tenant in tenants:
         for image in client.images.list(name=f"flower-env/{tenant}"):
             for c in client.containers.list(all=True, filters={"ancestor": image.id}):
-                c.remove(force=True)
-            client.images.remove(image.id, force=True)
+                try:
+                    c.remove(force=True)
+                except docker.errors.APIError as e:  # gone, or the service is removing it right now (409)
+                    if e.status_code not in (404, 409):
+                        raise
+
+            def removed(image_id: str = image.id) -> bool:
+                try:
+                    client.images.remove(image_id, force=True)
+                except docker.errors.ImageNotFound:
+                    return True
+                except docker.errors.APIError as e:  # a container of it still being removed
+                    if e.status_code != 409:
+                        raise
+                    return False
+                return True
+
+            wait_for(removed, 60, every=0.5, what=f"{image.tags} to be removed")

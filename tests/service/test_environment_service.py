@@ -57,6 +57,13 @@ def bare(docker_engine) -> str:
     return tag
 
 
+@pytest.fixture(autouse=True)
+def no_prepared_images(docker_engine):
+    """acme's and beta's prepared images are this test's alone: a killed earlier run's would be counted."""
+    remove_prepared("acme", "beta")
+    yield
+
+
 def run_one(service: Service, tenant: str, ask: str) -> dict:
     client = service.client(tenant)
     r = client.post("/v1/runs", json={"ask": ask})
