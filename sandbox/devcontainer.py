@@ -44,7 +44,7 @@ from .errors import DevContainerError
 from .runfiles import open_dir, open_file, read_file
 
 __all__ = ["DevContainer", "Build", "Command", "Parallel", "Lifecycle", "DevContainerError", "load", "find", "parse",
-           "lockfiles", "HONOURED", "IGNORED", "REFUSED", "LOCATIONS", "LOCKFILES", "LOCKFILE_PATTERNS",
+           "lockfiles", "image_metadata", "IMAGE_LABEL", "HONOURED", "IGNORED", "REFUSED", "LOCATIONS", "LOCKFILES", "LOCKFILE_PATTERNS",
            "MAX_CONFIG", "MAX_DOCKERFILE", "MAX_LOCKFILE"]
 
 MAX_CONFIG = 256 * 1024  # a devcontainer.json is a page of settings
@@ -447,6 +447,43 @@ def parse(text: str, *, path: str = LOCATIONS[0], checkout: str = "") -> DevCont
         raise DevContainerError(path, "must give exactly one of \"image\" and \"build\" (a Dockerfile): " +
                                 ("it gives both" if config.image else "it gives neither"))
     return config
+
+
+IMAGE_LABEL = "devcontainer.metadata"
+"""The image label through which an image (or the Features built into it) carries devcontainer.json keys."""
+_METADATA_KEYS = {"containerEnv", "remoteEnv", "containerUser", "remoteUser", *_LIFECYCLE}
+
+
+def image_metadata(label: str, *, image: str) -> list[DevContainer]:
+    """What an image's ``devcontainer.metadata`` label asks, one entry each in its order (the specification's
+    "image metadata": a JSON array of objects, or one object). Only the keys a run depends on are read — the
+    users, the environment and the lifecycle commands; the label is the image's authors' word, so its other keys
+    (a Feature's id, mounts, privileged, capAdd, …) are left alone and never applied, rather than refusing the
+    image. DevContainerError for a label that does not parse or a value of the wrong form."""
+    where = f"the devcontainer.metadata label of {image}"
+    try:
+        doc: object = json.loads(label)
+    except (json.JSONDecodeError, RecursionError):
+        raise DevContainerError(where, "is not valid JSON") from None
+    entries = doc if isinstance(doc, list) else [doc]
+    out = []
+    for n, entry in enumerate(entries):
+        path = f"{where} (entry {n + 1})"
+        if not isinstance(entry, dict):
+            raise DevContainerError(path, "must be a JSON object ({ … })")
+        honoured = _map_strings({k: v for k, v in entry.items() if k in _METADATA_KEYS}, _variables(path, ""))
+        assert isinstance(honoured, dict)
+        out.append(DevContainer(
+            path=path,
+            container_env={k: v for k, v in _env(honoured, "containerEnv", path, nulls=False).items()
+                           if v is not None},
+            remote_env=_env(honoured, "remoteEnv", path, nulls=True),
+            container_user=_user(honoured, "containerUser", path),
+            remote_user=_user(honoured, "remoteUser", path),
+            on_create=_lifecycle(honoured.get("onCreateCommand"), "onCreateCommand", path),
+            update_content=_lifecycle(honoured.get("updateContentCommand"), "updateContentCommand", path),
+            post_create=_lifecycle(honoured.get("postCreateCommand"), "postCreateCommand", path)))
+    return out
 
 
 def _refuse_keys(doc: Mapping[str, object], path: str) -> None:

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import msgspec
 
-from .devcontainer import Build, Command as DcCommand, Lifecycle, Parallel, lockfiles, load
+from .devcontainer import Build, Command as DcCommand, DevContainer, Lifecycle, Parallel, lockfiles, load
 
-__all__ = ["Recipe", "Build", "Command", "Stage", "recipe_of", "WORKSPACE"]
+__all__ = ["Recipe", "Build", "Command", "Stage", "recipe_of", "with_image_metadata", "WORKSPACE"]
 
 WORKSPACE = "/workspaces"
 """Where setup finds the checkout (``/workspaces/<repo>``, as the specification's tools put it)."""
@@ -69,6 +69,26 @@ def recipe_of(tree: Path, *, image: str | None, setup: tuple[str, ...] = (),
             inputs[build.dockerfile] = _sha(tree / build.dockerfile)
     stages += [{"": line} for line in setup]
     return Recipe(image=image, build=build, stages=stages, env=env, user=user, inputs=inputs)
+
+
+def with_image_metadata(recipe: Recipe, entries: list[DevContainer], workspace: str) -> Recipe:
+    """``recipe`` with its base image's ``devcontainer.metadata`` (``devcontainer.image_metadata``) merged in as
+    the specification merges image metadata under a devcontainer.json: the image's lifecycle commands run before
+    the repository's (each entry's in the label's order), its environment comes first and the repository's wins a
+    name, and its user counts only where the repository names none (its last remoteUser, else its last
+    containerUser). The base image is in the key, so the merge needs no key of its own."""
+    if not entries:
+        return recipe
+    entries = [e.in_workspace(workspace) for e in entries]
+    stages = [_stage(key, step) for e in entries for key, step in e.setup()]
+    env: dict[str, str] = {}
+    for e in entries:
+        env.update(e.container_env)
+        env.update({k: v for k, v in e.remote_env_in(env).items() if v is not None})
+    users = ([e.remote_user for e in entries if e.remote_user] or [e.container_user for e in entries
+                                                                   if e.container_user])
+    return msgspec.structs.replace(recipe, stages=stages + recipe.stages, env={**env, **recipe.env},
+                                   user=recipe.user or (users[-1] if users else None))
 
 
 def _stage(key: str, step: Lifecycle) -> Stage:

@@ -42,7 +42,8 @@ from typing import Any
 
 import msgspec
 
-from .environment import WORKSPACE, Recipe
+from .devcontainer import IMAGE_LABEL, image_metadata
+from .environment import WORKSPACE, Recipe, with_image_metadata
 from .errors import EnvironmentRefused, SetupFailed
 from .runtime import BIN, RUNTIME, argv, check_image, ensure_runtime
 from .setup import SEED, SEED_MARK
@@ -90,6 +91,12 @@ def prepare(recipe: Recipe, tree: Path, *, tenant: str, sandbox_image: str, clie
     base_id, name = _base(client, recipe, tree, tenant, say)
     config = check_image(client, base_id, name)
     user = _user(client, base_id, name, recipe.user)
+    label = (config.get("Labels") or {}).get(IMAGE_LABEL)
+    if label:
+        merged = with_image_metadata(recipe, image_metadata(label, image=name), f"{WORKSPACE}/{tree.name}")
+        if user is None and merged.user is not None:
+            user = _metadata_user(client, base_id, name, merged.user, say)
+        recipe = merged
     env = _env(config, recipe.env)
     if not recipe.stages:
         return Prepared(image=base_id, key=recipe.key(base_id), runtime=runtime, env=env, user=user)
@@ -175,6 +182,16 @@ def _user(client: Any, image_id: str, name: str, user: str | None) -> str | None
         raise EnvironmentRefused(f"the devcontainer's remoteUser {user!r} is root: a run never runs as root "
                                  "(setup does, in its own container); name an unprivileged user")
     return f"{uid}:{gid}"
+
+
+def _metadata_user(client: Any, image_id: str, name: str, user: str, say: Log) -> str | None:
+    """The user the image's metadata names, unless it is root: the repository did not ask for it, so the run
+    keeps flower's own user rather than being refused."""
+    try:
+        return _user(client, image_id, name, user)
+    except EnvironmentRefused as e:
+        say(f"the image's devcontainer.metadata user is not used: {e}")
+        return None
 
 
 def _env(config: Mapping[str, Any], extra: Mapping[str, str]) -> dict[str, str]:

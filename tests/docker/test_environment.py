@@ -194,3 +194,41 @@ def test_images_the_runtime_cannot_live_in_are_refused_by_name(engine, bare, ten
     finally:
         engine.images.remove(no_glibc.id, force=True)
         engine.images.remove(no_shell.id, force=True)
+
+
+def _metadata_image(engine, bare: str, entries: list[dict]) -> str:
+    import json
+
+    label = json.dumps(json.dumps(entries)).replace("$", "\\$")  # a Dockerfile string, its ${…} not the build's
+    return _image(engine, f"FROM {bare}\nRUN useradd -u 1234 -m team\nLABEL devcontainer.metadata={label}\n", "meta")
+
+
+def test_an_images_devcontainer_metadata_is_merged_under_the_repositorys_word(engine, bare, tenant, sandbox_image,
+                                                                                git_workspace: Path) -> None:
+    """The specification's image metadata (what a devcontainer image or its Features carry in a label): its
+    commands run before the repository's, its environment yields a name to the repository's, its user counts where
+    the repository names none; its other keys (a Feature's privileged, capAdd) are not read, so no refusal."""
+    order = "/usr/local/share/order"
+    image = _metadata_image(engine, bare, [
+        {"id": "ghcr.io/example/feature:1", "privileged": True, "capAdd": ["SYS_ADMIN"],
+         "onCreateCommand": f"echo image-on-create >> {order}"},
+        {"remoteUser": "team", "containerEnv": {"META_ENV": "from-image", "SHARED": "image"},
+         "remoteEnv": {"META_PATH": "${containerEnv:META_ENV}/bin"},
+         "postCreateCommand": {"in": f"echo image-post ${{containerWorkspaceFolderBasename}} >> {order}"}}])
+    said: list[str] = []
+    env = prepare(_recipe(image, {"postCreateCommand": f"echo repo-post >> {order}"}, env={"SHARED": "repo"}),
+                  git_workspace, tenant=tenant, sandbox_image=sandbox_image, client=engine, log=said.append)
+    assert env.user == "1234:1234"
+    assert env.env["META_ENV"] == "from-image" and env.env["SHARED"] == "repo"
+    assert env.env["META_PATH"] == "from-image/bin"
+    ran = engine.containers.run(env.image, ["cat", order], entrypoint=[], user="0:0", network_mode="none",
+                                remove=True).decode().split("\n")
+    assert ran[:3] == ["image-on-create", f"image-post {git_workspace.name}", "repo-post"], ran
+    # the repository's user wins over the image's; an image whose metadata names root leaves the run flower's user
+    assert prepare(_recipe(image, user="1000:1000"), git_workspace, tenant=tenant, sandbox_image=sandbox_image,
+                   client=engine).user == "1000:1000"
+    root = _metadata_image(engine, bare, [{"remoteUser": "root"}])
+    said.clear()
+    assert prepare(_recipe(root), git_workspace, tenant=tenant, sandbox_image=sandbox_image, client=engine,
+                   log=said.append).user is None
+    assert any("devcontainer.metadata user is not used" in s and "is root" in s for s in said), said

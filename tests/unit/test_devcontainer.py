@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from sandbox.devcontainer import (HONOURED, IGNORED, MAX_CONFIG, MAX_DOCKERFILE, MAX_LOCKFILE, REFUSED, Build, Command,
-                                  DevContainer, DevContainerError, Parallel, find, load, lockfiles, parse)
+                                  DevContainer, DevContainerError, Parallel, find, image_metadata, load, lockfiles, parse)
 from sandbox.errors import SandboxError
 
 WHERE = ".devcontainer/devcontainer.json"
@@ -513,3 +513,25 @@ def test_a_lockfile_over_the_cap_is_refused_rather_than_left_out_of_the_key(tmp_
     with pytest.raises(DevContainerError, match="over the .*-byte cap for a lockfile") as e:
         lockfiles(tmp_path)
     assert e.value.path == "Cargo.lock"
+
+
+def test_an_images_metadata_label_is_read_for_what_a_run_depends_on_and_nothing_else() -> None:
+    label = json.dumps([{"id": "ghcr.io/x/feature:1", "privileged": True, "mounts": ["source=/,target=/host"],
+                         "postStartCommand": "dockerd", "onCreateCommand": ["apt-get", "update"]},
+                        {"remoteUser": "vscode", "containerEnv": {"A": "1"}, "remoteEnv": {"B": None}}])
+    first, second = image_metadata(label, image="team/dev:1")
+    assert first.on_create == Command(argv=("apt-get", "update")) and first.remote_user is None
+    assert second.remote_user == "vscode" and second.container_env == {"A": "1"} and second.remote_env == {"B": None}
+    assert image_metadata(json.dumps({"containerUser": "node"}), image="i")[0].container_user == "node"  # one object
+
+
+@pytest.mark.parametrize("label, says", [
+    ("not json", "is not valid JSON"),
+    ("[1]", "(entry 1): must be a JSON object"),
+    (json.dumps([{}, {"remoteUser": "a b"}]), "(entry 2): "),
+    (json.dumps([{"containerEnv": {"HOME": "${localEnv:HOME}"}}]), "which is the host's"),
+])
+def test_a_metadata_label_flower_cannot_read_names_the_image_and_the_entry(label: str, says: str) -> None:
+    with pytest.raises(DevContainerError, match="^the devcontainer.metadata label of team/dev:1") as e:
+        image_metadata(label, image="team/dev:1")
+    assert says in str(e.value)
