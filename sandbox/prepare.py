@@ -77,18 +77,28 @@ def _lock(key: str) -> threading.Lock:
 
 def prepare(recipe: Recipe, tree: Path, *, tenant: str, sandbox_image: str, client: Any = None,
             secrets: Mapping[str, str] | None = None, egress: EgressOpener | None = None,
-            timeout_s: float = 1800.0, network_mode: str = "none", log: Log | None = None) -> Prepared:
+            timeout_s: float = 1800.0, network_mode: str = "none", log: Log | None = None,
+            fill: Callable[[], None] | None = None) -> Prepared:
     """The team's environment for a checkout whose files at the run's base are in ``tree`` (see the module doc).
 
     Blocking (a first setup may take minutes). ``secrets``: setup-only values (a private registry's token);
     ``egress``: opens the tenant's allow-listed way out for the setup container, else setup has no network (but
-    ``network_mode``'s, for a tenant whose egress is open)."""
+    ``network_mode``'s, for a tenant whose egress is open). ``fill``: ``tree`` holds only the recipe's inputs
+    until it is called — only a build or a setup reads the rest, so a kept environment never waits for a large
+    repository's export."""
     import docker
 
     client = client or docker.from_env()
     say = log or (lambda _text: None)
+    filled = threading.Event()
+
+    def whole() -> None:
+        if fill is not None and not filled.is_set():
+            fill()
+            filled.set()
+
     runtime = ensure_runtime(client, sandbox_image)
-    base_id, name = _base(client, recipe, tree, tenant, say)
+    base_id, name = _base(client, recipe, tree, tenant, say, whole)
     config = check_image(client, base_id, name)
     user = _user(client, base_id, name, recipe.user)
     label = (config.get("Labels") or {}).get(IMAGE_LABEL)
@@ -113,13 +123,15 @@ def prepare(recipe: Recipe, tree: Path, *, tenant: str, sandbox_image: str, clie
             pass
         say(f"preparing {tag} from {name}: {sum(len(s) for s in recipe.stages)} setup command(s)")
         started = time.monotonic()
+        whole()
         seed = _setup(client, recipe, tree, base_id, config, runtime, tag, key, dict(secrets or {}), egress,
                       timeout_s, network_mode, say)
         say(f"prepared {tag} in {time.monotonic() - started:.0f}s")
     return Prepared(image=tag, key=key, runtime=runtime, env=env, user=user, seed=seed)
 
 
-def _base(client: Any, recipe: Recipe, tree: Path, tenant: str, say: Log) -> tuple[str, str]:
+def _base(client: Any, recipe: Recipe, tree: Path, tenant: str, say: Log,
+          whole: Callable[[], None]) -> tuple[str, str]:
     """The base image's id and a name for it in sentences."""
     import docker
 
@@ -136,6 +148,7 @@ def _base(client: Any, recipe: Recipe, tree: Path, tenant: str, say: Log) -> tup
         if not context.is_relative_to(tree.resolve()) or not dockerfile.is_relative_to(tree.resolve()):
             raise EnvironmentRefused(f"the devcontainer's build names {b.dockerfile} / {b.context} outside the "
                                      "repository")
+        whole()
         say(f"building {b.dockerfile}")
         try:
             image, _ = client.images.build(path=str(context), dockerfile=str(dockerfile), buildargs=dict(b.args),

@@ -112,17 +112,21 @@ def check_image(client: Any, image_id: str, name: str) -> dict[str, Any]:
     arch, os_ = attrs.get("Architecture"), attrs.get("Os")
     if os_ != "linux" or arch != "amd64":
         raise EnvironmentRefused(f"the image {name} is for {os_}/{arch}: flower's runtime needs linux/amd64")
-    try:
-        client.containers.run(image_id, ["/bin/sh", "-c", "test -e /lib64/ld-linux-x86-64.so.2"], entrypoint=[],
-                              user="0:0", network_mode="none", remove=True)
-    except docker.errors.ContainerError:
-        raise EnvironmentRefused(f"the image {name} has no glibc (/lib64/ld-linux-x86-64.so.2; e.g. Alpine's musl): "
-                                 "the Claude Code CLI cannot run in it — use a Debian-, Ubuntu- or Fedora-based "
-                                 "image") from None
+    probe = client.containers.create(image_id, ["/bin/sh", "-c", "test -e /lib64/ld-linux-x86-64.so.2"],
+                                     entrypoint=[], user="0:0", network_mode="none")
+    try:  # created, then started: a start that fails leaves the container, which goes in any case
+        probe.start()
+        code = probe.wait()["StatusCode"]
     except docker.errors.APIError as e:
         if "no such file" in str(e).lower() or "not found" in str(e).lower():
             raise EnvironmentRefused(f"the image {name} has no /bin/sh: setup commands and the agent's shell need "
                                      "one") from None
         raise
+    finally:
+        probe.remove(force=True)
+    if code != 0:
+        raise EnvironmentRefused(f"the image {name} has no glibc (/lib64/ld-linux-x86-64.so.2; e.g. Alpine's musl): "
+                                 "the Claude Code CLI cannot run in it — use a Debian-, Ubuntu- or Fedora-based "
+                                 "image")
     _usable[attrs["Id"]] = config = dict(attrs.get("Config") or {})
     return config

@@ -36,7 +36,7 @@ from .errors import BranchExists, DiffTooLarge, NotAGitRepo, WorktreeError
 
 __all__ = ["make_workspace", "remove_workspace", "import_bundle", "diff", "diff_files", "diff_stream", "objects_dir",
            "delete_branch", "FileStat", "Changes", "NotAGitRepo", "BranchExists", "WorktreeError", "DiffTooLarge",
-           "GIT_ENV", "SAFE_CONFIG", "MAX_DIFF_FILES", "checkout_ahead", "AHEAD_BRANCH", "head", "has_any",
+           "GIT_ENV", "SAFE_CONFIG", "MAX_DIFF_FILES", "checkout_ahead", "AHEAD_BRANCH", "head", "has_any", "top_level",
            "export_tree"]
 
 SAFE_CONFIG = ["core.hooksPath=/dev/null", "core.fsmonitor=false", "core.untrackedCache=false",
@@ -294,11 +294,23 @@ def has_any(repo: str | Path, rev: str, paths: Sequence[str]) -> bool:
     return out.returncode == 0 and bool(out.stdout.strip())
 
 
-def export_tree(repo: str | Path, rev: str, into: str | Path) -> None:
-    """The files of ``rev`` into the folder ``into``, streamed from ``git archive`` to ``tar`` (never held whole in
-    memory); WorktreeError when either fails."""
-    git = subprocess.Popen(_argv(Path(repo), "archive", "--format=tar", rev), env=_git_env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+def top_level(repo: str | Path, rev: str) -> dict[str, str]:
+    """The names at the top of ``rev``'s tree and the kind of each (``blob`` for a file or link, ``tree`` for a
+    folder, ``commit`` for a submodule): where a repository keeps its lockfiles and its devcontainer."""
+    out = subprocess.run(_argv(Path(repo), "ls-tree", "-z", rev), env=_git_env(), capture_output=True,
+                         timeout=GIT_TIMEOUT_S)
+    if out.returncode != 0:
+        raise WorktreeError(f"the tree of {rev} in {repo} could not be listed: "
+                            f"{out.stderr.decode('utf-8', 'replace').strip()[-300:]}")
+    entries = (e.split(b"\t", 1) for e in out.stdout.split(b"\0") if b"\t" in e)
+    return {os.fsdecode(name): meta.split(b" ")[1].decode() for meta, name in entries}
+
+
+def export_tree(repo: str | Path, rev: str, into: str | Path, paths: Sequence[str] = ()) -> None:
+    """The files of ``rev`` (only ``paths``, files or folders, when given) into the folder ``into``, streamed from
+    ``git archive`` to ``tar`` (never held whole in memory); WorktreeError when either fails."""
+    git = subprocess.Popen(_argv(Path(repo), "archive", "--format=tar", rev, *(("--", *paths) if paths else ())),
+                           env=_git_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     try:
         untar = subprocess.run(["tar", "-x", "-C", str(into), "--no-same-owner"], stdin=git.stdout,
                                capture_output=True, timeout=GIT_TIMEOUT_S)

@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import tempfile
 import threading
+from functools import partial
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from sandbox.backends.base import Backend
 from sandbox.environment import recipe_of
-from sandbox.errors import EnvironmentRefused
+from sandbox.errors import DevContainerError, EnvironmentRefused
 from sandbox.prepare import EgressOpener, prepare, prune, stop_setups
 from sandbox.spec import Prepared
-from sandbox.worktree import export_tree, has_any
+from sandbox.worktree import export_tree, has_any, top_level
 
 from ..config import ServiceConfig
 from ..egress.proxy import EgressProxy
@@ -87,8 +88,15 @@ class Environments:
         with tempfile.TemporaryDirectory(prefix="flower-tree-") as tmp:
             tree = Path(tmp) / Path(repo).name
             tree.mkdir()
-            export_tree(repo, base, tree)
-            recipe = recipe_of(tree, image=tenant.image, setup=tenant.setup, devcontainer=tenant.devcontainer)
+            whole = partial(export_tree, repo, base, tree)
+            light = [name for name, kind in top_level(repo, base).items() if kind == "blob" or name == ".devcontainer"]
+            try:  # the recipe's inputs alone first: a kept environment needs no more of a large repository
+                if light:
+                    export_tree(repo, base, tree, light)
+                recipe = recipe_of(tree, image=tenant.image, setup=tenant.setup, devcontainer=tenant.devcontainer)
+            except DevContainerError:  # its Dockerfile elsewhere in the repository, or a real fault: it says
+                whole()
+                recipe = recipe_of(tree, image=tenant.image, setup=tenant.setup, devcontainer=tenant.devcontainer)
             if recipe is None:
                 return None
             client = getattr(self.backend, "client", None)
@@ -104,7 +112,8 @@ class Environments:
             prepared = prepare(recipe, tree, tenant=tenant.name, sandbox_image=sandbox_image, client=client,
                                secrets=secrets, egress=self.egress(tenant), timeout_s=self.config.setup_timeout_s,
                                log=lambda said: log.info("environment.prepare", tenant=tenant.name, said=said[-4000:]),
-                               network_mode=(self.config.network_mode or "bridge") if tenant.egress == "open" else "none")
+                               network_mode=(self.config.network_mode or "bridge") if tenant.egress == "open" else "none",
+                               fill=whole)
         prune(int(self.config.environment_cache_gb * 1e9), client)
         self.latest[tenant.name] = prepared
         return prepared

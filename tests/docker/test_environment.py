@@ -191,6 +191,9 @@ def test_images_the_runtime_cannot_live_in_are_refused_by_name(engine, bare, ten
         with pytest.raises(EnvironmentRefused, match="remoteUser '00:1000' is root"):  # a uid spelled otherwise
             prepare(_recipe(bare, user="00:1000"), git_workspace, tenant=tenant, sandbox_image=sandbox_image,
                     client=engine)
+        probes = [c for c in engine.containers.list(all=True, filters={"ancestor": no_shell.id})] + \
+            [c for c in engine.containers.list(all=True, filters={"ancestor": no_glibc.id})]
+        assert probes == [], "a refused image's probe container is removed, also when it could not start"
     finally:
         engine.images.remove(no_glibc.id, force=True)
         engine.images.remove(no_shell.id, force=True)
@@ -232,3 +235,58 @@ def test_an_images_devcontainer_metadata_is_merged_under_the_repositorys_word(en
     assert prepare(_recipe(root), git_workspace, tenant=tenant, sandbox_image=sandbox_image, client=engine,
                    log=said.append).user is None
     assert any("devcontainer.metadata user is not used" in s and "is root" in s for s in said), said
+
+
+def test_a_kept_environment_reads_only_the_top_of_the_repository(engine, bare, tenant, sandbox_image,
+                                                                 git_workspace: Path, tmp_path: Path) -> None:
+    """``Environments.of`` (the service's start of a run in its team's environment) exports only the recipe's
+    inputs; a setup, or a devcontainer whose Dockerfile lives elsewhere, gets the whole tree. Shown with a real
+    fault: once the environment is kept, a blob under ``src/`` is deleted from the object store — a whole export
+    would fail, the light one does not."""
+    from sandbox.backends import DockerBackend
+    from service.config import ServiceConfig
+    from service.control.environments import Environments
+    from service.tenants import Tenant
+
+    repo = git_workspace
+    (repo / "src").mkdir()
+    (repo / "src" / "deep.txt").write_text("read by setup\n")
+    (repo / "package.json").write_text('{"name": "x"}\n')
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "deep"], cwd=repo, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout.strip()
+    envs = Environments(ServiceConfig(data_dir=str(tmp_path / "data"), tenants="t.toml", backend="docker"),
+                        DockerBackend(sandbox_image, client=engine))
+    team = Tenant(name=tenant, token_hash="0" * 64, repo=str(repo), credentials="/c", quota=1,
+                  allowed_options=frozenset(), image=bare, setup=("cp src/deep.txt /usr/local/share/seen",))
+    first = envs.of(team, str(repo), head)
+    assert first is not None
+    seen = engine.containers.run(first.image, ["cat", "/usr/local/share/seen"], entrypoint=[], user="0:0",
+                                 network_mode="none", remove=True)
+    assert seen == b"read by setup\n"
+
+    blob = subprocess.run(["git", "rev-parse", f"{head}:src/deep.txt"], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout.strip()
+    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    assert envs.of(team, str(repo), head) == first  # kept: nothing under src/ was read
+
+    # a devcontainer whose Dockerfile is outside .devcontainer/: the recipe needs the whole tree, and gets it
+    (repo / "src" / "deep.txt").write_text("again\n")
+    (repo / "docker").mkdir()
+    (repo / "docker" / "Dockerfile").write_text(f"FROM {bare}\nCOPY src/deep.txt /usr/local/share/built\n")
+    (repo / ".devcontainer").mkdir()
+    (repo / ".devcontainer" / "devcontainer.json").write_text(
+        '{"build": {"dockerfile": "../docker/Dockerfile", "context": ".."}}\n')
+    subprocess.run(["git", "add", "."], cwd=repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "devcontainer"], cwd=repo, check=True)
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, check=True, capture_output=True,
+                          text=True).stdout.strip()
+    built = envs.of(team, str(repo), head)
+    assert built is not None
+    seen = engine.containers.run(built.image, ["cat", "/usr/local/share/built"], entrypoint=[], user="0:0",
+                                 network_mode="none", remove=True)
+    assert seen == b"again\n"
+    for image in engine.images.list(name=f"flower-env-base/{tenant}"):
+        for tag in image.tags:  # untagged: it goes with the prepared image on it (the tenant fixture's)
+            engine.images.remove(tag)
