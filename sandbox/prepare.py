@@ -266,7 +266,7 @@ def _setup(client: Any, recipe: Recipe, tree: Path, base_id: str, config: Mappin
             try:
                 container.put_archive("/", _tar_of(tree, workspace.lstrip("/")))
                 container.start()
-                code = _wait(container, timeout_s)
+                code = _wait(container, timeout_s, lambda line: say(_redact(line, secrets)))
                 tail = _redact(_tail(container.logs().decode("utf-8", "replace")), secrets)
                 if code != 0:
                     what = "did not finish" if code is None else f"exited {code}"
@@ -332,14 +332,27 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _wait(container: Any, timeout_s: float) -> int | None:
+def _wait(container: Any, timeout_s: float, progress: Callable[[str], None]) -> int | None:
+    """The setup's exit code, or None once it ran ``timeout_s`` (killed); every few seconds meanwhile its last
+    line of output goes to ``progress`` (what a run waiting for it says)."""
     import requests
 
-    try:
-        return int(container.wait(timeout=timeout_s)["StatusCode"])
-    except (requests.exceptions.ConnectionError, requests.exceptions.ReadTimeout):
-        container.kill()
-        return None
+    deadline, last = time.monotonic() + timeout_s, ""
+    while True:
+        try:
+            return int(container.wait(timeout=max(0.1, min(PROGRESS_EVERY_S, deadline - time.monotonic())))
+                       ["StatusCode"])
+        except (requests.exceptions.ConnectionError, requests.exceptions.ReadTimeout):
+            if time.monotonic() >= deadline:
+                container.kill()
+                return None
+        line = container.logs(tail=1).decode("utf-8", "replace").strip()
+        if line and line != last:
+            progress(line)
+            last = line
+
+
+PROGRESS_EVERY_S = 3.0
 
 
 def _tail(text: str) -> str:

@@ -122,6 +122,7 @@ class Service:
     admission: Admission
     schedules: Schedules
     triggers: Triggers
+    environments: Environments
 
 
 def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Backend, *,
@@ -183,4 +184,5 @@ def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: 
                    hooks=hooks, metrics=metrics, gateway=gateway, health=health, budgets=budgets, slots=slots,
                    grants=grants, results=results, leases=leases, feed=feed, mailbox=mailbox, retention=retention,
                    scheduler=scheduler, runs=RunControl(config, mailbox, retention, feed), admission=admission,
-                   schedules=schedules, triggers=Triggers(config, registry.schedules, admission, tenants, clock=clock))
+                   schedules=schedules, triggers=Triggers(config, registry.schedules, admission, tenants, clock=clock),
+                   environments=environments)

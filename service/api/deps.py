@@ -19,6 +19,7 @@ from litestar.handlers import BaseRouteHandler
 from ..clock import Clock
 from ..config import ServiceConfig
 from ..control.admission import Admission
+from ..control.environments import Environments
 from ..control.gate import Gate
 from ..control.health import Health
 from ..control.mailbox import Mailbox
@@ -36,7 +37,7 @@ from .scrape import ScrapeToken
 
 __all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ClockDep", "ConfigDep", "ControlDep",
            "GateDep", "HealthDep", "MailboxDep", "RunsDep", "SpendDep", "DeliveriesDep", "SlotsDep", "MetricsDep",
-           "ScrapeDep", "TenantDep", "RunDep", "SchedulesDep", "TriggersDep", "MIN_PREFIX", "RUN_ID_CHARS"]
+           "ScrapeDep", "TenantDep", "RunDep", "SchedulesDep", "TriggersDep", "EnvironmentsDep", "MIN_PREFIX", "RUN_ID_CHARS"]
 
 # what a handler declares to be given (by name: ``runs: RunsDep``) — the tables it reads, never the registry whole
 AdmissionDep = NamedDependency[Admission]
@@ -56,6 +57,7 @@ TenantDep = NamedDependency[Tenant]
 RunDep = NamedDependency[Run]
 SchedulesDep = NamedDependency[Schedules]
 TriggersDep = NamedDependency[Triggers]
+EnvironmentsDep = NamedDependency[Environments]
 
 MIN_PREFIX = 8
 """The fewest characters of a run id that are looked up as its start (the date alone is eight)."""
@@ -140,4 +142,5 @@ def dependencies(service: Service) -> dict[str, Provide]:
             "health": value(service.health), "mailbox": value(service.mailbox), "control": value(service.runs),
             "slots": value(service.slots), "results": value(service.results),
             "schedules": value(service.schedules), "triggers": value(service.triggers),
+            "environments": value(service.environments),
             "tenant": Provide(_tenant, sync_to_thread=False)}

@@ -23,8 +23,8 @@ from ..registry import STATUSES, Run
 from ..registry.short_ids import short_of
 from ..tenants import Tenant, TenantNotReady
 from ..wiring import RunControl
-from .deps import (AdmissionDep, ClockDep, ConfigDep, ControlDep, GateDep, HealthDep, RunDep, RunsDep,
-                   SchedulesDep, SpendDep, TenantDep, provide_run)
+from .deps import (AdmissionDep, ClockDep, ConfigDep, ControlDep, EnvironmentsDep, GateDep, HealthDep, RunDep,
+                   RunsDep, SchedulesDep, SpendDep, TenantDep, provide_run)
 from .errors import Conflict, Gone, InsufficientStorage, TooManyRequests, Unprocessable, errors, example_error
 from .examples import DIFF, FILES, MANIFEST, RUN, RUNS, SUBMITTED, USAGE, SubmitBody, ok
 from .schemas import (Budget, DiffFile, DiffFilesOut, ErrorOut, ManifestOut, RunList, RunOut, SubmitOut, UsageOut,
@@ -120,12 +120,15 @@ class RunController(Controller):
     @get("/{run_id:str}", operation_id="get_run", summary="One run",
          responses={**ok(200, RUN, "the run as it is now"), **errors(404)})
     async def get_run(self, run: RunDep, tenant: TenantDep, runs: RunsDep, config: ConfigDep, gate: GateDep,
-                      health: HealthDep, clock: ClockDep, schedules: SchedulesDep) -> RunOut:
+                      health: HealthDep, clock: ClockDep, schedules: SchedulesDep,
+                      environments: EnvironmentsDep) -> RunOut:
         """Its status, times, cost, last step and, once it ended, its diffstat; a live run's counters move on
-        between two reads. A queued one says why it waits (`waiting`); `fired_by`: the schedule or trigger that
+        between two reads. A queued one says why it waits (`waiting`), and so does a starting one while its team's
+        environment is prepared; `fired_by`: the schedule or trigger that
         started it (null: it was submitted)."""
         return run_out(run, schedules.table.fired(run.id),
-                       waiting=waiting_of(run, tenant, runs, config, gate, health, clock.now()))
+                       waiting=waiting_of(run, tenant, runs, config, gate, health, clock.now(),
+                                          environments.preparing.get(run.id)))
 
     @delete("/{run_id:str}", status_code=200, operation_id="delete_run",
             summary="Delete an ended run's files (and, with branch=true, its branch); the row stays as a tombstone",

@@ -162,7 +162,8 @@ class RunOut(msgspec.Struct):
     an interrupt wakes it)."""
     fired_by: FiredBy | None = None
     waiting: str | None = None
-    """Why a queued run has not started yet, in a sentence (only ``GET /v1/runs/{id}`` says it)."""
+    """Why a queued run has not started yet, or a starting one is not running yet (its team's environment being
+    prepared), in a sentence (only ``GET /v1/runs/{id}`` says it)."""
 
 
 class LossOut(msgspec.Struct):

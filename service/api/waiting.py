@@ -1,4 +1,5 @@
-"""Why a queued run waits, in one sentence for its tenant (``waiting`` in ``GET /v1/runs/{id}``).
+"""Why a queued run waits, in one sentence for its tenant (``waiting`` in ``GET /v1/runs/{id}``) — and a starting
+one, while its team's environment is prepared (a first setup takes minutes).
 
 The scheduler starts a queued run when the service takes runs, its engine answers, the disk has room, the
 tenant's quota and the service's slots have room, and the tenant's older queued runs went first
@@ -62,8 +63,12 @@ def why_waiting(q: Queue) -> str:
 
 
 def waiting_of(run: Run, tenant: Tenant, runs: RunsTable, config: ServiceConfig, gate: Gate,
-               health: Health, now: float) -> str | None:
-    """The sentence for a queued run (None for any other)."""
+               health: Health, now: float, preparing: str | None = None) -> str | None:
+    """The sentence for a queued run, or for a starting one whose team's environment is being prepared
+    (``preparing``: what the preparation said last); None for any other."""
+    if run.status == "starting" and preparing:
+        return ("its team's environment is being prepared (the first time, or its image, setup or lockfiles "
+                f"changed; later runs start from it): {preparing}")
     if run.status != "queued":
         return None
     disk = health.disk()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 import threading
 from functools import partial
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -41,6 +41,8 @@ class Environments:
         self._lock = threading.Lock()
         self.latest: dict[str, Prepared] = {}
         """Each tenant's environment as last prepared: the warm pool keeps sandboxes of it."""
+        self.preparing: dict[str, str] = {}
+        """``run id → the last thing its preparation said``, while a run's start waits for it (its ``waiting``)."""
 
     def egress(self, tenant: Tenant) -> EgressOpener | None:
         """The tenant's allow-list for its setup: a squid of the control plane's own (started with the first setup
@@ -82,9 +84,22 @@ class Environments:
             return False
         return has_any(repo, "HEAD", DEVCONTAINER_PATHS)
 
-    def of(self, tenant: Tenant, repo: str, base: str) -> Prepared | None:
+    def of(self, tenant: Tenant, repo: str, base: str, run_id: str | None = None) -> Prepared | None:
         """Blocking: the prepared environment of a run of ``tenant`` from ``base``, or None for flower's own image.
-        EnvironmentRefused, DevContainerError or SetupFailed say what stops it."""
+        EnvironmentRefused, DevContainerError or SetupFailed say what stops it. While it works for ``run_id``, what
+        it last said is in ``preparing``."""
+        def said(text: str) -> None:
+            log.info("environment.prepare", tenant=tenant.name, run=run_id, said=text[-4000:])
+            if run_id is not None:
+                self.preparing[run_id] = text[-300:]
+
+        try:
+            return self._of(tenant, repo, base, said)
+        finally:
+            if run_id is not None:
+                self.preparing.pop(run_id, None)
+
+    def _of(self, tenant: Tenant, repo: str, base: str, said: Callable[[str], None]) -> Prepared | None:
         with tempfile.TemporaryDirectory(prefix="flower-tree-") as tmp:
             tree = Path(tmp) / Path(repo).name
             tree.mkdir()
@@ -111,7 +126,7 @@ class Environments:
                                         f"the setup secrets file of tenant {tenant.name}", TenantNotReady)
             prepared = prepare(recipe, tree, tenant=tenant.name, sandbox_image=sandbox_image, client=client,
                                secrets=secrets, egress=self.egress(tenant), timeout_s=self.config.setup_timeout_s,
-                               log=lambda said: log.info("environment.prepare", tenant=tenant.name, said=said[-4000:]),
+                               log=said,
                                network_mode=(self.config.network_mode or "bridge") if tenant.egress == "open" else "none",
                                fill=whole)
         prune(int(self.config.environment_cache_gb * 1e9), client)

@@ -75,7 +75,7 @@ class Launcher:
         head = environment = None
         if self.environments is not None and self.own_environment(run, tenant):  # its team's, prepared first
             head = worktree_head(run.repo)
-            environment = self.environments.of(tenant, run.repo, head)
+            environment = self.environments.of(tenant, run.repo, head, run.id)
         slot = self.warm.claim(Shape.of(Path(run.repo).name, objects, tenant.egress, settings_of(values),
                                         environment))
         with ExitStack() as undo:
@@ -122,7 +122,7 @@ class Launcher:
             raise RunFolderGone(f"run {run.id} cannot be resumed: its checkout {layout.workspace} is gone or no longer "
                                 "a git checkout", run_id=run.id)
         layout.exit_file.unlink(missing_ok=True)
-        environment = self.environments.of(tenant, run.repo, run.base) \
+        environment = self.environments.of(tenant, run.repo, run.base, run.id) \
             if self.environments is not None and self.own_environment(run, tenant) else None
         write_env_file(layout.env_file, self._grant(run, tenant, values, layout, warm=False, held=held))
         resume = Resume(n=run.sandboxes, cause=_resume_cause(run), since_checkpoint_s=_since_checkpoint(run))

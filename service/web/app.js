@@ -181,7 +181,7 @@ function drawStatus() {
   drawTimes();
   // why it ended, once the row says so: the service's sentence (it may quote the run's own: text only)
   const why = $("run-why"), known = ended && run.ended;
-  if (status === "queued" && run.waiting) {  // why it has not started: the service's sentence, like GitHub's "Waiting for a runner"
+  if ((status === "queued" || status === "starting") && run.waiting) {  // why it has not started: the service's sentence, like GitHub's "Waiting for a runner"
     why.hidden = false; why.className = "ended";
     $("run-why-label").textContent = T("run.why_waiting"); $("run-error").textContent = run.waiting;
     return;

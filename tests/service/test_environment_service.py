@@ -219,6 +219,10 @@ def test_a_service_stopped_during_a_setup_ends_it_and_the_run_waits_its_turn(bar
                 return client.containers.list(filters={"label": "org.flower.setup"})
 
             wait_for(lambda: setups() or None, 300, every=0.5, what="the setup's container")
+            # what its tenant reads meanwhile: it is starting, and why it is not running yet
+            said = wait_for(lambda: (lambda r: r if "sleep 900" in (r.get("waiting") or "") else None)(
+                acme.get(f"/v1/runs/{run_id}").json()), 60, what="the run to say its setup")
+            assert said["status"] == "starting" and "team's environment is being prepared" in said["waiting"], said
             proc = service.proc
             assert proc is not None
             os.killpg(proc.pid, signal.SIGTERM)

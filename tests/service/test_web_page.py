@@ -428,3 +428,34 @@ def test_a_parked_run_shows_parked_keeps_its_question_and_resumes_when_answered_
         driver.save_screenshot(str(ARTIFACTS / "21-resumed-and-succeeded.png"))
     done = wait_status(service.client("acme"), run_id, ("succeeded",), timeout=10)
     assert done["sandboxes"] == 2
+
+
+@pytest.mark.docker
+def test_a_run_preparing_its_teams_environment_says_so_in_the_page(docker_engine, tmp_path: Path,
+                                                                    services: list[Service], browser: Any):
+    """A first setup takes minutes: meanwhile the run is `starting`, and the page (and the API) say why it is not
+    running yet, with what the setup said last."""
+    from _service_helpers import remove_prepared, stop_services
+    from sandbox.image import build_base
+
+    build_base()
+    d = Deployment(tmp_path, backend="docker", extra_config='network_mode = "host"\n')
+    d.write_tenants(acme={"image": "flower/base:bookworm", "setup": ["echo fetching the toolchain; sleep 600"]})
+    driver = browser
+    try:
+        with ScriptedModel([]) as model:
+            service = serve(d, services, model, timeout=600)  # the first Docker test of a tree builds its image
+            driver.get(service.url + "/")
+            sign_in(driver, service, TOKENS["acme"])
+            until(driver, lambda d: d.find_element("id", "app").is_displayed(), "the signed-in page")
+            run_id = submit(driver, "先准备环境", "{}")
+            until(driver, lambda d: "fetching the toolchain" in text_of(d, "run-why"), "what the setup said",
+                  timeout=300)
+            assert text_of(driver, "run-status") == "starting"
+            assert text_of(driver, "run-why").startswith("Why it waits: its team's environment is being prepared")
+            driver.save_screenshot(str(ARTIFACTS / "12-preparing-the-teams-environment.png"))
+            row = service.client("acme").get(f"/v1/runs/{run_id}").json()
+            assert row["status"] == "starting" and "fetching the toolchain" in row["waiting"], row
+    finally:
+        stop_services(services)  # its setup ends with the service
+        remove_prepared("acme")
