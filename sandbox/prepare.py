@@ -176,25 +176,40 @@ def _digest(recipe: Recipe) -> bytes:
 
 
 def _user(client: Any, image_id: str, name: str, user: str | None) -> str | None:
-    """``uid:gid`` of the devcontainer's user in the image; root refused (a run never runs as root)."""
+    """``uid:gid`` of the devcontainer's user in the image (``name``, ``uid``, ``name:group``, ``uid:gid``…, as the
+    specification allows, names looked up in the image's /etc/passwd and /etc/group); root refused (a run never
+    runs as root)."""
     if user is None:
         return None
     name_part, _, group_part = user.partition(":")
-    if name_part.isdigit():  # "1000" or "1000:1000", as the specification allows
-        fields = [name_part, group_part or name_part]
-    else:
-        passwd = _read_file(client, image_id, "/etc/passwd").decode("utf-8", "replace")
-        found = [line.split(":") for line in passwd.splitlines() if line.split(":")[0] == name_part]
-        if not found or len(found[0]) < 4:
+    files: dict[str, list[list[str]]] = {}
+
+    def entry(path: str, key: str) -> list[str] | None:
+        if path not in files:
+            text = _read_file(client, image_id, path).decode("utf-8", "replace")
+            files[path] = [line.split(":") for line in text.splitlines()]
+        found = [f for f in files[path] if f[0] == key and len(f) >= 3]
+        return found[0] if found else None
+
+    uid, gid = name_part, group_part
+    if not name_part.isdigit():
+        found = entry("/etc/passwd", name_part)
+        if found is None or len(found) < 4:
             raise EnvironmentRefused(f"the devcontainer's remoteUser {user!r} is not a user of the image {name}")
-        fields = [found[0][2], group_part or found[0][3]]
-    if not all(f.isdigit() for f in fields):
+        uid, gid = found[2], group_part or found[3]
+    gid = gid or name_part
+    if not gid.isdigit():
+        group = entry("/etc/group", gid)
+        if group is None:
+            raise EnvironmentRefused(f"the devcontainer's remoteUser {user!r} names the group {gid!r}, which is not "
+                                     f"a group of the image {name}")
+        gid = group[2]
+    if not (uid.isdigit() and gid.isdigit()):
         raise EnvironmentRefused(f"the devcontainer's remoteUser {user!r} has no numeric uid:gid in the image {name}")
-    uid, gid = (int(f) for f in fields)  # "00" is root too
-    if uid == 0:
+    if int(uid) == 0:  # "00" is root too
         raise EnvironmentRefused(f"the devcontainer's remoteUser {user!r} is root: a run never runs as root "
                                  "(setup does, in its own container); name an unprivileged user")
-    return f"{uid}:{gid}"
+    return f"{int(uid)}:{int(gid)}"
 
 
 def _metadata_user(client: Any, image_id: str, name: str, user: str, say: Log) -> str | None:

@@ -230,6 +230,13 @@ def test_an_images_devcontainer_metadata_is_merged_under_the_repositorys_word(en
     # the repository's user wins over the image's; an image whose metadata names root leaves the run flower's user
     assert prepare(_recipe(image, user="1000:1000"), git_workspace, tenant=tenant, sandbox_image=sandbox_image,
                    client=engine).user == "1000:1000"
+    # the specification's user forms: a name or uid, and a group by name or gid (looked up in the image)
+    for spelled, ids in (("team:team", "1234:1234"), ("1234:users", "1234:100"), ("team:50", "1234:50")):
+        assert prepare(_recipe(image, user=spelled), git_workspace, tenant=tenant, sandbox_image=sandbox_image,
+                       client=engine).user == ids, spelled
+    with pytest.raises(EnvironmentRefused, match="names the group 'nobody-here', which is not a group of the image"):
+        prepare(_recipe(image, user="team:nobody-here"), git_workspace, tenant=tenant, sandbox_image=sandbox_image,
+                client=engine)
     root = _metadata_image(engine, bare, [{"remoteUser": "root"}])
     said.clear()
     assert prepare(_recipe(root), git_workspace, tenant=tenant, sandbox_image=sandbox_image, client=engine,
