@@ -371,8 +371,9 @@ class KubernetesBackend:
         (else the service account's), ``FLOWER_K8S_RUN_CPU``, ``FLOWER_K8S_RUN_MEMORY``,
         ``FLOWER_K8S_RUN_DEADLINE_S``, ``FLOWER_K8S_RUN_TTL_S``, ``FLOWER_K8S_IMAGE_PULL_SECRETS`` (comma-separated).
         With ``registry`` (the service's ``environment_registry``): the Docker engine ``docker.from_env`` finds
-        (``DOCKER_HOST``), ``FLOWER_K8S_REGISTRY_AUTH`` (the push login's config.json) and
-        ``FLOWER_K8S_ENVIRONMENT_PULL_SECRETS`` (comma-separated)."""
+        (``DOCKER_HOST``); and, with or without it, ``FLOWER_K8S_REGISTRY_AUTH`` (the push login's config.json),
+        ``FLOWER_K8S_ENVIRONMENT_PULL_SECRETS`` (comma-separated) and ``FLOWER_K8S_RUNTIME_SIZE`` (the runtime's
+        emptyDir)."""
         env = dict(os.environ if env is None else env)
         claim = env.get("FLOWER_K8S_CLAIM", "")
         if not claim:
@@ -410,7 +411,8 @@ class KubernetesBackend:
                    memory=env.get("FLOWER_K8S_RUN_MEMORY") or None, deadline_s=number("FLOWER_K8S_RUN_DEADLINE_S"),
                    ttl_s=number("FLOWER_K8S_RUN_TTL_S"), image_pull_secrets=names("FLOWER_K8S_IMAGE_PULL_SECRETS"),
                    registry=registry, client=client, registry_auth=env.get("FLOWER_K8S_REGISTRY_AUTH") or None,
-                   environment_pull_secrets=names("FLOWER_K8S_ENVIRONMENT_PULL_SECRETS"))
+                   environment_pull_secrets=names("FLOWER_K8S_ENVIRONMENT_PULL_SECRETS"),
+                   runtime_size=env.get("FLOWER_K8S_RUNTIME_SIZE") or "2Gi")
 
     # -- paths of the API -------------------------------------------------------------------
     def _jobs(self, name: str = "") -> str:
