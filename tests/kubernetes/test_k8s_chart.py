@@ -335,6 +335,17 @@ def test_the_service_pod_talks_to_dns_the_api_and_the_model_only(values, tmp_pat
             assert "to" not in rule  # any address, on those ports only
 
 
+def test_the_service_pod_reaches_the_registry_only_through_the_rules_given_with_it() -> None:
+    """The engine that pushes and runs setup lives in the service's pod: environment.egress opens its way out, and
+    only with a registry set."""
+    rule = {"to": [{"ipBlock": {"cidr": "10.20.0.7/32"}}], "ports": [{"protocol": "TCP", "port": 5000}]}
+    environment = {"registry": "10.20.0.7:5000/flower", "dockerHost": "tcp://127.0.0.1:2375", "egress": [rule]}
+    egress = rendered({"environment": environment})["NetworkPolicy/flower-service"]["spec"]["egress"]
+    assert egress[-1] == rule and len(egress) == 4
+    without = rendered({"environment": {**environment, "registry": ""}})["NetworkPolicy/flower-service"]
+    assert rule not in without["spec"]["egress"] and len(without["spec"]["egress"]) == 3
+
+
 def test_prometheus_scrapes_by_annotation_or_a_service_monitor_behind_a_value() -> None:
     docs = rendered()
     pod = docs["Deployment"]["spec"]["template"]
