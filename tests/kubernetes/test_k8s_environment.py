@@ -9,6 +9,7 @@ then runs flower's python from as the run's uid.
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 
@@ -288,3 +289,27 @@ def test_the_environment_job_is_valid_kubernetes_with_limits_on_both_containers(
     pod = job["spec"]["template"]["spec"]
     assert pod["initContainers"][0]["resources"] == pod["containers"][0]["resources"]
     assert {"name": "runtime", "emptyDir": {"sizeLimit": "3Gi"}} in pod["volumes"]
+
+
+def test_from_environment_with_a_registry_connects_to_the_engine_docker_host_names(engine, tmp_path) -> None:
+    """The chart's DOCKER_HOST and FLOWER_K8S_* variables build the backend; an engine that does not answer stops the
+    start with a sentence (as the docker backend's does), not later at a team's first run."""
+    from sandbox.backends.kubernetes import KubeAPI, KubernetesBackend
+
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"  # the engine this machine's tests use
+    env = {"FLOWER_K8S_CLAIM": "flower-data", "FLOWER_K8S_NAMESPACE": NS, "DOCKER_HOST": host,
+           "FLOWER_K8S_REGISTRY_AUTH": "/etc/flower/registry/config.json",
+           "FLOWER_K8S_ENVIRONMENT_PULL_SECRETS": "envpull, other", "FLOWER_K8S_RUNTIME_SIZE": "3Gi"}
+    api = KubeAPI("http://127.0.0.1:9", token="unused")
+    backend = KubernetesBackend.from_environment("flower/sandbox:0.1.0", data_dir=tmp_path, env=env, api=api,
+                                                 registry="registry.example.com/flower")
+    assert backend.client is not None and backend.client.ping() is True
+    assert str(backend.registry_auth) == "/etc/flower/registry/config.json"
+    assert backend.environment_pull_secrets == ["envpull", "other"] and backend.runtime_size == "3Gi"
+    gone = {**env, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    with pytest.raises(BackendUnavailable, match=r"the Docker engine does not answer \(connect to the engine that "
+                                                 r"prepares environments\)"):
+        KubernetesBackend.from_environment("flower/sandbox:0.1.0", data_dir=tmp_path, env=gone, api=api,
+                                           registry="registry.example.com/flower")
+    without = KubernetesBackend.from_environment("flower/sandbox:0.1.0", data_dir=tmp_path, env=gone, api=api)
+    assert without.client is None and without.registry is None  # no registry: no engine asked for
