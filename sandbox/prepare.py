@@ -20,11 +20,13 @@
    one found refuses the prepare and names the file (the prepared image would carry it to every run). Then the
    container is committed with the base image's own config and flower's labels.
 
-``prune(cap_bytes)`` removes the least recently used prepared images past a size cap.
+``prune(cap_bytes)`` removes the least recently used prepared images past a size cap. ``push`` puts one in a
+registry, for a backend whose runs do not start on this engine (Kubernetes).
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import io
 import json
@@ -49,7 +51,7 @@ from .runtime import BIN, RUNTIME, argv, check_image, ensure_runtime
 from .setup import SEED, SEED_MARK
 from .spec import Prepared
 
-__all__ = ["prepare", "prune", "stop_setups", "EgressOpener", "PLAN_DIR", "PREPARED_REPO"]
+__all__ = ["prepare", "prune", "push", "stop_setups", "EgressOpener", "PLAN_DIR", "PREPARED_REPO"]
 
 PLAN_DIR = "/run/flower-setup"
 PREPARED_REPO = "flower-env"
@@ -319,6 +321,65 @@ def stop_setups(client: Any = None) -> int:
         except docker.errors.APIError:
             pass
     return ended
+
+
+def push(prepared: Prepared, *, tenant: str, registry: str, client: Any = None,
+         auth_file: str | Path | None = None) -> str:
+    """Put a prepared environment where a cluster pulls it (the Kubernetes backend): tagged
+    ``<registry>/flower-env/<tenant>:<key>``, pushed, untagged again (``prune`` keeps seeing one image per key);
+    the pushed reference by digest (``…@sha256:…``), so a pod runs exactly what was prepared.
+
+    ``auth_file``: a Docker ``config.json`` (what a ``kubernetes.io/dockerconfigjson`` Secret holds) whose entry for
+    the registry's host logs the push in; without one, the engine's own login if it has one. EnvironmentRefused
+    says why the registry refused; BackendUnavailable when it cannot be reached (the run waits its turn again)."""
+    import docker
+
+    from .errors import BackendUnavailable
+
+    client = client or docker.from_env()
+    repository = f"{registry.rstrip('/')}/{PREPARED_REPO}/{_safe(tenant)}"
+    ref = f"{repository}:{prepared.key}"
+    auth = _login(Path(auth_file), registry) if auth_file else None
+    with _lock("push " + ref):
+        try:
+            client.images.get(prepared.image).tag(repository, prepared.key)
+        except docker.errors.ImageNotFound:
+            raise EnvironmentRefused(f"the prepared environment {prepared.image} is no longer on the Docker engine "
+                                     "(pruned?): the next run prepares it again") from None
+        digest, error = "", ""
+        try:
+            for line in client.images.push(repository, tag=prepared.key, stream=True, decode=True, auth_config=auth):
+                error = str(line.get("error") or "") or error
+                digest = str((line.get("aux") or {}).get("Digest") or "") or digest
+        finally:
+            client.images.remove(ref)  # only the tag: the image stays under its flower-env tag
+    if error and "dial tcp" in error:  # Go's word for a connection that failed: the registry is away, not wrong
+        raise BackendUnavailable(f"the registry {registry} does not answer ({error}): runs wait for it")
+    if error or not digest:
+        raise EnvironmentRefused(f"the registry {registry} refused the prepared environment {ref}: "
+                                 f"{error or 'no digest came back'} — check `environment_registry` and the push "
+                                 "credentials (the chart's environment.pushSecret)")
+    return f"{repository}@{digest}"
+
+
+def _login(path: Path, registry: str) -> dict[str, str] | None:
+    """The registry host's user and password from a Docker config.json (``auths``), None when it has no entry."""
+    host = registry.split("/", 1)[0]
+    try:
+        auths = json.loads(path.read_text(encoding="utf-8")).get("auths")
+        entry = auths.get(host) or auths.get(f"https://{host}") or auths.get(f"http://{host}")
+        if entry is None:
+            return None
+        if entry.get("auth"):
+            user, _, password = base64.b64decode(entry["auth"]).decode("utf-8").partition(":")
+        else:
+            user, password = entry["username"], entry["password"]
+    except OSError as e:
+        raise EnvironmentRefused(f"the registry credentials {path} cannot be read: {e.strerror or e}") from None
+    except (ValueError, AttributeError, KeyError, TypeError):
+        raise EnvironmentRefused(f"the registry credentials {path} are not a Docker config.json with "
+                                 f'{{"auths": {{"{host}": {{"auth": "<base64 of user:password>"}}}}}}') from None
+    return {"username": user, "password": password}
 
 
 def _reap_orphans(client: Any) -> None:

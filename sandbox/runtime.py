@@ -19,7 +19,7 @@ from typing import Any
 
 from .errors import EnvironmentRefused, ImageError
 
-__all__ = ["RUNTIME", "BIN", "argv", "ensure_runtime", "check_image", "runtime_volume"]
+__all__ = ["RUNTIME", "BIN", "FILL", "argv", "ensure_runtime", "check_image", "runtime_volume"]
 
 RUNTIME = "/opt/flower-runtime"
 BIN = f"{RUNTIME}/flower-bin"
@@ -36,7 +36,9 @@ GIT_EXEC_PATH={RUNTIME}/usr/lib/git-core GIT_TEMPLATE_DIR={RUNTIME}/usr/share/gi
 """
 # Copied out of the sandbox image: the interpreter and its libraries, the venv (runner, SDK, CLI), git — with their
 # times (``-a``): a .pyc whose source's time changed is compiled again at every import (the volume is read-only).
-_FILL = f"""set -e
+# Run by root in the sandbox image into an empty ``RUNTIME`` (root for ``cp -a``'s ownership: CAP_CHOWN is all it
+# needs): here into the Docker volume, and by the Kubernetes backend's initContainer into the pod's emptyDir.
+FILL = f"""set -e
 cp -a /usr /etc {RUNTIME}/
 mkdir -p {RUNTIME}/opt
 cp -a /opt/flower {RUNTIME}/opt/
@@ -84,7 +86,7 @@ def ensure_runtime(client: Any, sandbox_image: str) -> str:
     except docker.errors.ContainerError:
         pass  # there, but not filled to the end: fill it again
     try:
-        client.containers.run(image.id, ["sh", "-c", f"rm -rf {RUNTIME}/* {RUNTIME}/.complete; {_FILL}"],
+        client.containers.run(image.id, ["sh", "-c", f"rm -rf {RUNTIME}/* {RUNTIME}/.complete; {FILL}"],
                               entrypoint=[], user="0:0", network_mode="none", remove=True,
                               volumes={name: {"bind": RUNTIME, "mode": "rw"}})
     except docker.errors.ContainerError as e:

@@ -78,7 +78,8 @@ def make_backend(config: ServiceConfig, tenants: int = 1) -> Backend:
         from sandbox.backends.kubernetes import KubernetesBackend
 
         return KubernetesBackend.from_environment(config.image, data_dir=config.data_path,
-                                                  labels={"flower.service": scope})
+                                                  labels={"flower.service": scope},
+                                                  registry=config.environment_registry or None)
     from sandbox.backends import DockerBackend
 
     image = config.image

@@ -23,6 +23,7 @@ __all__ = ["ServiceConfig", "ServiceConfigError", "load_config", "config_of_json
 
 CONFIG_ENV = "FLOWER_SERVICE_CONFIG"
 ENV_PREFIX = "FLOWER_SERVICE_"
+REGISTRY = r"^$|^[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*$"  # host[:port][/path], as Docker names one
 
 
 class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -48,6 +49,9 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """How long a team's setup commands may take (``sandbox.prepare``) before the run fails with their tail."""
     environment_cache_gb: Annotated[float, msgspec.Meta(gt=0)] = 20.0
     """Prepared environments kept, at most (the engine's sizes); the least recently used go first."""
+    environment_registry: Annotated[str, msgspec.Meta(pattern=REGISTRY)] = ""
+    """kubernetes: where each prepared environment is pushed for the cluster to pull (``host[:port]/path``, e.g.
+    ``registry.example.com/flower``); empty: a tenant that asks for its own environment is refused there."""
     warm: Annotated[int, msgspec.Meta(ge=0, le=64)] = 0
     """Sandboxes kept started ahead for each tenant's repository, runner imported and waiting with nothing of any
     run in it (``sandbox.pool``): a run claims one and skips most of its start. docker and local backends."""

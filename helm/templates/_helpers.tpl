@@ -109,6 +109,9 @@ http://{{ .Release.Name }}.{{ .Release.Namespace }}.svc:{{ .Values.gateway.port 
 {{/* What values.schema.json refuses for replicas >= 2, said again as sentences (a chart rendered without its
      schema, e.g. --skip-schema-validation, still stops here). */}}
 {{- define "flower.validate" -}}
+{{- if and .Values.environment.registry (not .Values.environment.dockerHost) }}
+{{- fail "environment.registry needs environment.dockerHost: the Docker engine that prepares a team's environment and pushes it there (DOCKER_HOST); see \"A team's own environment\" in helm/README.md" }}
+{{- end }}
 {{- $n := int64 .Values.replicas }}
 {{- if ge $n 2 }}
 {{- if not .Values.database.existingSecret }}

@@ -16,6 +16,13 @@ same claim, so paths mean the same thing in the service and in the run (as with 
 * ``/tmp`` an ``emptyDir``; the root file system read-only; every capability dropped; no privilege escalation;
   ``RuntimeDefault`` seccomp; no service-account token (a run never talks to the Kubernetes API).
 
+A run in its team's environment (``spec.environment``, prepared by ``sandbox.prepare`` on the Docker engine the
+service has): the prepared image is pushed once to ``registry`` (the service's ``environment_registry``) and the
+run's container is that image by digest, started through flower's runtime, which an initContainer of the sandbox
+image copies into an ``emptyDir`` mounted read-only at ``sandbox.runtime.RUNTIME`` — where the Docker backend
+mounts its runtime volume (``runtime_pod``). Without a registry such a run is refused with a sentence naming
+``environment_registry``.
+
 The pod runs as the service's own uid:gid (as with Docker's ``user="auto"``): the run and the service
 exchange files both ways on the claim. Never as root: ``runAsNonRoot`` always, and a backend whose uid is 0 (a
 service running as root) refuses to start a run. ``backoffLimit: 0``: a failed run is not retried by Kubernetes (flower
@@ -50,16 +57,22 @@ from pathlib import Path
 from typing import Any
 
 from ..layout import RunLayout
-from ..spec import RunSpec
+from ..runtime import FILL, RUNTIME
+from ..runtime import argv as runtime_argv
+from ..spec import Prepared, RunSpec
 from .base import (ENV_IN_CONTAINER, BackendError, BackendUnavailable, Handle, RunExists, State, check_prepared,
                    read_exit, run_env, stopped_exit)
 
 __all__ = ["KubernetesBackend", "KubeAPI", "job_manifest", "secret_manifest", "job_name", "label_value",
-           "API_PERMISSIONS", "ENV_IN_CONTAINER", "SERVICE_ACCOUNT_DIR"]
+           "API_PERMISSIONS", "ENV_IN_CONTAINER", "SERVICE_ACCOUNT_DIR", "NO_REGISTRY"]
 
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 CONTAINER = "run"
+RUNTIME_CONTAINER = "runtime"
 ENV_KEY = "flower.env"
+NO_REGISTRY = ("a team's own environment on Kubernetes needs a registry the cluster pulls from: set "
+               "`environment_registry` in the service config (the chart's `environment.registry`), where flower "
+               "pushes each prepared environment")
 
 # Exactly what this backend asks of the API: the chart's Role grants these and nothing else
 # (tests/kubernetes checks both the Role and every recorded request against this table).
@@ -104,12 +117,17 @@ def job_manifest(layout: RunLayout, spec: RunSpec, *, image: str, namespace: str
                  labels: dict[str, str] | None = None, cpu: str | None = None, memory: str | None = None,
                  grace_s: int = 10, deadline_s: int | None = None, ttl_s: int | None = None,
                  image_pull_secrets: list[str] | None = None, name: str | None = None,
-                 tmp_size: str = "256Mi") -> dict[str, Any]:
+                 tmp_size: str = "256Mi", environment_image: str | None = None,
+                 runtime_size: str = "2Gi") -> dict[str, Any]:
     """The ``batch/v1`` Job of one run (pure: no I/O beyond resolving paths). See the module doc for the mounts.
+    A run in its team's environment (``spec.environment``) runs ``environment_image`` — the prepared image as
+    pushed to the registry — with flower's runtime copied out of ``image`` by an initContainer (``runtime_pod``).
     BackendError for ``uid`` 0: a run's pod is never root."""
     if uid == 0:
         raise BackendError("a run's pod would run as uid 0 (root): run the service as an unprivileged uid, as the "
                            "chart's securityContext does, or give KubernetesBackend the uid= and gid= of one")
+    if spec.environment is not None and not environment_image:
+        raise BackendError(NO_REGISTRY)
     name = name or job_name(layout)
     run_path = _under(layout.dir, Path(data_dir), "the run folder")
     mounts: list[dict[str, Any]] = [
@@ -159,8 +177,11 @@ def job_manifest(layout: RunLayout, spec: RunSpec, *, image: str, namespace: str
             {"name": "tmp", "emptyDir": {"sizeLimit": tmp_size}},
         ],
     }
+    if spec.environment is not None and environment_image:
+        runtime_pod(pod, spec.environment, environment_image, runtime_image=image, spec_file=str(layout.spec_file),
+                    size=runtime_size)
     if image_pull_secrets:
-        pod["imagePullSecrets"] = [{"name": s} for s in image_pull_secrets]
+        pod["imagePullSecrets"] = [{"name": s} for s in dict.fromkeys(image_pull_secrets)]
     job_spec: dict[str, Any] = {"backoffLimit": 0, "template": {"metadata": {"labels": pod_labels,
                                                                               "annotations": annotations},
                                                                  "spec": pod}}
@@ -171,6 +192,41 @@ def job_manifest(layout: RunLayout, spec: RunSpec, *, image: str, namespace: str
     return {"apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": name, "namespace": namespace, "labels": meta_labels, "annotations": annotations},
             "spec": job_spec}
+
+
+def runtime_pod(pod: dict[str, Any], environment: Prepared, image: str, *, runtime_image: str, spec_file: str,
+                size: str) -> None:
+    """Turn a run's pod into one of its team's environment, as the Docker backend runs it: ``image`` (the prepared
+    environment, pushed) with the image's variables under the run's own, started through flower's runtime
+    (``sandbox.runtime.argv``: no ENTRYPOINT or CMD of the team's) — the runtime copied by an initContainer of
+    flower's ``runtime_image`` (``sandbox.runtime.FILL``, the very script that fills Docker's runtime volume) into
+    an emptyDir of at most ``size``, mounted read-only at ``RUNTIME`` in the run's container.
+
+    The copy runs as root with CAP_CHOWN alone (``cp -a`` keeps owners and modes: ``/etc/shadow`` stays
+    unreadable to the run), no privilege escalation, a read-only root: flower's own image and a fixed script, no
+    team code. The run's uid:gid stays the pod's (the service's: they share files on the claim), so a
+    devcontainer's ``remoteUser`` is not taken — as with the Docker backend under a non-root service."""
+    (run,) = pod["containers"]
+    run["image"] = image
+    run["command"] = runtime_argv("sandbox.entrypoint", spec_file)
+    names = {e["name"] for e in run["env"]}
+    run["env"] = [*({"name": k, "value": v} for k, v in environment.env.items() if k not in names), *run["env"]]
+    run["volumeMounts"].append({"name": "runtime", "mountPath": RUNTIME, "readOnly": True})
+    copy: dict[str, Any] = {
+        "name": RUNTIME_CONTAINER,
+        "image": runtime_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", FILL],
+        "securityContext": {"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": False,
+                            "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]},
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumeMounts": [{"name": "runtime", "mountPath": RUNTIME}],
+    }
+    if "resources" in run:
+        copy["resources"] = run["resources"]
+    pod["initContainers"] = [copy]
+    pod["volumes"].append({"name": "runtime", "emptyDir": {"sizeLimit": size}})
 
 
 def secret_manifest(name: str, namespace: str, env_file: bytes, *, labels: dict[str, str] | None = None,
@@ -276,14 +332,28 @@ class KubernetesBackend:
     ``data_dir`` is where the claim ``claim`` is mounted in the service's own pod (the service's ``data_dir``).
     ``uid``/``gid`` default to the service's own. ``labels`` go on every Job and pod; ``live()`` only sees Jobs
     carrying them (and this claim's label).
+
+    A team's own environment (``spec.environment``) needs ``registry`` (``host[:port]/path``) and ``client``, the
+    Docker engine that prepared it (``sandbox.prepare``): ``start`` pushes the prepared image there once
+    (``registry_auth``: a Docker config.json to log in with) and the pod pulls it by digest, with
+    ``environment_pull_secrets`` added to its imagePullSecrets. Without a registry ``client`` is None: the service
+    then refuses such runs before any setup, naming ``environment_registry``.
     """
 
     def __init__(self, api: KubeAPI, *, image: str, namespace: str, claim: str, data_dir: str | Path,
                  labels: dict[str, str] | None = None, uid: int | None = None, gid: int | None = None,
                  cpu: str | None = None, memory: str | None = None, grace_s: int = 10,
                  deadline_s: int | None = None, ttl_s: int | None = None,
-                 image_pull_secrets: list[str] | None = None, poll_s: float = 0.5, stop_margin_s: float = 15) -> None:
+                 image_pull_secrets: list[str] | None = None, poll_s: float = 0.5, stop_margin_s: float = 15,
+                 registry: str | None = None, client: Any = None, registry_auth: str | Path | None = None,
+                 environment_pull_secrets: list[str] | None = None, runtime_size: str = "2Gi") -> None:
         self.api, self.image, self.namespace, self.claim = api, image, namespace, claim
+        self.registry = registry or None
+        self.client = client if self.registry else None
+        self.registry_auth = Path(registry_auth) if registry_auth else None
+        self.environment_pull_secrets = list(environment_pull_secrets or [])
+        self.runtime_size = runtime_size
+        self._pushed: dict[tuple[str, str], str] = {}  # (prepared image id, tenant) → the reference a pod pulls
         self.data_dir = Path(data_dir)
         self.labels = {k: label_value(v) for k, v in (labels or {}).items()}
         self.uid = os.getuid() if uid is None else uid
@@ -295,10 +365,15 @@ class KubernetesBackend:
     @classmethod
     def from_environment(cls, image: str, *, data_dir: str | Path, labels: dict[str, str] | None = None,
                          env: dict[str, str] | None = None, sa_dir: str | Path = SERVICE_ACCOUNT_DIR,
-                         api: KubeAPI | None = None) -> "KubernetesBackend":
+                         api: KubeAPI | None = None, registry: str | None = None,
+                         client: Any = None) -> "KubernetesBackend":
         """In the cluster, as the chart sets it up: ``FLOWER_K8S_CLAIM`` (required), ``FLOWER_K8S_NAMESPACE``
         (else the service account's), ``FLOWER_K8S_RUN_CPU``, ``FLOWER_K8S_RUN_MEMORY``,
-        ``FLOWER_K8S_RUN_DEADLINE_S``, ``FLOWER_K8S_RUN_TTL_S``, ``FLOWER_K8S_IMAGE_PULL_SECRETS`` (comma-separated)."""
+        ``FLOWER_K8S_RUN_DEADLINE_S``, ``FLOWER_K8S_RUN_TTL_S``, ``FLOWER_K8S_IMAGE_PULL_SECRETS`` (comma-separated).
+        With ``registry`` (the service's ``environment_registry``): the Docker engine ``docker.from_env`` finds
+        (``DOCKER_HOST``); and, with or without it, ``FLOWER_K8S_REGISTRY_AUTH`` (the push login's config.json),
+        ``FLOWER_K8S_ENVIRONMENT_PULL_SECRETS`` (comma-separated) and ``FLOWER_K8S_RUNTIME_SIZE`` (the runtime's
+        emptyDir)."""
         env = dict(os.environ if env is None else env)
         claim = env.get("FLOWER_K8S_CLAIM", "")
         if not claim:
@@ -321,11 +396,23 @@ class KubernetesBackend:
             except ValueError:
                 raise BackendError(f"{key}={raw!r} is not a whole number of seconds") from None
 
-        pull = [s.strip() for s in env.get("FLOWER_K8S_IMAGE_PULL_SECRETS", "").split(",") if s.strip()]
+        def names(key: str) -> list[str]:
+            return [s.strip() for s in env.get(key, "").split(",") if s.strip()]
+
+        if registry and client is None:
+            import docker
+
+            from .docker import engine_errors
+
+            with engine_errors("connect to the engine that prepares environments"):
+                client = docker.from_env(environment=env)
         return cls(api or KubeAPI.in_cluster(sa_dir, env), image=image, namespace=namespace, claim=claim,
                    data_dir=data_dir, labels=labels, cpu=env.get("FLOWER_K8S_RUN_CPU") or None,
                    memory=env.get("FLOWER_K8S_RUN_MEMORY") or None, deadline_s=number("FLOWER_K8S_RUN_DEADLINE_S"),
-                   ttl_s=number("FLOWER_K8S_RUN_TTL_S"), image_pull_secrets=pull)
+                   ttl_s=number("FLOWER_K8S_RUN_TTL_S"), image_pull_secrets=names("FLOWER_K8S_IMAGE_PULL_SECRETS"),
+                   registry=registry, client=client, registry_auth=env.get("FLOWER_K8S_REGISTRY_AUTH") or None,
+                   environment_pull_secrets=names("FLOWER_K8S_ENVIRONMENT_PULL_SECRETS"),
+                   runtime_size=env.get("FLOWER_K8S_RUNTIME_SIZE") or "2Gi")
 
     # -- paths of the API -------------------------------------------------------------------
     def _jobs(self, name: str = "") -> str:
@@ -340,6 +427,10 @@ class KubernetesBackend:
             raise BackendError("the Kubernetes backend does not take a network name: isolate runs with the "
                                "chart's NetworkPolicy, and pass network=None")
         objects = check_prepared(layout, spec)
+        environment_image, pull = None, self.image_pull_secrets
+        if spec.environment is not None:  # before anything is made: a refusal leaves nothing behind
+            environment_image = self.publish(spec.environment, spec.tenant)
+            pull = [*pull, *self.environment_pull_secrets]
         layout.ensure()
         layout.exit_file.unlink(missing_ok=True)
         name = job_name(layout)
@@ -348,7 +439,8 @@ class KubernetesBackend:
                                 data_dir=self.data_dir, objects=objects, secret_name=secret_name, uid=self.uid,
                                 gid=self.gid, labels=self.labels, cpu=self.cpu, memory=self.memory,
                                 grace_s=self.grace_s, deadline_s=self.deadline_s, ttl_s=self.ttl_s,
-                                image_pull_secrets=self.image_pull_secrets, name=name)
+                                image_pull_secrets=pull, name=name, environment_image=environment_image,
+                                runtime_size=self.runtime_size)
         env_bytes = layout.env_file.read_bytes()
         job = self._create_job(manifest, layout.run_id)
         try:
@@ -363,6 +455,22 @@ class KubernetesBackend:
             kind = BackendUnavailable if isinstance(e, BackendUnavailable) else BackendError
             raise kind(f"could not give run {layout.run_id} its credentials Secret, {undone}: {e}") from e
         return Handle(name)
+
+    def publish(self, environment: Prepared, tenant: str) -> str:
+        """Blocking: the reference a pod pulls ``environment`` by — pushed to the registry the first time this
+        backend meets that prepared image (``sandbox.prepare.push``), then remembered. BackendError naming
+        ``environment_registry`` when there is none."""
+        if self.registry is None or self.client is None:
+            raise BackendError(NO_REGISTRY)
+        from ..prepare import push
+        from .docker import engine_errors
+
+        with engine_errors("push the prepared environment"):
+            key = (str(self.client.images.get(environment.image).id), tenant)
+            if key not in self._pushed:
+                self._pushed[key] = push(environment, tenant=tenant, registry=self.registry, client=self.client,
+                                         auth_file=self.registry_auth)
+        return self._pushed[key]
 
     def _create_job(self, manifest: dict[str, Any], run_id: str) -> dict[str, Any]:
         """POST the Job; a leftover Job of the same run folder is deleted first unless it still runs."""

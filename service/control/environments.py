@@ -1,8 +1,9 @@
 """A run's environment: the team's (its image, its devcontainer.json, its setup) prepared before its sandbox starts.
 
 The recipe is read from the tenant's repository at the run's base — never from the run's checkout, which the run
-may have changed by a resume — and prepared by ``sandbox.prepare`` (reused when its key is known). Only the Docker
-backend runs a team's image; asking another for one fails the run with a sentence saying so.
+may have changed by a resume — and prepared by ``sandbox.prepare`` (reused when its key is known) on the backend's
+Docker engine (``client``): the Docker backend's own, or Kubernetes' with a registry to push to. Asking another
+for one fails the run with a sentence saying so.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class Environments:
     def close(self) -> None:
         """The service stops: its setups end (their runs go back in line at the next start), then their squid."""
         client = getattr(self.backend, "client", None)
-        if client is not None and self.config.backend == "docker":
+        if client is not None:
             try:
                 stop_setups(client)
             except Exception as e:  # noqa: BLE001 - an engine away: nothing of ours runs there to end
@@ -116,9 +117,10 @@ class Environments:
                 return None
             client = getattr(self.backend, "client", None)
             sandbox_image = getattr(self.backend, "image", None)
-            if self.config.backend != "docker" or client is None or not sandbox_image:
+            if client is None or not sandbox_image:
                 raise EnvironmentRefused(f"tenant {tenant.name} asks for its own environment (an image, setup or the "
-                                         f"repository's devcontainer.json), which only the docker backend runs; this "
+                                         f"repository's devcontainer.json), which the docker backend runs, and "
+                                         f"kubernetes once `environment_registry` names where to push it; this "
                                          f"service uses {self.config.backend}")
             secrets = {}
             if tenant.setup_secrets_file:

@@ -27,6 +27,8 @@ OVERRIDE = {
     "credentials": {"secretName": "acme-creds"},
     "runs": {"image": "registry.example.com/flower/sandbox:2025.5.1", "cpu": "500m", "memory": "1Gi",
              "deadlineSeconds": "7200", "networkPolicy": {"enabled": False}},
+    "environment": {"registry": "registry.example.com:5000/team/flower-envs", "dockerHost": "tcp://127.0.0.1:2375",
+                    "pullSecret": "envpull", "pushSecret": "envpush", "runtimeSize": "3Gi"},
     "serviceAccount": {"create": False, "name": "ops-flower"},
     "service": {"type": "NodePort", "port": 80, "networkPolicy": {"enabled": False}},
     "resources": None,

@@ -205,6 +205,20 @@ def test_the_config_and_environment_build_the_kubernetes_backend(name, tmp_path)
     want = {"defaults": ("2", "4Gi", None, 604800, []), "override": ("500m", "1Gi", 7200, 604800, ["regcred"]),
             "hardened": ("0.5", "512Mi", 86400, 1209600, [])}[name]
     assert (backend.cpu, backend.memory, backend.deadline_s, backend.ttl_s, backend.image_pull_secrets) == want
+    # a team's environment: the registry in service.toml, the rest in the pod's environment and mounts
+    assert cfg.environment_registry == v["environment"]["registry"]
+    if cfg.environment_registry:
+        mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+        login = next(x for x in pod["volumes"] if x["name"] == "registry-login")["secret"]
+        assert str(backend.registry_auth) == f"{mounts['registry-login']}/{login['items'][0]['path']}"
+        assert login["secretName"] == v["environment"]["pushSecret"]
+        assert login["items"][0]["key"] == ".dockerconfigjson"  # a kubernetes.io/dockerconfigjson Secret
+        assert backend.environment_pull_secrets == [v["environment"]["pullSecret"]]
+        assert backend.runtime_size == v["environment"]["runtimeSize"]
+        assert env["DOCKER_HOST"] == v["environment"]["dockerHost"]
+    else:
+        assert backend.registry_auth is None and backend.environment_pull_secrets == []
+        assert "DOCKER_HOST" not in env and "registry-login" not in {x["name"] for x in pod["volumes"]}
     if values is OVERRIDE:
         assert pod["imagePullSecrets"] == [{"name": "regcred"}] and pod["nodeSelector"] == {"pool": "agents"}
         assert "resources" not in c
@@ -224,6 +238,17 @@ def test_the_service_builds_a_kubernetes_backend_for_backend_kubernetes(tmp_path
     assert isinstance(backend, KubernetesBackend)
     assert set(backend.labels) == {"flower.service"} and backend.claim == "flower-data"
     assert backend.image == "flower/sandbox:0.1.0" and backend.data_dir == cfg.data_path
+
+
+def test_a_registry_without_the_engine_that_pushes_to_it_is_refused_by_name() -> None:
+    from helm_python import HelmRenderError
+
+    with pytest.raises(HelmRenderError, match=r"environment.registry needs environment.dockerHost"):
+        helm_render({"environment": {"registry": "registry.example.com/flower"}})
+    docs = rendered({"environment": {"registry": "registry.example.com/flower", "dockerHost": "tcp://127.0.0.1:2375"}})
+    env = env_of(container(docs), "flower")
+    assert "FLOWER_K8S_REGISTRY_AUTH" not in env and "FLOWER_K8S_ENVIRONMENT_PULL_SECRETS" not in env
+    assert env["FLOWER_K8S_RUNTIME_SIZE"] == "2Gi"
 
 
 # -- NetworkPolicies: matched against the pods the backend really creates ---------------------------------------
@@ -308,6 +333,17 @@ def test_the_service_pod_talks_to_dns_the_api_and_the_model_only(values, tmp_pat
             assert rule["to"] == [{"ipBlock": {"cidr": c}} for c in cidrs]
         else:
             assert "to" not in rule  # any address, on those ports only
+
+
+def test_the_service_pod_reaches_the_registry_only_through_the_rules_given_with_it() -> None:
+    """The engine that pushes and runs setup lives in the service's pod: environment.egress opens its way out, and
+    only with a registry set."""
+    rule = {"to": [{"ipBlock": {"cidr": "10.20.0.7/32"}}], "ports": [{"protocol": "TCP", "port": 5000}]}
+    environment = {"registry": "10.20.0.7:5000/flower", "dockerHost": "tcp://127.0.0.1:2375", "egress": [rule]}
+    egress = rendered({"environment": environment})["NetworkPolicy/flower-service"]["spec"]["egress"]
+    assert egress[-1] == rule and len(egress) == 4
+    without = rendered({"environment": {**environment, "registry": ""}})["NetworkPolicy/flower-service"]
+    assert rule not in without["spec"]["egress"] and len(without["spec"]["egress"]) == 3
 
 
 def test_prometheus_scrapes_by_annotation_or_a_service_monitor_behind_a_value() -> None:

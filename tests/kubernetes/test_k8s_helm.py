@@ -58,6 +58,8 @@ BAD = [
     ({"runs": {"ttlSecondsAfterFinished": 5}}, "at '/runs/ttlSecondsAfterFinished'"),
     ({"serviceAccount": {"create": False}}, "at '/serviceAccount/name': minLength: got 0, want 1"),
     ({"scratch": {"medium": "memory"}}, "at '/scratch/medium'"),
+    ({"environment": {"registry": "https://registry.example.com/flower"}}, "at '/environment/registry'"),
+    ({"environment": {"dockerHost": "/var/run/docker.sock"}}, "at '/environment/dockerHost'"),
 ]
 
 
