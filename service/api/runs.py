@@ -99,7 +99,7 @@ class RunController(Controller):
 
     @get("/", operation_id="list_runs", summary="The tenant's runs, newest first",
          responses={**ok(200, RUNS, "the runs, newest first"), **errors(400)})
-    async def list_runs(self, tenant: TenantDep, runs: RunsDep, schedules: SchedulesDep,
+    async def list_runs(self, tenant: TenantDep, runs: RunsDep, schedules: SchedulesDep, config: ConfigDep,
                         status: Annotated[str | None, Parameter(
                             description="comma-separated statuses to keep, e.g. `running,queued`")] = None,
                         limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
@@ -115,7 +115,7 @@ class RunController(Controller):
                 raise ValidationException(f"unknown status {', '.join(bad)} (known: {', '.join(STATUSES)})")
         found = runs.list(tenant=tenant.name, statuses=statuses, limit=limit, deleted=None if deleted else False)
         fired = schedules.table.fired_of([r.id for r in found])
-        return RunList(runs=[run_out(r, fired.get(r.id)) for r in found])
+        return RunList(runs=[run_out(r, fired.get(r.id), traced=bool(config.otlp_endpoint)) for r in found])
 
     @get("/{run_id:str}", operation_id="get_run", summary="One run",
          responses={**ok(200, RUN, "the run as it is now"), **errors(404)})
@@ -124,9 +124,9 @@ class RunController(Controller):
                       environments: EnvironmentsDep) -> RunOut:
         """Its status, times, cost, last step and, once it ended, its diffstat; a live run's counters move on
         between two reads. A queued one says why it waits (`waiting`), and so does a starting one while its team's
-        environment is prepared; `fired_by`: the schedule or trigger that
-        started it (null: it was submitted)."""
-        return run_out(run, schedules.table.fired(run.id),
+        environment is prepared; `fired_by`: the schedule or trigger that started it (null: it was submitted);
+        `trace_id`: its trace in the operator's tracing backend (null: traces are off)."""
+        return run_out(run, schedules.table.fired(run.id), traced=bool(config.otlp_endpoint),
                        waiting=waiting_of(run, tenant, runs, config, gate, health, clock.now(),
                                           environments.preparing.get(run.id)))
 
