@@ -10,15 +10,17 @@ span is built from what the service's side of the wall sees, never from a span a
               as the upstream reported them, a span per tool call the model asked for (closed when its result
               comes back on the wire: denied, spilled, its duration) and a span per subagent.
 - ``export``  ids both sides agree on without talking (the trace id and the run's span id are digests of the run
-              id, an attempt's of its session), the ``Exporter`` seam and ``exporter_of`` — which imports
-              OpenTelemetry (``otlp``) only when an endpoint is configured: traces off cost an ``if``.
+              id, an attempt's of its session) and the ``Exporter`` seam.
+- ``configured`` ``exporter_of``: the process's exporter, which imports OpenTelemetry (``otlp``) only when an
+              endpoint is configured — traces off cost an ``if``.
 - ``otlp``    the one module that imports OpenTelemetry: a bounded batch processor whose drops (a full queue, an
               endpoint that is down) are counted in ``flower_trace_spans_dropped_total``; a run never waits for it.
 """
 
 from __future__ import annotations
 
-from .export import Exporter, Span, exporter_of, span_id_of, trace_id_of, traces_url
+from .configured import exporter_of
+from .export import Exporter, Span, span_id_of, trace_id_of, traces_url
 from .runs import RunSpans
 from .wire import WireSpans
 

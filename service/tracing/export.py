@@ -10,16 +10,13 @@ model calls land under another of its own attempts, never in another run's trace
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
-if TYPE_CHECKING:
-    from ..config import ServiceConfig
-    from ..metrics import Metrics
 
-__all__ = ["Span", "Exporter", "Attribute", "exporter_of", "trace_id_of", "span_id_of", "traces_url", "TRACES_PATH"]
+__all__ = ["Span", "Exporter", "Attribute", "trace_id_of", "span_id_of", "traces_url", "TRACES_PATH"]
 
 TRACES_PATH = "/v1/traces"  # OTLP/HTTP's path for spans, appended to an endpoint that names none
 Attribute = str | bool | int | float
@@ -79,13 +76,3 @@ class Exporter(Protocol):
     def close(self, timeout_s: float = 5.0) -> None:
         """What is queued is sent for at most ``timeout_s``; later spans are dropped."""
         ...
-
-
-def exporter_of(config: ServiceConfig, metrics: Metrics, *, service: str = "flower") -> Exporter | None:
-    """The process's exporter when ``otlp_endpoint`` is set, else None — and then OpenTelemetry is not imported."""
-    if not config.otlp_endpoint:
-        return None
-    from .otlp import OtlpExporter  # only now: traces off never load the SDK
-
-    dropped: Callable[[str, int], None] = metrics.spans_dropped
-    return OtlpExporter(traces_url(config.otlp_endpoint), dropped, service=service)
