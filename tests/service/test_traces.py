@@ -54,9 +54,11 @@ def _of(span: dict[str, Any], name: str) -> Any:
     return span["attributes"].get(name)
 
 
+@pytest.mark.parametrize("gateway_process", ["beside", "inside"])
 def test_a_run_is_one_trace_in_phoenix_whose_model_calls_add_up_to_the_gateways_metering(
-        tmp_path: Path, services: list[Service], phoenix: Phoenix) -> None:
-    dep = Deployment(tmp_path, extra_config=_config(phoenix.url))
+        tmp_path: Path, services: list[Service], phoenix: Phoenix, gateway_process: str) -> None:
+    """The gateway in a process of its own (the default) or in the API's: the same trace either way."""
+    dep = Deployment(tmp_path, extra_config=_config(phoenix.url) + f'gateway_process = "{gateway_process}"\n')
     with ScriptedModel(traced_rules()) as model:
         service = serve(dep, services, model)
         acme = service.client("acme")
