@@ -133,7 +133,7 @@ class RunController(Controller):
     @delete("/{run_id:str}", status_code=200, operation_id="delete_run",
             summary="Delete an ended run's files (and, with branch=true, its branch); the row stays as a tombstone",
             responses={**ok(200, RUN, "the run's tombstone: `deleted` says when"), **errors(400, 404, 409)})
-    async def delete_run(self, run: RunDep, tenant: TenantDep, control: ControlDep,
+    async def delete_run(self, run: RunDep, tenant: TenantDep, control: ControlDep, config: ConfigDep,
                          branch: Annotated[bool, Parameter(
                              description="also delete the branch flower/<run> from the tenant's repository")] = False,
                          ) -> RunOut:
@@ -143,7 +143,7 @@ class RunController(Controller):
             raise Conflict(f"run {run.id} is {run.status}: only an ended run can be deleted (cancel it first)")
         done = await control.delete(run, branch=branch)
         log.info("run.deleted", tenant=tenant.name, run=run.id, branch=branch)
-        return run_out(done)
+        return run_out(done, traced=bool(config.otlp_endpoint))
 
     @post("/{run_id:str}/cancel", status_code=200, operation_id="cancel_run",
           summary="Cancel: a queued run at once, a running one is stopped",
@@ -168,7 +168,8 @@ class RunController(Controller):
             if current.terminal or clock.monotonic() >= deadline:
                 break
             await asyncio.sleep(min(0.05, config.poll_s))
-        return Response(run_out(current), status_code=200 if current.terminal else 202)
+        return Response(run_out(current, traced=bool(config.otlp_endpoint)),
+                        status_code=200 if current.terminal else 202)
 
     @get("/{run_id:str}/diff", media_type="text/x-diff", operation_id="get_run_diff",
          summary="git diff of the run's branch against its base",
