@@ -101,7 +101,7 @@ class WireSpans:
             if len(agents) >= MAX_AGENTS:
                 return attempt_parent(run, session)
             parent = self._launched.get(run) or attempt_parent(run, session)
-            found = agents[agent] = _Agent(span_id_of("agent", run, agent[:NAME_MAX]), parent, start, end)
+            found = agents[agent] = _Agent(new_span_id(), parent, start, end)
         found.end, found.calls = max(found.end, end), found.calls + 1
         return found.span_id
 
