@@ -174,6 +174,8 @@ def create_app(config: ServiceConfig, *, backend: Backend | None = None, clock: 
             if keeper is not None:
                 await keeper.stop()
             await gateway.aclose()
+            if service.traces is not None:  # the spans still queued, for a few seconds at most
+                await asyncio.to_thread(service.traces.close)
             registry.close()
             state_log.info("service.stopped")
 

@@ -163,6 +163,9 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """A file holding the scrape token of ``GET /metrics``: a scrape with ``Authorization: Bearer <it>`` sees the
     per-tenant series; any other sees the same metrics summed over tenants, no tenant's name in them (a wrong token
     is a 401). Empty: every scrape gets the summed view."""
+    otlp_endpoint: str = ""
+    """Where OpenTelemetry traces of runs go over OTLP/HTTP, e.g. ``http://127.0.0.1:4318`` (``/v1/traces`` is added
+    when no path is given); empty: no traces, and OpenTelemetry is not even imported (``service.tracing``)."""
     max_diff_mb: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 20
     """The largest diff ``GET /v1/runs/{id}/diff`` sends (whole or one file's); past it a 422 says to fetch the
     branch. A small bundle can hold a huge diff: the service streams it and never holds more than a MB of it."""
@@ -229,6 +232,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
         raise ServiceConfigError(f"tenants file {cfg.tenants} does not exist: create it (see service/tenants.py) "
                           f"or set `tenants` in {where}")
     _check_egress(cfg, where)
+    _check_otlp(cfg.otlp_endpoint, where)
     if cfg.database_url and not cfg.database_url.startswith(("postgresql://", "postgresql+psycopg://",
                                                              "postgres://")):
         scheme = cfg.database_url.split(":", 1)[0]
@@ -265,6 +269,19 @@ def _check_egress(cfg: ServiceConfig, where: str) -> None:
         except ValueError:
             raise ServiceConfigError(f"`egress_internal` in {where} holds {cidr!r}, which is not an address range "
                                      "such as 10.1.2.0/24") from None
+
+
+def _check_otlp(endpoint: str, where: str) -> None:
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(endpoint)
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError:
+        parts = None
+    if endpoint and (parts is None or parts.scheme not in ("http", "https") or not parts.hostname):
+        raise ServiceConfigError(f"`otlp_endpoint` in {where} is {endpoint!r}, which is not an http:// or https:// URL "
+                                 "such as http://127.0.0.1:4318; leave it empty for no traces")
 
 
 def config_of_json(data: bytes) -> ServiceConfig:

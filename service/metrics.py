@@ -127,6 +127,9 @@ class Metrics:
                                "or a parked run was woken (unparked).", ["tenant", "cause"], registry=r)
         self.parks = Counter("flower_run_parks", "Runs that gave their sandbox back while they waited for a person.",
                              ["tenant"], registry=r)
+        self.spans_lost = Counter("flower_trace_spans_dropped", "Trace spans not delivered to the OTLP endpoint "
+                                  "(its queue was full, or the endpoint did not take them); runs are unaffected.",
+                                  ["tenant"], registry=r)
 
     def watch(self, runs: Callable[[], Mapping[tuple[str, str], int]],
               streams: Callable[[], Mapping[str, int]]) -> None:
@@ -177,6 +180,10 @@ class Metrics:
                 self.tokens.labels(tenant, kind).inc(n)
         if cost_usd > 0:
             self.cost.labels(tenant).inc(cost_usd)
+
+    def spans_dropped(self, tenant: str, n: int) -> None:
+        """Traces' hook (any thread): ``n`` of the tenant's spans were dropped."""
+        self.spans_lost.labels(tenant).inc(n)
 
     def render(self, *, per_tenant: bool = True) -> bytes:
         """The text exposition; ``per_tenant=False``: summed over tenants, no tenant's name in it."""

@@ -68,6 +68,7 @@ from .registry import Registry, Run
 from .results import Results
 from .results.webhooks import Webhooks
 from .tenants import Tenants
+from .tracing import Exporter, RunSpans, WireSpans, exporter_of
 
 __all__ = ["Service", "RunControl", "build"]
 
@@ -123,6 +124,8 @@ class Service:
     schedules: Schedules
     triggers: Triggers
     environments: Environments
+    traces: Exporter | None = None
+    """Where this process's spans go (``otlp_endpoint``; None: traces are off); the app closes it last."""
 
 
 def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: Backend, *,
@@ -151,7 +154,10 @@ def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: 
 
     leases = Leases(registry.leases, registry.replicas, owner, config.lease_s, live, errors, also=renewed,
                     clock=clock)
-    feed = EventFeed(registry.runs, results, metrics)
+    traces = exporter_of(config, metrics)
+    feed = EventFeed(registry.runs, results, metrics, RunSpans(traces, now=clock.now) if traces else None)
+    if traces is not None:  # the in-process gateway's model and tool calls (gateway_process = "inside")
+        gateway.spans = WireSpans(traces, now=clock.now)
     harvest = Harvest(config, registry.runs)
     warm = WarmKeeper.of(backend, config.runs_root, config.warm, registry.runs, registry.leases, tenants, metrics,
                          errors, replica=owner if registry.dialect == "postgresql" else None,
@@ -185,4 +191,4 @@ def build(config: ServiceConfig, registry: Registry, tenants: Tenants, backend: 
                    grants=grants, results=results, leases=leases, feed=feed, mailbox=mailbox, retention=retention,
                    scheduler=scheduler, runs=RunControl(config, mailbox, retention, feed), admission=admission,
                    schedules=schedules, triggers=Triggers(config, registry.schedules, admission, tenants, clock=clock),
-                   environments=environments)
+                   environments=environments, traces=traces)

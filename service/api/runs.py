@@ -99,7 +99,7 @@ class RunController(Controller):
 
     @get("/", operation_id="list_runs", summary="The tenant's runs, newest first",
          responses={**ok(200, RUNS, "the runs, newest first"), **errors(400)})
-    async def list_runs(self, tenant: TenantDep, runs: RunsDep, schedules: SchedulesDep,
+    async def list_runs(self, tenant: TenantDep, runs: RunsDep, schedules: SchedulesDep, config: ConfigDep,
                         status: Annotated[str | None, Parameter(
                             description="comma-separated statuses to keep, e.g. `running,queued`")] = None,
                         limit: Annotated[int, Parameter(ge=1, le=1000)] = 100,
@@ -115,7 +115,7 @@ class RunController(Controller):
                 raise ValidationException(f"unknown status {', '.join(bad)} (known: {', '.join(STATUSES)})")
         found = runs.list(tenant=tenant.name, statuses=statuses, limit=limit, deleted=None if deleted else False)
         fired = schedules.table.fired_of([r.id for r in found])
-        return RunList(runs=[run_out(r, fired.get(r.id)) for r in found])
+        return RunList(runs=[run_out(r, fired.get(r.id), traced=bool(config.otlp_endpoint)) for r in found])
 
     @get("/{run_id:str}", operation_id="get_run", summary="One run",
          responses={**ok(200, RUN, "the run as it is now"), **errors(404)})
@@ -124,16 +124,16 @@ class RunController(Controller):
                       environments: EnvironmentsDep) -> RunOut:
         """Its status, times, cost, last step and, once it ended, its diffstat; a live run's counters move on
         between two reads. A queued one says why it waits (`waiting`), and so does a starting one while its team's
-        environment is prepared; `fired_by`: the schedule or trigger that
-        started it (null: it was submitted)."""
-        return run_out(run, schedules.table.fired(run.id),
+        environment is prepared; `fired_by`: the schedule or trigger that started it (null: it was submitted);
+        `trace_id`: its trace in the operator's tracing backend (null: traces are off)."""
+        return run_out(run, schedules.table.fired(run.id), traced=bool(config.otlp_endpoint),
                        waiting=waiting_of(run, tenant, runs, config, gate, health, clock.now(),
                                           environments.preparing.get(run.id)))
 
     @delete("/{run_id:str}", status_code=200, operation_id="delete_run",
             summary="Delete an ended run's files (and, with branch=true, its branch); the row stays as a tombstone",
             responses={**ok(200, RUN, "the run's tombstone: `deleted` says when"), **errors(400, 404, 409)})
-    async def delete_run(self, run: RunDep, tenant: TenantDep, control: ControlDep,
+    async def delete_run(self, run: RunDep, tenant: TenantDep, control: ControlDep, config: ConfigDep,
                          branch: Annotated[bool, Parameter(
                              description="also delete the branch flower/<run> from the tenant's repository")] = False,
                          ) -> RunOut:
@@ -143,7 +143,7 @@ class RunController(Controller):
             raise Conflict(f"run {run.id} is {run.status}: only an ended run can be deleted (cancel it first)")
         done = await control.delete(run, branch=branch)
         log.info("run.deleted", tenant=tenant.name, run=run.id, branch=branch)
-        return run_out(done)
+        return run_out(done, traced=bool(config.otlp_endpoint))
 
     @post("/{run_id:str}/cancel", status_code=200, operation_id="cancel_run",
           summary="Cancel: a queued run at once, a running one is stopped",
@@ -168,7 +168,8 @@ class RunController(Controller):
             if current.terminal or clock.monotonic() >= deadline:
                 break
             await asyncio.sleep(min(0.05, config.poll_s))
-        return Response(run_out(current), status_code=200 if current.terminal else 202)
+        return Response(run_out(current, traced=bool(config.otlp_endpoint)),
+                        status_code=200 if current.terminal else 202)
 
     @get("/{run_id:str}/diff", media_type="text/x-diff", operation_id="get_run_diff",
          summary="git diff of the run's branch against its base",

@@ -16,6 +16,7 @@ from flower.cli.messages import gloss
 from ..registry import Delivery, Push, Run, RunStatus
 from ..registry.short_ids import short_of
 from ..registry.schedules import Fire
+from ..tracing.export import trace_id_of
 
 __all__ = ["SubmitIn", "AnswerIn", "TextIn", "SubmitOut", "RunOut", "RunList", "QuestionOut", "QuestionList",
            "AnswerOut", "MessageOut", "AcceptedOut", "ManifestOut", "HealthOut", "UsageOut", "Usage", "Budget",
@@ -164,6 +165,9 @@ class RunOut(msgspec.Struct):
     waiting: str | None = None
     """Why a queued run has not started yet, or a starting one is not running yet (its team's environment being
     prepared), in a sentence (only ``GET /v1/runs/{id}`` says it)."""
+    trace_id: str | None = None
+    """The run's OpenTelemetry trace id (32 hex digits) when the service sends traces (``otlp_endpoint``): look it
+    up in the tracing backend. Null when traces are off."""
 
 
 class LossOut(msgspec.Struct):
@@ -274,7 +278,8 @@ def _iso(t: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
-def run_out(run: Run, fire: Fire | None = None, *, waiting: str | None = None) -> RunOut:
+def run_out(run: Run, fire: Fire | None = None, *, waiting: str | None = None, traced: bool = False) -> RunOut:
+    """``traced``: the service sends traces, so the run's row names its trace."""
     stat = msgspec.convert(run.diffstat, DiffStat) if run.diffstat else None
     return RunOut(id=run.id, short=short_of(run.id), status=run.status, ask=run.ask, options=run.options,
                   branch=run.branch, base=run.base, commit=run.commit_sha, created=_iso(run.created) or "",
@@ -288,7 +293,7 @@ def run_out(run: Run, fire: Fire | None = None, *, waiting: str | None = None) -
                   sandboxes=run.sandboxes, parked_at=_iso(run.parked_at),
                   losses=[LossOut(cause=x.cause, at=_iso(x.at) or "", error=x.error, step=x.step, place=x.place,
                                   since_checkpoint_s=x.since_checkpoint_s) for x in run.losses],
-                  waiting=waiting,
+                  waiting=waiting, trace_id=trace_id_of(run.id) if traced else None,
                   fired_by=None if fire is None else FiredBy(by=fire.fired_by, schedule=fire.schedule,
                                                              tick=_iso(fire.tick) or ""))
 

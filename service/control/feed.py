@@ -3,7 +3,9 @@
 ``tail`` reads what the run wrote since the last pass (``events.read_new``: bounded, numbered, hostile data),
 folds status, step and claimed cost into the row, logs its audit lines (labelled ``source="run"``: a claim) and
 fans each event out to the run's subscribers; ``publish_end`` tells them it is over. ``compare_audits`` puts the
-wire's counts (the gateway's audit, which the run cannot touch) beside the run's own at the end.
+wire's counts (the gateway's audit, which the run cannot touch) beside the run's own at the end. With traces
+configured, each event also reaches ``spans`` (the run's steps and attempts, ``service.tracing.runs``) and
+``traced_end`` sends the run's own span once its row says it ended.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandbox.records import QUESTION_ID, Event, decode_audit
 
@@ -21,6 +24,9 @@ from ..results import Results
 from .ending import claimed_cost
 from .events import END, read_new
 from .live import LiveRun, one_line
+
+if TYPE_CHECKING:
+    from ..tracing.runs import RunSpans
 
 __all__ = ["EventFeed", "Item", "SUB_QUEUE"]
 
@@ -34,10 +40,11 @@ Item = object
 
 
 class EventFeed:
-    def __init__(self, runs: RunsTable, results: Results, metrics: Metrics) -> None:
+    def __init__(self, runs: RunsTable, results: Results, metrics: Metrics, spans: RunSpans | None = None) -> None:
         self.runs = runs
         self.results = results
         self.metrics = metrics
+        self.spans = spans
         self._subs: dict[str, set[asyncio.Queue[Item]]] = defaultdict(set)
 
     # -- the run's file ----------------------------------------------------------------------
@@ -64,6 +71,8 @@ class EventFeed:
             elif ev.kind == "ask":
                 self.results.asked(run, ev)
                 _asking(ev, live)
+            if self.spans is not None:
+                self.spans.saw(run, ev)
             self.publish(run.id, n, ev)
         self.runs.under(live.lease).record_progress(run.id, event_offset=offset, event_seq=seq,
                                                     claimed_cost_usd=cost, step=step)
@@ -86,6 +95,11 @@ class EventFeed:
         said = {"meaning": guard_meaning(claim.guard, claim.role, claim.tool)} if kind == "deny" else {}
         getattr(audit_log, level)(f"audit.{kind}", tenant=run.tenant, run=run.id, source="run",
                                   step=ev.step or None, **claim.fields(), **said)
+
+    def traced_end(self, run: Run) -> None:
+        """The run's row says it ended (``run``: that row): its last step's span and its own."""
+        if self.spans is not None:
+            self.spans.ended(run)
 
     @staticmethod
     def compare_audits(run: Run, live: LiveRun, wire: Counter[str] | None) -> None:

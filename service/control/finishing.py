@@ -179,6 +179,7 @@ class Finisher:
         row = self.runs.get(run.id)
         if row is not None:
             self.grants.metering.count(row, live)  # what it spent since the last pass
+            self.feed.traced_end(row)
         log.info("run.finished", tenant=run.tenant, run=run.id, status=ended.status,
                  cost_usd=round(row.cost_usd, 6) if row else None,
                  claimed_cost_usd=round(ended.claimed_cost_usd, 6),

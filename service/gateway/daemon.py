@@ -38,6 +38,7 @@ from ..logging import get_logger
 from ..metrics import Metrics
 from ..registry import Registry, Run, open_registry
 from ..tenants import Tenants
+from ..tracing import WireSpans, exporter_of
 from .budgets import Budgets
 from .grant import Grant
 from .metering import SYNC_S, WAKE_NAME, grant_of  # SYNC_S: how often the active runs are read
@@ -99,6 +100,9 @@ class GatewayProcess:
         self.budgets = Budgets(registry.spend, tenants, self.gateway, Metrics(), self._refused,
                                owner=holds_owner(config))
         self.gateway.on_audit = self._audited
+        self.traces = exporter_of(config, Metrics(), service="flower-gateway")
+        if self.traces is not None:
+            self.gateway.spans = WireSpans(self.traces)
         if config.backend == "kubernetes":
             self.gateway.resolve = self._resolve
         self.egress = EgressProxy.of(config, "gateway")  # squid starts with the first run that has an allow-list
@@ -339,6 +343,8 @@ async def serve_gateway(config: ServiceConfig, *, parent: int | None = None) -> 
             pokes.close()
         await process.gateway.aclose()
         await asyncio.to_thread(process.egress.shutdown)
+        if process.traces is not None:
+            await asyncio.to_thread(process.traces.close)
         registry.close()
         os.close(fd)
         log.info("gateway.stopped", pid=os.getpid())

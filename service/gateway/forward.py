@@ -10,6 +10,7 @@ import asyncio
 import json
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import h11
 import msgspec
@@ -20,6 +21,9 @@ from .grant import AuditHook, Grant, Held, Meter
 from .streaks import Streaks
 from .upstream import Upstream, UpstreamError, UpstreamResponse
 from .wire import Ask, ResponseReader, Usage, contents, cost_of, most_cost, tool_results
+
+if TYPE_CHECKING:
+    from ..tracing.wire import WireSpans
 
 __all__ = ["Forwarder", "send", "error_body", "refusal", "STALL_S", "DRAIN_S"]
 
@@ -70,6 +74,11 @@ async def _write(writer: asyncio.StreamWriter, data: bytes) -> bool:
     return True
 
 
+def _header(req: h11.Request, name: bytes) -> str:
+    """A header the run's CLI sets (its value is the run's: cut, never trusted), or ""."""
+    return next((v.decode("latin-1")[:200] for k, v in req.headers if k == name), "")
+
+
 def _decode(body: bytes) -> dict[str, object]:
     try:
         value = msgspec.json.decode(body)
@@ -80,7 +89,8 @@ def _decode(body: bytes) -> dict[str, object]:
 
 class Forwarder:
     """A request's way to the upstream and its answer's way back. ``meter`` admits every Messages call and settles
-    its answer (None: nothing is held); ``on_audit`` hears of every count the wire audit adds."""
+    its answer (None: nothing is held); ``on_audit`` hears of every count the wire audit adds; ``spans`` (traces
+    configured) hears of every model call read to its end and every tool result sent back."""
 
     def __init__(self, upstream: Upstream, streaks: Streaks, *, prices: Mapping[str, tuple[float, float]],
                  meter: Meter | None) -> None:
@@ -88,6 +98,7 @@ class Forwarder:
         self.prices = dict(prices)
         self.meter = meter
         self.on_audit: AuditHook | None = None
+        self.spans: WireSpans | None = None
         self._streaks = streaks
 
     async def forward(self, conn: h11.Connection, writer: asyncio.StreamWriter, grant: Grant, req: h11.Request,
@@ -112,13 +123,15 @@ class Forwarder:
                 self._streaks.refused(grant, admitted)
                 return await send(conn, writer, *refusal(admitted))
             held = admitted
-        agent = next((v.decode("latin-1")[:200] for k, v in req.headers if k == b"x-claude-code-agent-id"), "main")
+        agent = _header(req, b"x-claude-code-agent-id") or "main"
         who = {"tenant": grant.tenant, "run": grant.run_id, "agent": agent, "source": "wire"}
         if messages:  # the denials and spills the CLI sends back, written before the call goes: a crash loses none
             # a long conversation is megabytes of JSON: parsed off the loop
             request = await asyncio.to_thread(_decode, body) if len(body) > 256 * 1024 else _decode(body)
             self._results(grant, request, who)
-        started = time.monotonic()
+            if self.spans is not None:
+                self.spans.results(grant, tool_results(request))
+        started, began = time.monotonic(), time.time()
         try:
             resp = await self.upstream.post(grant.upstream + target, passed_headers(req.headers, grant.auth), body)
         except UpstreamError as e:
@@ -135,6 +148,11 @@ class Forwarder:
             if messages:
                 self._calls(grant, reader, who)  # at once: the CLI's next request answers these
                 usage = self._meter(grant, reader, ask, resp.status_code, time.monotonic() - started)
+                if self.spans is not None:
+                    self.spans.model_call(grant, session=_header(req, b"x-claude-code-session-id"), agent=agent,
+                                          model=reader.model or ask.model, request_model=ask.model, usage=usage,
+                                          status=resp.status_code, start=began, end=time.time(),
+                                          calls=[(c.id, c.tool) for c in reader.calls])
                 if meter is not None and held is not None:
                     await meter.settle(grant, held, usage)
 

@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import h11
 
@@ -31,6 +32,9 @@ from .forward import Forwarder, refusal, send
 from .grant import SOCKET_NAME, AuditHook, Grant, Meter, ResolveHook
 from .streaks import Streaks
 from .upstream import Upstream, UpstreamError
+
+if TYPE_CHECKING:
+    from ..tracing.wire import WireSpans
 
 __all__ = ["Gateway", "MAX_RUN_CONNECTIONS", "MAX_PEER_CONNECTIONS", "MAX_TCP_CONNECTIONS"]
 
@@ -137,6 +141,15 @@ class Gateway:
     def on_audit(self, hook: AuditHook | None) -> None:
         self._forwarder.on_audit = hook
 
+    @property
+    def spans(self) -> WireSpans | None:
+        """Where the wire's spans go (``service.tracing``; None: traces are off)."""
+        return self._forwarder.spans
+
+    @spans.setter
+    def spans(self, spans: WireSpans | None) -> None:
+        self._forwarder.spans = spans
+
     # -- grants ------------------------------------------------------------------------------
     async def open(self, grant: Grant, folder: Path | None = None) -> None:
         """Accept ``grant``'s token from now on; with ``folder``, also listen on ``folder/gateway.sock``,
@@ -151,6 +164,8 @@ class Gateway:
         grant = self._grants.pop(run_id, None)
         if grant is not None:
             self._by_hash.pop(grant.token_hash, None)
+            if self._forwarder.spans is not None:
+                self._forwarder.spans.closed(grant)
         server = self._servers.pop(run_id, None)
         if server is not None:
             server.close()

@@ -210,6 +210,7 @@ function drawWhere() {
     parts.push([T("run.checkpoint"), short(state.diffCommit)]);
   }
   if (run.sandboxes > 1) parts.push([T("run.resumed"), T("run.resumed_times", { n: run.sandboxes - 1 })]);
+  if (run.trace_id) parts.push([T("run.trace"), run.trace_id]);  // its trace in the operator's tracing backend
   if (run.losses && run.losses.length) {
     parts.push([T("run.lost"), run.losses.map((x) => T("loss." + x.cause)).join(", ")]);
   }

@@ -42,6 +42,7 @@ const MESSAGES = {
   "run.elapsed": ["elapsed {time}", "用时 {time}"],
   "run.elapsed_title": ["from the start of its sandbox to its end (or now)", "从沙箱启动到结束(或到现在)"],
   "run.branch": ["branch", "分支"],
+  "run.trace": ["trace", "追踪"],
   "run.fired_schedule": ["scheduled by", "定时任务"],
   "run.fired_trigger": ["triggered by", "触发器"],
   "run.base": ["base", "基线"],
