@@ -28,6 +28,7 @@ reused pid is never signalled. With ``root``, a handle naming a folder elsewhere
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import signal
@@ -136,6 +137,14 @@ def _sweep() -> None:
                 d.rmdir()
         except OSError:
             continue
+
+
+def cgroup_name(folder: Path) -> str:
+    """The run's cgroups' name: its folder's, and which runs root it is in — cgroups are the machine's, and two
+    services (or test sessions) on one machine may each have a run of one name; the one removing its run must
+    kill only its own processes."""
+    where = hashlib.sha256(os.fsencode(os.path.realpath(folder.parent))).hexdigest()[:12]
+    return f"{folder.name}-{where}"
 
 
 def _run_cgroups(run: str) -> list[Path]:
@@ -377,7 +386,7 @@ class LocalBackend:
         if owner is not None:  # the wrapper, bubblewrap and setpriv run as root: nothing may load code into them
             env = {k: v for k, v in env.items() if not k.startswith("LD_")}
         _sweep()
-        joins = _cgroups(layout.dir.name, self.mem_limit, self.pids_limit)
+        joins = _cgroups(cgroup_name(layout.dir), self.mem_limit, self.pids_limit)
         if joins:
             command = ["/bin/sh", "-c", _JOIN, "sh", *command]
             env["FLOWER_CGROUPS"] = ":".join(str(p) for p in joins)
@@ -395,7 +404,7 @@ class LocalBackend:
         pid, start, folder = self._handle(handle)
         if self._alive(pid, start, folder):
             return "running"
-        for d in _run_cgroups(folder.name):  # its processes are gone: so goes its cgroup
+        for d in _run_cgroups(cgroup_name(folder)):  # its processes are gone: so goes its cgroup
             _rmdir(d)
         return "exited" if folder.is_dir() else "missing"
 
@@ -422,7 +431,7 @@ class LocalBackend:
             while self._alive(pid, start, folder) and time.monotonic() < deadline:
                 time.sleep(0.05)
         self._kill_group(pid, start, folder, verified=verified)
-        _kill_cgroups(folder.name)
+        _kill_cgroups(cgroup_name(folder))
         stopped_exit(folder, timeout)
 
     def live(self) -> dict[str, Handle]:
@@ -459,16 +468,16 @@ class LocalBackend:
     def remove(self, handle: Handle) -> None:
         pid, start, folder = self._handle(handle)
         self._kill_group(pid, start, folder, force=True)
-        _kill_cgroups(folder.name)
+        _kill_cgroups(cgroup_name(folder))
         self._procs.pop(pid, None)
         self._removed.add(handle)
-        for d in _run_cgroups(folder.name):
+        for d in _run_cgroups(cgroup_name(folder)):
             _rmdir(d, tries=40)
 
     def limits(self, handle: str) -> dict[str, int]:
         """The limits the run's cgroups hold (``{"memory": bytes, "pids": n}``); empty when it has none."""
         out: dict[str, int] = {}
-        for d in _run_cgroups(self._handle(handle)[2].name):
+        for d in _run_cgroups(cgroup_name(self._handle(handle)[2])):
             for key, name in (("memory", "memory.max"), ("memory", "memory.limit_in_bytes"), ("pids", "pids.max")):
                 try:
                     out[key] = int((d / name).read_text())

@@ -194,3 +194,29 @@ def test_an_interrupt_through_the_mailbox_redirects_the_step(git_workspace: Path
     assert MailboxAnswers.pending(layout.mailbox, layout.questions) == []
     log = (layout.workbench / "notes" / "问答记录.md").read_text()
     assert "打断" in log and words in log
+
+
+def test_a_run_of_the_same_name_in_another_runs_root_is_not_killed_with_this_one(tmp_path: Path) -> None:
+    """cgroups are the machine's: two services (or two test sessions) on one machine may each have a run of one
+    name. Removing one kills what is in its cgroups — only its own (it once killed the other's run too)."""
+    from sandbox.backends.local import cgroup_name
+
+    sides = []
+    for side in ("a", "b"):
+        root = tmp_path / side / "runs"
+        backend = LocalBackend(root=root)
+        layout = RunLayout(root, "same-name", "repo").ensure()
+        layout.workspace.mkdir(mode=0o700)
+        layout.gateway.mkdir(mode=0o755, exist_ok=True)
+        sides.append((backend, backend.warm(layout, objects=None, egress="closed"), layout))
+    (a, ha, la), (b, hb, lb) = sides
+    try:
+        assert cgroup_name(la.dir) != cgroup_name(lb.dir)
+        assert a.state(ha) == b.state(hb) == "running"
+        if a.limits(ha):  # where this machine lets the backend write cgroups
+            assert b.limits(hb) == a.limits(ha)
+        a.remove(ha)  # returns once its cgroups are empty
+        assert b.state(hb) == "running", b.logs(hb)[-2000:]
+    finally:
+        for backend, handle, _ in sides:
+            backend.remove(handle)

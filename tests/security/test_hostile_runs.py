@@ -221,12 +221,14 @@ echo {DONE}"""
 
 def limits_of(backend: str, run_id: str) -> dict | None:
     """The limits the run's sandbox is held to while it lives: Docker's HostConfig, or the local run's cgroups."""
-    if backend == "local":
-        mem = Path(f"/sys/fs/cgroup/memory/flower-{run_id}/memory.limit_in_bytes")
-        pids = Path(f"/sys/fs/cgroup/pids/flower-{run_id}/pids.max")
-        if not Path("/sys/fs/cgroup/memory").is_dir():  # cgroup v2
-            mem, pids = (Path(f"/sys/fs/cgroup/flower/{run_id}/{n}") for n in ("memory.max", "pids.max"))
+    if backend == "local":  # its cgroups are named for the run and its runs root (the machine's are shared)
+        cg = Path("/sys/fs/cgroup")
+        found = [*cg.glob(f"memory/flower-{run_id}-*/memory.limit_in_bytes"),
+                 *cg.glob(f"pids/flower-{run_id}-*/pids.max")]
+        if not (cg / "memory").is_dir():  # cgroup v2
+            found = [p for n in ("memory.max", "pids.max") for p in cg.glob(f"flower/{run_id}-*/{n}")]
         try:
+            mem, pids = found
             return {"memory": int(mem.read_text()), "pids": int(pids.read_text())}
         except (OSError, ValueError):
             return None
