@@ -315,8 +315,8 @@ def stop_setups(client: Any = None) -> int:
     client = client or docker.from_env()
     ended = 0
     for c in client.containers.list(all=True, filters={"label": f"org.flower.setup.owner={OWNER}"}):
-        try:
-            c.kill()
+        try:  # removed, not only killed: the prepare that would have removed it ends with this process
+            c.remove(force=True)
             ended += 1
         except docker.errors.APIError:
             pass

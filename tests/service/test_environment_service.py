@@ -216,7 +216,7 @@ def test_a_service_stopped_during_a_setup_ends_it_and_the_run_waits_its_turn(bar
             run_id = acme.post("/v1/runs", json={"ask": "stopped mid-setup"}).json()["id"]
 
             def setups() -> list:
-                return client.containers.list(filters={"label": "org.flower.setup"})
+                return client.containers.list(all=True, filters={"label": "org.flower.setup"})
 
             wait_for(lambda: setups() or None, 300, every=0.5, what="the setup's container")
             # what its tenant reads meanwhile: it is starting, and why it is not running yet
