@@ -166,6 +166,10 @@ class ServiceConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     otlp_endpoint: str = ""
     """Where OpenTelemetry traces of runs go over OTLP/HTTP, e.g. ``http://127.0.0.1:4318`` (``/v1/traces`` is added
     when no path is given); empty: no traces, and OpenTelemetry is not even imported (``service.tracing``)."""
+    trace_link: str = ""
+    """A run's trace in the operator's tracing UI: a URL where ``{trace_id}`` stands for the trace's id (for Arize
+    Phoenix, ``http://phoenix:6006/projects/<project id>/traces/{trace_id}``); the API's ``trace_url`` and the page's
+    link to the trace. Empty: the page shows the id as text."""
     max_diff_mb: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 20
     """The largest diff ``GET /v1/runs/{id}/diff`` sends (whole or one file's); past it a 422 says to fetch the
     branch. A small bundle can hold a huge diff: the service streams it and never holds more than a MB of it."""
@@ -233,6 +237,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, env: Mapping[str,
                           f"or set `tenants` in {where}")
     _check_egress(cfg, where)
     _check_otlp(cfg.otlp_endpoint, where)
+    _check_trace_link(cfg, where)
     if cfg.database_url and not cfg.database_url.startswith(("postgresql://", "postgresql+psycopg://",
                                                              "postgres://")):
         scheme = cfg.database_url.split(":", 1)[0]
@@ -269,6 +274,21 @@ def _check_egress(cfg: ServiceConfig, where: str) -> None:
         except ValueError:
             raise ServiceConfigError(f"`egress_internal` in {where} holds {cidr!r}, which is not an address range "
                                      "such as 10.1.2.0/24") from None
+
+
+def _check_trace_link(cfg: ServiceConfig, where: str) -> None:
+    from urllib.parse import urlsplit
+
+    link = cfg.trace_link
+    if not link:
+        return
+    if not cfg.otlp_endpoint:
+        raise ServiceConfigError(f"`trace_link` in {where} links traces, but no trace is sent: set `otlp_endpoint` "
+                                 "too, or leave `trace_link` empty")
+    if "{trace_id}" not in link or urlsplit(link).scheme not in ("http", "https"):
+        raise ServiceConfigError(f"`trace_link` in {where} is {link!r}: it must be an http:// or https:// URL "
+                                 "holding {trace_id}, e.g. http://127.0.0.1:6006/projects/UHJvamVjdDox/traces/"
+                                 "{trace_id}")
 
 
 def _check_otlp(endpoint: str, where: str) -> None:

@@ -115,7 +115,7 @@ class RunController(Controller):
                 raise ValidationException(f"unknown status {', '.join(bad)} (known: {', '.join(STATUSES)})")
         found = runs.list(tenant=tenant.name, statuses=statuses, limit=limit, deleted=None if deleted else False)
         fired = schedules.table.fired_of([r.id for r in found])
-        return RunList(runs=[run_out(r, fired.get(r.id), traced=bool(config.otlp_endpoint)) for r in found])
+        return RunList(runs=[run_out(r, fired.get(r.id), config=config) for r in found])
 
     @get("/{run_id:str}", operation_id="get_run", summary="One run",
          responses={**ok(200, RUN, "the run as it is now"), **errors(404)})
@@ -126,7 +126,7 @@ class RunController(Controller):
         between two reads. A queued one says why it waits (`waiting`), and so does a starting one while its team's
         environment is prepared; `fired_by`: the schedule or trigger that started it (null: it was submitted);
         `trace_id`: its trace in the operator's tracing backend (null: traces are off)."""
-        return run_out(run, schedules.table.fired(run.id), traced=bool(config.otlp_endpoint),
+        return run_out(run, schedules.table.fired(run.id), config=config,
                        waiting=waiting_of(run, tenant, runs, config, gate, health, clock.now(),
                                           environments.preparing.get(run.id)))
 
@@ -143,7 +143,7 @@ class RunController(Controller):
             raise Conflict(f"run {run.id} is {run.status}: only an ended run can be deleted (cancel it first)")
         done = await control.delete(run, branch=branch)
         log.info("run.deleted", tenant=tenant.name, run=run.id, branch=branch)
-        return run_out(done, traced=bool(config.otlp_endpoint))
+        return run_out(done, config=config)
 
     @post("/{run_id:str}/cancel", status_code=200, operation_id="cancel_run",
           summary="Cancel: a queued run at once, a running one is stopped",
@@ -168,7 +168,7 @@ class RunController(Controller):
             if current.terminal or clock.monotonic() >= deadline:
                 break
             await asyncio.sleep(min(0.05, config.poll_s))
-        return Response(run_out(current, traced=bool(config.otlp_endpoint)),
+        return Response(run_out(current, config=config),
                         status_code=200 if current.terminal else 202)
 
     @get("/{run_id:str}/diff", media_type="text/x-diff", operation_id="get_run_diff",

@@ -13,6 +13,7 @@ import msgspec
 
 from flower.cli.messages import gloss
 
+from ..config import ServiceConfig
 from ..registry import Delivery, Push, Run, RunStatus
 from ..registry.short_ids import short_of
 from ..registry.schedules import Fire
@@ -168,6 +169,8 @@ class RunOut(msgspec.Struct):
     trace_id: str | None = None
     """The run's OpenTelemetry trace id (32 hex digits) when the service sends traces (``otlp_endpoint``): look it
     up in the tracing backend. Null when traces are off."""
+    trace_url: str | None = None
+    """The trace in the operator's tracing UI (``trace_link`` with the id in it); null when none is configured."""
 
 
 class LossOut(msgspec.Struct):
@@ -278,8 +281,10 @@ def _iso(t: float | None) -> str | None:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
-def run_out(run: Run, fire: Fire | None = None, *, waiting: str | None = None, traced: bool = False) -> RunOut:
-    """``traced``: the service sends traces, so the run's row names its trace."""
+def run_out(run: Run, fire: Fire | None = None, *, waiting: str | None = None,
+            config: ServiceConfig | None = None) -> RunOut:
+    """With ``config`` sending traces (``otlp_endpoint``), the row names the run's trace (``trace_link``: links it)."""
+    trace = trace_id_of(run.id) if config is not None and config.otlp_endpoint else None
     stat = msgspec.convert(run.diffstat, DiffStat) if run.diffstat else None
     return RunOut(id=run.id, short=short_of(run.id), status=run.status, ask=run.ask, options=run.options,
                   branch=run.branch, base=run.base, commit=run.commit_sha, created=_iso(run.created) or "",
@@ -293,7 +298,9 @@ def run_out(run: Run, fire: Fire | None = None, *, waiting: str | None = None, t
                   sandboxes=run.sandboxes, parked_at=_iso(run.parked_at),
                   losses=[LossOut(cause=x.cause, at=_iso(x.at) or "", error=x.error, step=x.step, place=x.place,
                                   since_checkpoint_s=x.since_checkpoint_s) for x in run.losses],
-                  waiting=waiting, trace_id=trace_id_of(run.id) if traced else None,
+                  waiting=waiting, trace_id=trace,
+                  trace_url=config.trace_link.replace("{trace_id}", trace) if trace and config and config.trace_link
+                  else None,
                   fired_by=None if fire is None else FiredBy(by=fire.fired_by, schedule=fire.schedule,
                                                              tick=_iso(fire.tick) or ""))
 

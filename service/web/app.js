@@ -41,6 +41,14 @@ function el(tag, cls, text) {
   return e;
 }
 
+function linked(node, href) {  // an operator's link (http/https only), else the node as it is
+  if (!href || !/^https?:\/\//.test(href)) return node;
+  const a = el("a");
+  a.href = href; a.target = "_blank"; a.rel = "noopener noreferrer";
+  a.append(node);
+  return a;
+}
+
 const oneLine = (s, n = 160) => { s = String(s || "").replace(/\s+/g, " ").trim(); return s.length > n ? s.slice(0, n - 1) + "…" : s; };
 const money = (x) => "$" + Number(x || 0).toFixed(4);
 
@@ -210,11 +218,11 @@ function drawWhere() {
     parts.push([T("run.checkpoint"), short(state.diffCommit)]);
   }
   if (run.sandboxes > 1) parts.push([T("run.resumed"), T("run.resumed_times", { n: run.sandboxes - 1 })]);
-  if (run.trace_id) parts.push([T("run.trace"), run.trace_id]);  // its trace in the operator's tracing backend
+  if (run.trace_id) parts.push([T("run.trace"), run.trace_id, run.trace_url]);  // in the operator's tracing UI
   if (run.losses && run.losses.length) {
     parts.push([T("run.lost"), run.losses.map((x) => T("loss." + x.cause)).join(", ")]);
   }
-  box.replaceChildren(...parts.flatMap(([k, v], i) => [i ? " · " : "", el("span", "k", k), " ", el("code", "", v)]));
+  box.replaceChildren(...parts.flatMap(([k, v, href], i) => [i ? " · " : "", el("span", "k", k), " ", linked(el("code", "", v), href)]));
 }
 
 // -- times: the run's elapsed time and each step's, counting only while the run is live ----------------

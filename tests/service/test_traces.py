@@ -127,7 +127,9 @@ def test_the_page_shows_the_runs_trace_id_and_a_service_without_traces_names_non
     driver = browser
     rules = [Rule(say(BRIEF), system=CLARIFIER, repeat=True)]
     with ScriptedModel(rules) as model:
-        traced = serve(Deployment(tmp_path / "on", extra_config=_config(phoenix.url)), services, model)
+        link = phoenix.url + "/projects/UHJvamVjdDox/traces/{trace_id}"  # Phoenix's page of a trace
+        traced = serve(Deployment(tmp_path / "on", extra_config=_config(phoenix.url) + f'trace_link = "{link}"\n'),
+                       services, model)
         acme = traced.client("acme")
         run_id = acme.post("/v1/runs", json={"ask": "只澄清", "options": {"clarify_only": True}}).json()["id"]
         row = wait_status(acme, run_id, ENDED)
@@ -136,14 +138,16 @@ def test_the_page_shows_the_runs_trace_id_and_a_service_without_traces_names_non
         sign_in(driver, traced, TOKENS["acme"])
         where = until(driver, lambda d: "trace" in text_of(d, "run-where") and text_of(d, "run-where"),
                       "the run's trace id on the page")
+        hrefs = [a.get_attribute("href") for a in driver.find_elements("css selector", "#run-where a")]
         plain = serve(Deployment(tmp_path / "off"), services, model, name="plain")
         plain_acme = plain.client("acme")
         other = plain_acme.post("/v1/runs", json={"ask": "只澄清", "options": {"clarify_only": True}}).json()["id"]
         untraced = wait_status(plain_acme, other, ENDED)
     assert row["status"] == "succeeded" and row["trace_id"], row
     assert row["trace_id"] in where, where
+    assert row["trace_url"] == link.replace("{trace_id}", row["trace_id"]) and hrefs == [row["trace_url"]], hrefs
     assert [r["trace_id"] for r in listed if r["id"] == run_id] == [row["trace_id"]]
-    assert untraced["status"] == "succeeded" and untraced["trace_id"] is None, untraced
+    assert untraced["status"] == "succeeded" and untraced["trace_id"] is None and untraced["trace_url"] is None
 
 
 def test_an_endpoint_that_is_down_drops_spans_counts_them_and_the_run_succeeds(

@@ -6,6 +6,7 @@ agreed without talking, a forged tool result closing nothing)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import threading
@@ -150,6 +151,19 @@ def test_an_otlp_endpoint_that_is_not_an_http_url_is_refused_with_a_sentence(tmp
     with pytest.raises(ServiceConfigError, match="`otlp_endpoint` in .* is not an http:// or https:// URL such as"):
         load_config(None, env={}, data_dir=str(tmp_path), tenants=str(tmp_path / "tenants.toml"),
                     otlp_endpoint=endpoint)
+
+
+@pytest.mark.parametrize("link, endpoint, says", [
+    ("http://ui/traces/{trace_id}", "", "links traces, but no trace is sent: set `otlp_endpoint` too"),
+    ("http://ui/traces/", "http://127.0.0.1:4318", "must be an http:// or https:// URL holding {trace_id}"),
+    ("javascript:alert({trace_id})", "http://127.0.0.1:4318", "must be an http:// or https:// URL holding"),
+])
+def test_a_trace_link_that_cannot_link_a_trace_is_refused_with_a_sentence(tmp_path: Path, link: str, endpoint: str,
+                                                                          says: str) -> None:
+    (tmp_path / "tenants.toml").write_text("")
+    with pytest.raises(ServiceConfigError, match=re.escape(says)):
+        load_config(None, env={}, data_dir=str(tmp_path), tenants=str(tmp_path / "tenants.toml"),
+                    otlp_endpoint=endpoint, trace_link=link)
 
 
 def test_the_traces_url_adds_otlps_path_only_when_the_endpoint_names_none() -> None:
