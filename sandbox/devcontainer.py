@@ -44,8 +44,8 @@ from .errors import DevContainerError
 from .runfiles import open_dir, open_file, read_file
 
 __all__ = ["DevContainer", "Build", "Command", "Parallel", "Lifecycle", "DevContainerError", "load", "find", "parse",
-           "lockfiles", "image_metadata", "IMAGE_LABEL", "HONOURED", "IGNORED", "REFUSED", "LOCATIONS", "LOCKFILES", "LOCKFILE_PATTERNS",
-           "MAX_CONFIG", "MAX_DOCKERFILE", "MAX_LOCKFILE"]
+           "lockfiles", "image_metadata", "IMAGE_LABEL", "HONOURED", "IGNORED", "REFUSED", "LOCATIONS", "LOCKFILES",
+           "LOCKFILE_PATTERNS", "MAX_CONFIG", "MAX_DOCKERFILE", "MAX_LOCKFILE"]
 
 MAX_CONFIG = 256 * 1024  # a devcontainer.json is a page of settings
 MAX_DOCKERFILE = 1024 * 1024

@@ -37,7 +37,8 @@ from .scrape import ScrapeToken
 
 __all__ = ["bearer_guard", "dependencies", "provide_run", "AdmissionDep", "ClockDep", "ConfigDep", "ControlDep",
            "GateDep", "HealthDep", "MailboxDep", "RunsDep", "SpendDep", "DeliveriesDep", "SlotsDep", "MetricsDep",
-           "ScrapeDep", "TenantDep", "RunDep", "SchedulesDep", "TriggersDep", "EnvironmentsDep", "MIN_PREFIX", "RUN_ID_CHARS"]
+           "ScrapeDep", "TenantDep", "RunDep", "SchedulesDep", "TriggersDep", "EnvironmentsDep", "MIN_PREFIX",
+           "RUN_ID_CHARS"]
 
 # what a handler declares to be given (by name: ``runs: RunsDep``) — the tables it reads, never the registry whole
 AdmissionDep = NamedDependency[Admission]

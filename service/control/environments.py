@@ -126,11 +126,10 @@ class Environments:
             if tenant.setup_secrets_file:
                 secrets = operator_file(Path(tenant.setup_secrets_file),
                                         f"the setup secrets file of tenant {tenant.name}", TenantNotReady)
+            network = (self.config.network_mode or "bridge") if tenant.egress == "open" else "none"
             prepared = prepare(recipe, tree, tenant=tenant.name, sandbox_image=sandbox_image, client=client,
                                secrets=secrets, egress=self.egress(tenant), timeout_s=self.config.setup_timeout_s,
-                               log=said,
-                               network_mode=(self.config.network_mode or "bridge") if tenant.egress == "open" else "none",
-                               fill=whole)
+                               log=said, fill=whole, network_mode=network)
         prune(int(self.config.environment_cache_gb * 1e9), client)
         self.latest[tenant.name] = prepared
         return prepared

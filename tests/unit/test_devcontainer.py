@@ -12,7 +12,8 @@ import msgspec
 import pytest
 
 from sandbox.devcontainer import (HONOURED, IGNORED, MAX_CONFIG, MAX_DOCKERFILE, MAX_LOCKFILE, REFUSED, Build, Command,
-                                  DevContainer, DevContainerError, Parallel, find, image_metadata, load, lockfiles, parse)
+                                  DevContainer, DevContainerError, Parallel, find, image_metadata, load, lockfiles,
+                                  parse)
 from sandbox.errors import SandboxError
 
 WHERE = ".devcontainer/devcontainer.json"
