@@ -44,7 +44,7 @@ from .errors import DevContainerError
 from .runfiles import open_dir, open_file, read_file
 
 __all__ = ["DevContainer", "Build", "Command", "Parallel", "Lifecycle", "DevContainerError", "load", "find", "parse",
-           "lockfiles", "image_metadata", "IMAGE_LABEL", "HONOURED", "IGNORED", "REFUSED", "LOCATIONS", "LOCKFILES",
+           "lockfiles", "is_lockfile", "image_metadata", "IMAGE_LABEL", "HONOURED", "IGNORED", "REFUSED", "LOCATIONS", "LOCKFILES",
            "LOCKFILE_PATTERNS", "MAX_CONFIG", "MAX_DOCKERFILE", "MAX_LOCKFILE"]
 
 MAX_CONFIG = 256 * 1024  # a devcontainer.json is a page of settings
@@ -682,14 +682,18 @@ def lockfiles(repo_root: Path) -> dict[str, str]:
     return digests
 
 
+def is_lockfile(name: str) -> bool:
+    """Whether a file of that name at a repository's root is one of its lockfiles or manifests (a key input)."""
+    return name in LOCKFILES or any(p.fullmatch(name) for p in LOCKFILE_PATTERNS)
+
+
 def _lockfile_names(repo_root: Path) -> Iterator[str]:
     with open_dir(repo_root) as dfd, os.scandir(dfd) as it:
         for seen, entry in enumerate(it):
             if seen >= 10 * MAX_SCAN:
                 break
-            if entry.name in LOCKFILES or any(p.fullmatch(entry.name) for p in LOCKFILE_PATTERNS):
-                if entry.is_file(follow_symlinks=False):
-                    yield entry.name
+            if is_lockfile(entry.name) and entry.is_file(follow_symlinks=False):
+                yield entry.name
 
 
 def _digest(fd: int, name: str) -> str:

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sandbox.backends.base import Backend
+from sandbox.devcontainer import is_lockfile
 from sandbox.environment import recipe_of
 from sandbox.errors import DevContainerError, EnvironmentRefused
 from sandbox.prepare import EgressOpener, prepare, prune, stop_setups
@@ -105,7 +106,10 @@ class Environments:
             tree = Path(tmp) / Path(repo).name
             tree.mkdir()
             whole = partial(export_tree, repo, base, tree)
-            light = [name for name, kind in top_level(repo, base).items() if kind == "blob" or name == ".devcontainer"]
+            # the recipe's inputs: the root's lockfiles and the devcontainer files (never the whole root: a
+            # repository may hold thousands of files there, past what one git command line takes)
+            light = [name for name, kind in top_level(repo, base).items()
+                     if name in DEVCONTAINER_PATHS or (kind == "blob" and is_lockfile(name))]
             try:  # the recipe's inputs alone first: a kept environment needs no more of a large repository
                 if light:
                     export_tree(repo, base, tree, light)
