@@ -19,6 +19,8 @@ Nothing is pushed or pulled. ``python -m sandbox.image [--target T] [--force]`` 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -27,7 +29,7 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +73,19 @@ def _exists(client: Any, tag: str) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def _one_maker() -> Iterator[None]:
+    """One process on this machine makes an image at a time: two services (two replicas, a test run's workers)
+    starting together would both debootstrap, and both write the wheelhouse under one folder. Whoever waited
+    finds the image made (the callers check again once they hold this)."""
+    with open(Path(tempfile.gettempdir()) / f"flower-image-{os.getuid()}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def _run(cmd: list[str], what: str, **kw: Any) -> subprocess.CompletedProcess[str]:
     out = subprocess.run(cmd, capture_output=True, text=True, **kw)
     if out.returncode != 0:
@@ -86,6 +101,13 @@ def build_base(tag: str = BASE_TAG, *, suite: str = "bookworm", mirror: str = MI
     client = _client(client)
     if not force and _exists(client, tag):
         return tag
+    with _one_maker():
+        if not force and _exists(client, tag):
+            return tag
+        return _debootstrap(tag, suite=suite, mirror=mirror, client=client, log=log)
+
+
+def _debootstrap(tag: str, *, suite: str, mirror: str, client: Any, log: Log) -> str:
     if shutil.which("debootstrap") is None:
         raise ImageError("debootstrap is not installed: apt-get install -y debootstrap (or pass a base image "
                          "that exists, e.g. BASE=python:3.11-slim-bookworm where images can be pulled)")
@@ -193,6 +215,14 @@ def build_image(target: str = "sandbox", *, base: str = BASE_TAG, tag: str | Non
     tag = tag or image_tag(target, base=base, project=project, client=client)
     if not force and _exists(client, tag):
         return tag
+    with _one_maker():
+        if not force and _exists(client, tag):
+            return tag
+        return _build(client, target, base, tag, project, wheelhouse, log)
+
+
+def _build(client: Any, target: str, base: str, tag: str, project: Path, wheelhouse: str | Path | None,
+           log: Log) -> str:
     t0 = time.monotonic()
     wheels = Path(wheelhouse) if wheelhouse else build_wheelhouse(project=project, log=log)
     rel = os.path.relpath(wheels, project)

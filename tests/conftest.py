@@ -18,6 +18,40 @@ from flower.core.credentials import LOOKUP_VARS
 from flower.testing import Rule, ScriptedModel
 
 
+# Under pytest-xdist (scripts/test: ``--dist loadgroup``) a module's tests stay on one worker, in order, as they
+# were written to run. These modules share more than a module: they read or remove what any of them leaves on the
+# one Docker engine (tenants' prepared images, setup and waiting sandboxes by a label every service uses), or run a
+# dockerd of their own on one data root; each family runs on one worker, one module after another.
+_SHARED = {
+    "engine-environments": ("service/test_environment_service.py", "service/test_team_environments.py",
+                            "service/test_web_page.py", "docker/test_environment.py",
+                            "kubernetes/test_k8s_environment.py", "security/test_warm_pool.py",
+                            "security/test_warm_pool_replicas.py"),
+    "own-dockerd": ("faults/test_engine_away.py", "faults/test_engine_killed.py"),
+}
+_GROUP = {module: group for group, modules in _SHARED.items() for module in modules}
+# The slowest modules go first, so no worker starts one of them when the others are nearly done.
+_FIRST = ("engine-environments", "own-dockerd", "security/test_hostile_runs.py", "faults/test_replicas.py",
+          "service/test_webhooks_fair.py", "docker/test_service_image.py", "faults/test_kill_under_load.py",
+          "security/test_gateway.py", "service/test_remote_cli.py", "service/test_resume.py")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    here = Path(__file__).resolve().parent
+
+    def group(item: pytest.Item) -> str:
+        path = item.path.resolve()
+        module = path.relative_to(here).as_posix() if path.is_relative_to(here) else path.as_posix()
+        return _GROUP.get(module, module)
+
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group(item).replace("/", ".")))
+    first = {name: i for i, name in enumerate(_FIRST)}
+    items.sort(key=lambda item: first.get(group(item), len(first)))  # stable: the rest keep their order
+
+
 def docker_available() -> bool:
     try:
         return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
