@@ -18,9 +18,9 @@ from flower.core.credentials import LOOKUP_VARS
 from flower.testing import Rule, ScriptedModel
 
 
-# Under pytest-xdist (scripts/test: ``--dist loadgroup``) a module's tests stay on one worker, in order, as they
-# were written to run. These modules share more than a module: they read or remove what any of them leaves on the
-# one Docker engine (tenants' prepared images, setup and waiting sandboxes by a label every service uses), or run a
+# Under pytest-xdist (scripts/test runs four workers) a module's tests stay on one worker, in order, as they were
+# written to run. These modules share more than a module: they read or remove what any of them leaves on the one
+# Docker engine (tenants' prepared images, setup and waiting sandboxes by a label every service uses), or run a
 # dockerd of their own on one data root; each family runs on one worker, one module after another.
 _SHARED = {
     "engine-environments": ("service/test_environment_service.py", "service/test_team_environments.py",
@@ -30,26 +30,34 @@ _SHARED = {
     "own-dockerd": ("faults/test_engine_away.py", "faults/test_engine_killed.py"),
 }
 _GROUP = {module: group for group, modules in _SHARED.items() for module in modules}
-# The slowest modules go first, so no worker starts one of them when the others are nearly done.
+# The slowest go first, so that no worker starts one of them when the others are nearly done.
 _FIRST = ("engine-environments", "own-dockerd", "security/test_hostile_runs.py", "faults/test_replicas.py",
           "service/test_webhooks_fair.py", "docker/test_service_image.py", "faults/test_kill_under_load.py",
           "security/test_gateway.py", "service/test_remote_cli.py", "service/test_resume.py")
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    here = Path(__file__).resolve().parent
+def _group(nodeid: str) -> str:
+    """The unit a worker is handed: the test's module, or the family it shares an engine's things with."""
+    module = nodeid.split("::", 1)[0].removeprefix("tests/")
+    return _GROUP.get(module, module)
 
-    def group(item: pytest.Item) -> str:
-        path = item.path.resolve()
-        module = path.relative_to(here).as_posix() if path.is_relative_to(here) else path.as_posix()
-        return _GROUP.get(module, module)
 
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(group(item).replace("/", ".")))
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     first = {name: i for i, name in enumerate(_FIRST)}
-    items.sort(key=lambda item: first.get(group(item), len(first)))  # stable: the rest keep their order
+    items.sort(key=lambda item: first.get(_group(item.nodeid), len(first)))  # stable: the rest keep their order
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's ``loadgroup`` marks a test by rewriting its node id, which pytest 9 no longer reads: the grouping
+    is this scheduler's instead (``loadscope``'s, its unit ``_group``)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Families(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    return Families(config, log)
 
 
 def docker_available() -> bool:

@@ -207,6 +207,18 @@ class Request:
     def is_subagent(self) -> bool:
         return bool(self.agent) or "cc_is_subagent=true" in self.system
 
+    def __repr__(self) -> str:
+        """What a rule matches on, shortened (of the system text, its first heading: a role's prompt begins with
+        one): a failed ``model.unmatched == []`` says which request no rule answered, not tens of kilobytes."""
+        def head(text: str) -> str:
+            text = " ".join(text.split())
+            return text[:80] + ("…" if len(text) > 80 else "")
+
+        return (f"Request(n={self.n}, rule={self.rule!r}, retry={self.retry}, subagent={self.is_subagent}, "
+                f"heading={head(next((ln for ln in self.system.splitlines() if ln.startswith('# ')), ''))!r}, "
+                f"prompt={head(self.prompt)!r}, user={head(self.user)!r}, "
+                f"results={head(self.result_text)!r})")
+
 
 _REMINDER = re.compile(r"<system-reminder>.*?</system-reminder>\n*", re.DOTALL)
 """A block of context the CLI adds to a user message (``Request.prompt`` leaves it out)."""
