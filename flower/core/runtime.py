@@ -557,9 +557,10 @@ class Runtime:
                 if words is not None:  # "" = interrupt without saying anything
                     self._interrupt_words = words
                     return
-            try:
-                await asyncio.wait_for(self._interrupt.wait(), timeout=0.25)
-            except asyncio.TimeoutError:
+            try:  # not wait_for: on 3.11 it swallows a cancel that meets the interrupt
+                async with asyncio.timeout(0.25):
+                    await self._interrupt.wait()
+            except TimeoutError:
                 pass
 
     # -- handoff -------------------------------------------------------------

@@ -124,8 +124,9 @@ async def replay(folder: Path, after: int, queue: asyncio.Queue[Any], over: Call
             break
         got: Any = None
         while True:
-            try:
-                got = await asyncio.wait_for(queue.get(), poll_s)
+            try:  # not wait_for: on 3.11 a cancel that meets an event is swallowed with the event
+                async with asyncio.timeout(poll_s):
+                    got = await queue.get()
             except TimeoutError:
                 if clock.monotonic() - quiet_since >= keepalive_s:
                     yield KeepAlive()

@@ -189,8 +189,9 @@ class Scheduler:
             else:
                 self.backoff.succeeded("tick")
                 self.errors.ok("tick")
-            try:
-                await asyncio.wait_for(self._wake.wait(), max(self.config.poll_s, self.backoff.delay("tick")))
+            try:  # not wait_for: on 3.11 it swallows a stop that meets a wake-up, and this loop never ended
+                async with asyncio.timeout(max(self.config.poll_s, self.backoff.delay("tick"))):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
             self._wake.clear()

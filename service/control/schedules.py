@@ -242,8 +242,9 @@ class Schedules:
                 await self.fire_due()
             except Exception as e:  # noqa: BLE001 - the registry away a moment: the next pass tries again
                 log.warning("schedule.pass_failed", error=f"{type(e).__name__}: {str(e)[:300]}")
-            try:
-                await asyncio.wait_for(self._stop.wait(), self.every_s)
+            try:  # not wait_for: on 3.11 it can swallow a cancel (service/control/scheduler.py)
+                async with asyncio.timeout(self.every_s):
+                    await self._stop.wait()
             except TimeoutError:
                 pass
 

@@ -218,8 +218,9 @@ class Webhooks:
             except Exception:  # noqa: BLE001 - the registry may be busy or the disk full: try again shortly
                 log.exception("webhook.queue_failed")
                 wait = max(1.0, self.retry_s)
-            try:
-                await asyncio.wait_for(self._wake.wait(), wait)
+            try:  # not wait_for: on 3.11 it swallows a stop that meets a wake-up (service/control/scheduler.py)
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
             except TimeoutError:
                 pass
 

@@ -335,6 +335,27 @@ async def test_on_postgres_a_run_queued_by_another_replica_wakes_the_scheduler_a
         await w.scheduler.stop()
 
 
+async def test_a_stop_that_meets_a_wake_up_ends_the_loop(make_world: Callable[..., World]) -> None:
+    """The CI hang of 2026-12-06: another replica's notification woke the loop in the very pass its stop cancelled
+    it; ``asyncio.wait_for`` (3.11) took the wake-up and dropped the cancel, the loop went on waiting a minute at a
+    time, and ``stop`` awaited it for 48 minutes."""
+    w = await make_world(waits, run_loop=True, poll_s=60)
+    await asyncio.sleep(0.2)  # its first pass is over: it waits a minute, or for a wake-up
+    webhooks = w.scheduler.results.webhooks  # the webhook sender's loop waits the same way
+    tasks = [w.scheduler._task, webhooks._task]
+    assert all(t is not None and not t.done() for t in tasks)
+    w.scheduler.wake()  # what the LISTEN thread does on a notification
+    webhooks.wake()  # what a run's end does
+    try:
+        async with asyncio.timeout(10):
+            await w.scheduler.stop()
+    except TimeoutError:
+        for t in tasks:
+            t.cancel()  # type: ignore[union-attr]
+        raise AssertionError("the stop waited on a loop that took the wake-up and dropped the cancel") from None
+    assert all(t.cancelled() for t in tasks), "both loops ended by the stop"  # type: ignore[union-attr]
+
+
 async def test_an_error_handling_one_runs_output_fails_that_run_alone(make_world: Callable[..., World]) -> None:
     w = await make_world(waits)
     poisoned, other = w.submit(), w.submit("另一个")
