@@ -10,7 +10,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Generator
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,7 +85,9 @@ def tenants_file(root: Path, repo: Path, creds: Path, **extra: object) -> Path:
 
 
 @pytest.fixture
-def make_world(tmp_path: Path, git_repo: Callable[..., Path]) -> Callable[..., AsyncIterator[World]]:
+def make_world(tmp_path: Path, git_repo: Callable[..., Path]) -> Iterator[Callable[..., AsyncIterator[World]]]:
+    made: list[Service] = []
+
     async def make(handler: Callable[[MemoryRun], Generator[None, None, None] | None] | None = None,
                    tenant: dict[str, object] | None = None,
                    backend: Callable[[ServiceConfig], Backend] | None = None, postgres: str = "",
@@ -104,9 +106,12 @@ def make_world(tmp_path: Path, git_repo: Callable[..., Path]) -> Callable[..., A
         seam = backend(cfg) if backend is not None else MemoryBackend(handler)
         service = build(cfg, registry, Tenants(cfg.tenants), seam)
         await service.scheduler.start(run_loop=run_loop)
+        made.append(service)
         return World(tmp_path, repo, cfg, registry, seam, service)  # type: ignore[arg-type]
 
-    return make  # type: ignore[return-value]
+    yield make  # type: ignore[misc]
+    for service in made:  # a test that did not stop its scheduler leaves no thread renewing its leases
+        service.scheduler.leases.stop()
 
 
 def waits(run: MemoryRun) -> Generator[None, None, None]:
