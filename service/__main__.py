@@ -30,6 +30,7 @@ from .config import CONFIG_ENV, ENV_PREFIX, ServiceConfig, ServiceConfigError, c
 from .tenants import TenantError, hash_token
 
 MAX_HEAD = 32 * 1024  # bytes of request line + headers
+KEEP_ALIVE_S = 65  # an idle connection's life: longer than a client's (httpx 5 s) or a load balancer's (often 60 s)
 SUBCOMMANDS = {  # name → (arguments, what it does): `--help` lists every one
     "hash-token": ("[TOKEN]", "print the sha256 of a tenant token, for token_sha256 in the tenants file "
                               "(TOKEN, or a line on stdin)"),
@@ -139,10 +140,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"flower-service: {e}", file=sys.stderr)
         return 2
 
-    # h11 with a cap on an incomplete request head: a 10 MB header is refused (431/400), never read whole
+    # h11 with a cap on an incomplete request head: a 10 MB header is refused (431/400), never read whole. With
+    # uvicorn's 5 s keep-alive (httpx's too) the server closed an idle connection just as a client sent on it, and
+    # the client got "Server disconnected without sending a response".
     server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_config=None,
                                            access_log=False, timeout_graceful_shutdown=3, lifespan="on",
-                                           http="h11", h11_max_incomplete_event_size=MAX_HEAD))
+                                           http="h11", h11_max_incomplete_event_size=MAX_HEAD,
+                                           timeout_keep_alive=KEEP_ALIVE_S))
     original = server.startup
 
     async def startup(sockets: list[socket.socket] | None = None) -> None:

@@ -54,6 +54,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class Families(LoadScopeScheduling):
+        def schedule(self) -> None:
+            self.config.option.loadscopereorder = False  # ours is the order: the slowest first (_FIRST)
+            super().schedule()
+
         def _split_scope(self, nodeid: str) -> str:
             return _group(nodeid)
 

@@ -51,7 +51,8 @@ def _give_back_slot(app: ASGIApp) -> ASGIApp:
 
 def _message(item: Numbered | KeepAlive | Ended) -> ServerSentEventMessage:
     if isinstance(item, KeepAlive):
-        return ServerSentEventMessage(comment="keep-alive")
+        return ServerSentEventMessage(comment="keep-alive", data=None)  # a comment alone: Litestar's default
+        # data="" adds an empty `data:` line, on which every EventSource dispatches an empty message
     if isinstance(item, Ended):
         return ServerSentEventMessage(data=json.dumps({"status": item.status, "events": item.events}), event="end")
     data = json.dumps({"seq": item.seq, **msgspec.structs.asdict(item.event)}, ensure_ascii=False, default=str)

@@ -80,7 +80,7 @@ class Service:
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
 
-    def start(self, timeout: float = 30) -> "Service":
+    def start(self, timeout: float = 120) -> "Service":  # a loaded machine (four workers) starts it slowly
         env = {**os.environ, "FLOWER_SERVICE_CONFIG": str(self.deployment.config), "PYTHONUNBUFFERED": "1", **self.env}
         self._log = open(self.log_path, "ab")
         self._mark = self.log_path.stat().st_size

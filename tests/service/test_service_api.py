@@ -4,6 +4,7 @@ creates nothing, a tenant whose repository or credentials are wrong, health."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -230,6 +231,31 @@ def test_healthz(svc: tuple[Service, Deployment]):
     service, _ = svc
     r = httpx.get(f"{service.url}/healthz")
     assert r.status_code == 200 and r.json() == {"status": "ok", "backend": "local"}, "no tenant's counts"
+
+
+def test_an_idle_connection_outlives_a_clients_keep_alive(svc: tuple[Service, Deployment]):
+    """A client (httpx: 5 s; a load balancer: often 60 s) sends on a connection it kept idle; uvicorn's 5 s closed
+    it meanwhile, and a client sending at that moment got "Server disconnected without sending a response" (a
+    run's status poll, once, in the suite). Read on one raw socket: the second request, after 6 s idle, is answered."""
+    import socket as sockets
+    from urllib.parse import urlsplit
+
+    service, _ = svc
+    where = urlsplit(service.url)
+    ask = f"GET /healthz HTTP/1.1\r\nHost: {where.netloc}\r\n\r\n".encode()
+    with sockets.create_connection((where.hostname, where.port), timeout=10) as s:
+        answers = []
+        for wait in (0, 6):
+            time.sleep(wait)
+            s.sendall(ask)
+            got = b""
+            while b"\r\n\r\n" not in got or not got.endswith(b"}"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            answers.append(got.split(b"\r\n", 1)[0])
+    assert answers == [b"HTTP/1.1 200 OK"] * 2, answers
 
 
 def test_a_tenant_holds_at_most_its_cap_of_event_streams(svc: tuple[Service, Deployment], waiting_run: str):

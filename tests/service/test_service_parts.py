@@ -325,6 +325,33 @@ def test_a_stream_of_a_run_another_replica_follows_is_the_files_whole_and_in_ord
     assert [i.seq for i in resumed if isinstance(i, Numbered)] == [4, 5] and resumed[-1] == Ended("succeeded", 5)
 
 
+def test_a_keep_alive_is_a_comment_no_event_source_dispatches(tmp_path: Path):
+    """What the stream writes for a quiet stretch, read by the rules of the HTML standard's event-stream parser:
+    a blank line dispatches an event when any ``data:`` field came before it — even an empty one. Litestar's
+    default wrote one with each keep-alive, so every client got an empty message every 15 s (and every client
+    here worked around it); now a keep-alive dispatches nothing and a run's event still does."""
+    from service.api.stream import _message
+    from sandbox.records import Event
+    from service.control.events import KeepAlive, Numbered
+
+    def dispatched(raw: bytes) -> list[str]:
+        events, data = [], None
+        for line in raw.decode().replace("\r\n", "\n").split("\n"):
+            if line == "":
+                if data is not None:
+                    events.append(data)
+                data = None
+            elif line.startswith("data"):
+                value = line.partition(":")[2].removeprefix(" ")
+                data = value if data is None else f"{data}\n{value}"
+        return events
+
+    assert dispatched(_message(KeepAlive()).encode()) == []
+    assert b"keep-alive" in _message(KeepAlive()).encode()
+    (got,) = dispatched(_message(Numbered(7, Event(kind="text", text="活"))).encode())
+    assert json.loads(got)["seq"] == 7 and json.loads(got)["text"] == "活"
+
+
 def test_a_huge_event_line_is_cut_not_stalled_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     import service.control.events as events
 
