@@ -42,6 +42,20 @@ def _group(nodeid: str) -> str:
     return _GROUP.get(module, module)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """The run image, made once before any worker starts (xdist's controller, or the one process): every service a
+    test starts on the Docker backend asks for it, and one made meanwhile by another worker would hold that service's
+    start past its test's patience. Without an engine nothing is made (the Docker tests say so themselves)."""
+    if hasattr(session.config, "workerinput") or not docker_available():
+        return
+    from sandbox.image import ImageError, ensure_image
+
+    try:
+        ensure_image("sandbox")
+    except ImageError as e:  # the tests that need it fail with it; the others run
+        print(f"\nthe sandbox image could not be made: {e}")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     first = {name: i for i, name in enumerate(_FIRST)}
     items.sort(key=lambda item: first.get(_group(item.nodeid), len(first)))  # stable: the rest keep their order
