@@ -46,8 +46,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """The run image, made once before any worker starts (xdist's controller, or the one process): every service a
     test starts on the Docker backend asks for it, and one made meanwhile by another worker would hold that service's
     start past its test's patience. Without an engine nothing is made (the Docker tests say so themselves)."""
-    if hasattr(session.config, "workerinput") or not docker_available():
-        return
+    paths = [a.split("::")[0] for a in session.config.args]
+    if hasattr(session.config, "workerinput") or all(p.startswith("tests/unit") for p in paths) \
+            or not docker_available():
+        return  # a worker, or the unit tests alone (no image in them), or no engine
     from sandbox.image import ImageError, ensure_image
 
     try:
