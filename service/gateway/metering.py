@@ -42,7 +42,8 @@ __all__ = ["Metering", "InProcess", "ThroughRegistry", "metering_of", "grant_of"
 
 log = get_logger("flower.service.scheduler")
 T = TypeVar("T")
-SERVED_WITHIN_S = 5.0  # a starting run's socket, served by the gateway's process (it looks every SYNC_S)
+SERVED_WITHIN_S = 30.0  # a starting run's socket, served by the gateway's process (it looks every SYNC_S, and at
+# once when poked); 5 s failed a run on a machine at load 36 on two cores, its gateway alive and only slow
 CLOSED_WITHIN_S = 2.0  # an ending run's grant, closed by it (a gateway that is down serves nothing anyway)
 SYNC_S = 0.2  # how often the gateway's process (service.gateway.daemon) reads the active runs
 WAKE_NAME = "gateway.wake"  # in the data dir: the gateway process's datagram socket, poked for a pass now

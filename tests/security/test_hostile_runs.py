@@ -108,7 +108,7 @@ echo {DONE}"""
         diff = service.client("acme").get(f"/v1/runs/{a}/diff").text
         assert service.client("acme").get("/healthz").status_code == 200
     assert rb["status"] == "succeeded", (rb["status"], rb["error"])
-    assert ra["status"] == "succeeded", (ra, out[-2000:])
+    assert ra["status"] == "succeeded", (ra["status"], ra["error"], out[-2000:])
     # 5: nothing of the other tenant anywhere the run could reach (the model saw all it read)
     assert other not in sent, "beta's canary reached acme's run"
     assert CANARY["acme"] in sent or "TEAM_SECRET" not in out, "the probe itself ran"
