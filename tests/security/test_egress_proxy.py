@@ -243,7 +243,9 @@ def test_a_run_that_uploads_past_its_cap_through_a_tunnel_is_cut(tmp_path: Path,
     inner = f"PUT /big HTTP/1.1\r\nHost: {listed}\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
     answer = ask(sock, f"CONNECT {listed} HTTP/1.1\r\nHost: {listed}\r\n\r\n".encode(), then=inner)
     assert b"registry says hello" not in answer
-    assert server.seen == []
+    # the registry may have read the start of the body before the cut (its thread records it once the tunnel
+    # closes: on a loaded machine, before this line); never the whole body, never more than the cap
+    assert all(s[:3] == ("PUT", "/big", listed) and s[3] <= 1 << 20 for s in server.seen), server.seen
     assert ask(sock, get(listed)) == b"", "a run past its cap is led nowhere"
     proxy.shutdown()
     cut = [x for x in lines(audit, "audit.egress_refused") if x.get("reason") == "upload_cap"]
