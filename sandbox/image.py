@@ -20,7 +20,6 @@ Nothing is pushed or pulled. ``python -m sandbox.image [--target T] [--force]`` 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import shutil
@@ -29,11 +28,12 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from flower import __version__
+from flower.core.files import locked
 
 from .errors import ImageError
 
@@ -73,17 +73,13 @@ def _exists(client: Any, tag: str) -> bool:
         return False
 
 
-@contextlib.contextmanager
-def _one_maker() -> Iterator[None]:
-    """One process on this machine makes an image at a time: two services (two replicas, a test run's workers)
+def _one_maker() -> contextlib.AbstractContextManager[None]:
+    """One process of this user makes an image at a time: two services (two replicas, a test run's workers)
     starting together would both debootstrap, and both write the wheelhouse under one folder. Whoever waited
-    finds the image made (the callers check again once they hold this)."""
-    with open(Path(tempfile.gettempdir()) / f"flower-image-{os.getuid()}.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    finds the image made (the callers check again once they hold this). The lock is in the user's own cache, not
+    a shared /tmp where another user could create it first and hold it."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "flower"
+    return locked(cache / "image")
 
 
 def _run(cmd: list[str], what: str, **kw: Any) -> subprocess.CompletedProcess[str]:
