@@ -52,7 +52,7 @@ class Stream(threading.Thread):
                         if cur.get("event") == "end":
                             self.ended = cur["data"]
                             return
-                        if cur.get("id"):  # (Litestar's keep-alive comment comes with an empty `data:`)
+                        if cur.get("id"):  # an event (a keep-alive is a comment: no id, no data)
                             self.events.append(cur)
                         cur = {}
                     elif not line.startswith(":"):

@@ -325,7 +325,7 @@ def test_a_stream_of_a_run_another_replica_follows_is_the_files_whole_and_in_ord
     assert [i.seq for i in resumed if isinstance(i, Numbered)] == [4, 5] and resumed[-1] == Ended("succeeded", 5)
 
 
-def test_a_keep_alive_is_a_comment_no_event_source_dispatches(tmp_path: Path):
+def test_a_keep_alive_is_a_comment_no_event_source_dispatches() -> None:
     """What the stream writes for a quiet stretch, read by the rules of the HTML standard's event-stream parser:
     a blank line dispatches an event when any ``data:`` field came before it — even an empty one. Litestar's
     default wrote one with each keep-alive, so every client got an empty message every 15 s (and every client
