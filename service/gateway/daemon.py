@@ -130,9 +130,14 @@ class GatewayProcess:
             del self._failed[run_id]
 
     async def _open(self, run: Run) -> Grant | None:
+        """The run's grant opened — or the one another opener (a pass, a first request) opened meanwhile: a second
+        would replace it, and what it holds with it (a refusal, what it has spent)."""
         grant = await self._grant_of(run)
         if grant is None:
             return None
+        opened = self.gateway.grant(run.id)
+        if opened is not None and opened.token_hash == grant.token_hash:
+            return opened
         folder = None if self.config.backend == "kubernetes" else layout_of(self.config.runs_root, run).gateway
         try:
             await self.gateway.open(grant, folder)

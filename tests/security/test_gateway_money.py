@@ -6,6 +6,7 @@ token in hand: gateway processes of their own (``Wall``) on the registry, the te
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -24,7 +25,9 @@ import pytest
 from _service_helpers import ROOT, Deployment, Service, wait_for, wait_status
 from _hostile import DONE, ENDED, hostile_deployment, worker_rules
 from flower.testing import Rule, ScriptedModel, say
+from service.config import ServiceConfig
 from service.gateway.budgets import day_of
+from service.gateway.daemon import GatewayProcess
 from service.gateway import new_token
 from service.registry import Registry
 from service.tenants import TenantError, Tenants
@@ -272,6 +275,16 @@ def _gateway(root: Path, name: str, postgres_url: str | None) -> tuple[subproces
     return proc, f"http://127.0.0.1:{wait_for(port, timeout=60, what=f'gateway {name} listening')}"
 
 
+def _live_run(registry: Registry, dep: Deployment, tenant: str) -> tuple[str, str]:
+    """A run of ``tenant`` made live in the registry by hand: its id and its gateway token."""
+    run_id = f"20261204-000000-{uuid.uuid4().hex}"
+    registry.runs.create(id=run_id, tenant=tenant, ask="spend", options={}, repo=str(dep.repos[tenant]))
+    token, digest = new_token()
+    assert registry.runs.begin(run_id, started=time.time()) and registry.runs.record_running(run_id, "k8s:x")
+    assert registry.runs.update(run_id, token_sha256=digest)
+    return run_id, token
+
+
 class Wall:
     """Gateway processes on one registry (SQLite: one gateway on its data dir; PostgreSQL: ``gateways`` of them),
     the tenants' credentials pointing at the scripted model; runs made live in the registry by hand."""
@@ -293,12 +306,7 @@ class Wall:
 
     def run(self, tenant: str) -> tuple[str, str]:
         """A live run of ``tenant``: its id and its gateway token."""
-        run_id = f"20261204-000000-{uuid.uuid4().hex}"
-        self.registry.runs.create(id=run_id, tenant=tenant, ask="spend", options={}, repo=str(self.dep.repos[tenant]))
-        token, digest = new_token()
-        assert self.registry.runs.begin(run_id, started=time.time()) and self.registry.runs.record_running(run_id, "k8s:x")
-        assert self.registry.runs.update(run_id, token_sha256=digest)
-        return run_id, token
+        return _live_run(self.registry, self.dep, tenant)
 
     def lines(self) -> list[dict[str, object]]:
         return [json.loads(line) for i in range(len(self.procs))
@@ -399,6 +407,53 @@ def test_a_call_whose_most_alone_passes_the_cap_is_refused_with_a_sentence_and_n
     assert re.search(r"may cost up to \$0\.20\d+ .*more than its whole \$0\.10 per-run budget", message), message
     assert "`CLAUDE_CODE_MAX_OUTPUT_TOKENS`" in message and "`budget_usd.run`" in message, message
     assert again.status_code == 403 and again.json()["error"]["message"] == message, "the run may spend no more"
+
+
+async def test_a_pass_and_a_first_call_opening_one_runs_grant_at_once_open_one_and_its_refusal_holds(
+        tmp_path: Path) -> None:
+    """Kubernetes: a run's grant is opened by the gateway's pass and by the run's first call (a token no grant holds
+    yet). Both at once opened two, the later replacing the earlier and what it held: the run's call refused as more
+    than its whole budget was followed by one the fresh grant let through (seen on a loaded machine). Here the pass
+    is held half-way through its opening while the first call is refused."""
+    dep = Deployment(tmp_path)
+    dep.write_tenants(acme={"budget_usd.run": CAP})
+    with ScriptedModel([Rule(say("贵"), prompt="HUGE", repeat=True)]) as model:
+        dep.creds["acme"].write_text(f"ANTHROPIC_BASE_URL={model.url}\nANTHROPIC_API_KEY={KEYS['acme']}\n")
+        config = ServiceConfig(data_dir=str(tmp_path / "data"), backend="kubernetes", min_free_mb=0,
+                               guard_canary=False, tenants=str(tmp_path / "tenants.toml"),
+                               prices={"flower-test-model": (2.0, 10.0)})
+        registry = Registry(config.db_path)
+        process = GatewayProcess(config, registry, Tenants(config.tenants))
+        halfway, go_on = threading.Event(), threading.Event()
+        run_budget = registry.spend.run_budget
+
+        def held(run_id: str) -> float | None:  # the pass's read of the run's budget: until the first call is answered
+            if not halfway.is_set():
+                halfway.set()
+                go_on.wait(30)
+            return run_budget(run_id)
+
+        registry.spend.run_budget = held  # type: ignore[method-assign]
+        try:
+            port = await process.gateway.listen_tcp("127.0.0.1", 0)
+            _, token = _live_run(registry, dep, "acme")
+            passing = asyncio.create_task(process.sync())
+            assert await asyncio.to_thread(halfway.wait, 30), "the pass never read the run's budget"
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                                         headers={"x-api-key": token}) as c:
+                body = {"model": "flower-test-model", "max_tokens": 20_000,
+                        "messages": [{"role": "user", "content": "HUGE"}]}
+                huge = await c.post("/v1/messages", json=body)
+                go_on.set()
+                await passing
+                small = await c.post("/v1/messages", json={**body, "max_tokens": 100})
+        finally:
+            go_on.set()
+            await process.gateway.aclose()
+            registry.close()
+    assert huge.status_code == 403, huge.text
+    assert small.status_code == 403 and small.json() == huge.json(), small.text
+    assert not [x for x in model.requests if "HUGE" in x.prompt]
 
 
 PIXELS = {"input_tokens": 3_300, "output_tokens": 1_000}  # two pictures' 1,600 tokens each and the text: $0.0166
