@@ -18,7 +18,7 @@ from _hello import hello_rules
 from _phoenix import Phoenix, phoenix  # noqa: F401 - the session's Phoenix (tests/_phoenix.py)
 from _registries import free_port
 from _service_helpers import TOKENS, Deployment, Service, serve, wait_for, wait_question, wait_status
-from test_web_page import browser, sign_in, text_of, until  # noqa: F401 - the headless Chromium fixture
+from test_web_page import browser, sign_in, until  # noqa: F401 - the headless Chromium fixture
 from flower.testing import Rule, ScriptedModel, say, tool
 from flower.testing.script import Reply
 from sandbox.testing import BRIEF, CLARIFIER
@@ -122,6 +122,14 @@ def test_a_run_is_one_trace_in_phoenix_whose_model_calls_add_up_to_the_gateways_
     assert all(_of(t, "flower.tool.duration_s") >= 0 for t in tools)
 
 
+def _where_and_links(driver: Any) -> tuple[str, list[str]] | None:
+    """The run's "where" line and its links, read in one go once it names a trace: the page redraws the line as the
+    run's events come, and a link found a moment before may be gone when its address is read."""
+    where, hrefs = driver.execute_script("const e = document.getElementById('run-where'); "
+                                         "return [e.innerText, [...e.querySelectorAll('a')].map(a => a.href)]")
+    return (where, hrefs) if "trace" in where else None
+
+
 def test_the_page_shows_the_runs_trace_id_and_a_service_without_traces_names_none(
         tmp_path: Path, services: list[Service], phoenix: Phoenix, browser: Any) -> None:
     driver = browser
@@ -136,9 +144,7 @@ def test_the_page_shows_the_runs_trace_id_and_a_service_without_traces_names_non
         listed = acme.get("/v1/runs").json()["runs"]
         driver.get(f"{traced.url}/#{run_id}")
         sign_in(driver, traced, TOKENS["acme"])
-        where = until(driver, lambda d: "trace" in text_of(d, "run-where") and text_of(d, "run-where"),
-                      "the run's trace id on the page")
-        hrefs = [a.get_attribute("href") for a in driver.find_elements("css selector", "#run-where a")]
+        where, hrefs = until(driver, _where_and_links, "the run's trace id on the page")
         plain = serve(Deployment(tmp_path / "off"), services, model, name="plain")
         plain_acme = plain.client("acme")
         other = plain_acme.post("/v1/runs", json={"ask": "只澄清", "options": {"clarify_only": True}}).json()["id"]
