@@ -122,6 +122,7 @@ class Service:
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is None:
             return
+        pid = self.proc.pid
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, sig)
             try:
@@ -133,6 +134,8 @@ class Service:
         self._log.close()
         if sig != signal.SIGKILL:  # as an operator stops it; a kill -9 leaves the data plane serving
             stop_gateway(self.deployment.data)
+            for gateway in started_gateways(pid):  # and one still starting: it has written no lock file yet
+                os.kill(gateway, signal.SIGKILL)
 
 
 def serve(deployment: Deployment, services: list[Service], model: Any, name: str = "service",
@@ -227,6 +230,19 @@ def gateway_pid(data: Path) -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return pid if b"gateway" in cmdline and b"service" in cmdline else None
+
+
+def started_gateways(parent: int) -> list[int]:
+    """The gateway processes the service ``parent`` started (``--parent``), running or still starting."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmd = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if b"gateway" in cmd and b"--parent" in cmd and str(parent).encode() in cmd:
+            found.append(int(entry.name))
+    return found
 
 
 def stop_gateway(data: Path, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
