@@ -152,15 +152,19 @@ class AskBook:
                 self._unclaimed.remove(a)
 
     # -- pull mode ------------------------------------------------------------
-    def offer(self, a: Ask) -> None:
-        """Hand a new question to a waiting ``next``, or keep it for the next one."""
+    def offer(self, a: Ask, *, first: bool = False) -> None:
+        """Hand a new question to a waiting ``next``, or keep it for the next one (``first``: before the others —
+        one handed to a pull that was cancelled before it could take it)."""
         with self.lock:
             while self._pullers:
                 fut = self._pullers.popleft()
                 if not fut.done():
                     fut.set_result(a)
                     return
-            self._unclaimed.append(a)
+            if first:
+                self._unclaimed.appendleft(a)
+            else:
+                self._unclaimed.append(a)
 
     async def next(self, timeout: float | None) -> Ask | None:
         """The next question still waiting for an answer; None when ``timeout`` runs out."""
@@ -173,9 +177,14 @@ class AskBook:
             fut: asyncio.Future[Ask] = loop.create_future()
             self._pullers.append(fut)
         try:
-            return await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: on 3.11 it drops a cancel that meets the question
+                return await fut
         except TimeoutError:
-            return None
+            return fut.result() if fut.done() and not fut.cancelled() else None  # it came as time ran out
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # handed over in the pass this pull was cancelled: kept
+                self.offer(fut.result(), first=True)
+            raise
         finally:
             with self.lock:
                 if fut in self._pullers:

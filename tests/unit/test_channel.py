@@ -408,6 +408,26 @@ async def test_pull_mode_next_ask_and_answer_from_another_thread():
     assert (a.state, a.answer, a.id) == ("answered", "用 postgres", await answering)
 
 
+@pytest.mark.parametrize("timeout", [None, 30.0])
+async def test_a_pull_cancelled_as_its_question_comes_ends_and_the_question_waits_for_the_next(
+        timeout: float | None) -> None:
+    """The question is handed to a waiting ``next_ask`` in the very pass that pull is cancelled (a UI shutting down).
+    With a timeout, Python 3.11's ``asyncio.wait_for`` returned the question and dropped the cancel: a loop pulling
+    questions never ended. Without one, the question went with the cancel and no later pull saw it."""
+    ch = HumanChannel(timeout_s=5)
+    pull = asyncio.create_task(ch.next_ask(timeout))
+    await asyncio.sleep(0)  # the pull waits
+    asking = asyncio.create_task(ch.ask("还要继续吗?"))
+    await asyncio.sleep(0)  # the question was handed to the pull; the pull has not run since
+    pull.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await pull
+    q = await ch.next_ask(timeout=1)
+    assert q is not None and q.question == "还要继续吗?"
+    assert ch.answer(q.id, "继续") is True
+    assert (await asking).answer == "继续"
+
+
 async def test_a_question_asked_before_anyone_pulls_waits_for_the_puller():
     ch = HumanChannel(timeout_s=5)
     asking = asyncio.create_task(ch.ask("先问了"))
