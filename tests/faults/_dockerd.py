@@ -17,6 +17,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from _service_helpers import commands
+
 __all__ = ["OwnDockerd"]
 
 
@@ -72,15 +74,8 @@ class OwnDockerd:
         the containers' shims live on, as after a crash of the engine."""
         if self.proc is None:
             return
-        ours = []
-        for entry in Path("/proc").iterdir():
-            try:
-                cmd = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
-            except OSError:
-                continue
-            if cmd and Path(os.fsdecode(cmd[0])).name in ("dockerd", "containerd") \
-                    and any(os.fsencode(self.state) in a for a in cmd):
-                ours.append(int(entry.name))
+        ours = [pid for pid, cmd in commands() if Path(os.fsdecode(cmd[0])).name in ("dockerd", "containerd")
+                and any(os.fsencode(self.state) in a for a in cmd)]
         for pid in ours:
             try:
                 os.kill(pid, signal.SIGKILL)

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -232,17 +233,21 @@ def gateway_pid(data: Path) -> int | None:
     return pid if b"gateway" in cmdline and b"service" in cmdline else None
 
 
-def started_gateways(parent: int) -> list[int]:
-    """The gateway processes the service ``parent`` started (``--parent``), running or still starting."""
-    found = []
+def commands() -> Iterator[tuple[int, list[bytes]]]:
+    """(pid, command line) of every process this machine shows now."""
     for entry in Path("/proc").iterdir():
         try:
             cmd = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
         except OSError:
             continue
-        if b"gateway" in cmd and b"--parent" in cmd and str(parent).encode() in cmd:
-            found.append(int(entry.name))
-    return found
+        if cmd:
+            yield int(entry.name), cmd
+
+
+def started_gateways(parent: int) -> list[int]:
+    """The gateway processes the service ``parent`` started (``--parent``), running or still starting."""
+    return [pid for pid, cmd in commands()
+            if b"gateway" in cmd and b"--parent" in cmd and str(parent).encode() in cmd]
 
 
 def stop_gateway(data: Path, sig: int = signal.SIGTERM, timeout: float = 10) -> None:
