@@ -124,7 +124,7 @@ def test_a_run_in_the_teams_image_after_a_kept_setup(engine, bare, tenant, sandb
             write_spec(layout, spec)
             handle = backend.start(layout, spec)
             with Person(layout.mailbox, ["1"], questions=layout.questions):
-                code = backend.wait(handle, 180)
+                code = backend.wait(handle, 600)  # a limit, not a speed: on four busy workers it took over 180 s
             assert code == 0, backend.logs(handle)[-3000:]
             probe = next(r["text"] for req in model.conversation for r in req.results if GIT_CHECKED in r["text"])
         assert backend.client.containers.get(handle).image.tags == [env.image]
